@@ -1,0 +1,93 @@
+"""agent-saga: transactions for an AI agent's tool calls.
+
+A pre-flight gate decides before each call; the intent goes to a hash-chained write-ahead log,
+durable before any non-reversible effect; a failure compensates the committed steps in exact
+reverse order.
+"""
+
+from ._clock import FakeClock, SequentialIds, SystemClock
+from ._compensation import CompensatorRegistry, compensator
+from ._errors import (
+    AgentSagaError,
+    ConfigurationError,
+    CorruptLogError,
+    GateRefused,
+    HaltedError,
+    LogError,
+    SagaRolledBack,
+    StoreFailedError,
+)
+from ._filestore import FileLogStore, verify_file
+from ._gate import Allow, Decision, Deny, DenyTools, Gate, MaxValue, RequireApproval, Rule, ToolCall
+from ._kit import AgentKit, default_kit, saga_scope, use_kit
+from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
+from ._manifest import Status
+from ._records import Entry, Kind, Record, SagaStatus
+from ._report import CompensationFailure, RollbackReport, StepRef
+from ._saga import Saga, current_saga, idempotency_key
+from ._semantics import Semantics
+from ._store import LogStore, MemoryLogStore, VerifyReport
+from ._tool import tool, tool_spec
+from ._transaction import Transaction
+from ._version import __version__
+
+COMPENSABLE = Semantics.COMPENSABLE
+IRREVERSIBLE = Semantics.IRREVERSIBLE
+REVERSIBLE = Semantics.REVERSIBLE
+
+__all__ = [
+    "COMPENSABLE",
+    "IRREVERSIBLE",
+    "REVERSIBLE",
+    "AgentKit",
+    "AgentSagaError",
+    "Allow",
+    "CompensationFailure",
+    "CompensatorRegistry",
+    "ConfigurationError",
+    "CorruptLogError",
+    "Decision",
+    "Deny",
+    "DenyTools",
+    "Entry",
+    "FakeClock",
+    "FileKillSwitch",
+    "FileLogStore",
+    "Gate",
+    "GateRefused",
+    "HaltState",
+    "HaltedError",
+    "Kind",
+    "KillSwitch",
+    "LogError",
+    "LogStore",
+    "MaxValue",
+    "MemoryKillSwitch",
+    "MemoryLogStore",
+    "Record",
+    "RequireApproval",
+    "RollbackReport",
+    "Rule",
+    "Saga",
+    "SagaRolledBack",
+    "SagaStatus",
+    "Semantics",
+    "SequentialIds",
+    "Status",
+    "StepRef",
+    "StoreFailedError",
+    "SystemClock",
+    "ToolCall",
+    "Transaction",
+    "VerifyReport",
+    "__version__",
+    "compensator",
+    "current_saga",
+    "default_kit",
+    "idempotency_key",
+    "saga_scope",
+    "tool",
+    "tool_spec",
+    "use_kit",
+    "verify_file",
+]

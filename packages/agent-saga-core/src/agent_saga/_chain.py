@@ -1,0 +1,136 @@
+"""The hash chain: sealing entries into records and checking records against their chain.
+
+The byte layout of a stored record is its canonical JSON object (keys ``data``, ``hash``,
+``kind``, ``prev``, ``saga``, ``seq``, ``ts``, ``v`` in that sorted order) followed by ``\\n``.
+The hashed bytes are the same object without ``hash``. Both are assembled from one canonical
+encoding of ``data`` so sealing and verifying cost one JSON encoding per record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ._codec import CodecError, canonical, decode
+from ._records import GENESIS, RECORD_VERSION, Entry, Record
+
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+"""Records larger than this are refused on write and treated as corrupt on read."""
+
+_KEYS = frozenset({"data", "hash", "kind", "prev", "saga", "seq", "ts", "v"})
+_HEX = frozenset("0123456789abcdef")
+
+
+def _quote(text: str | None) -> bytes:
+    return json.dumps(text, ensure_ascii=False).encode("utf-8")
+
+
+def _body_and_line(
+    data_bytes: bytes, kind: str, prev: str, saga: str | None, seq: int, ts: int, digest: str
+) -> tuple[bytes, bytes]:
+    tail = (
+        b'"kind":' + _quote(kind) + b',"prev":"' + prev.encode() + b'","saga":' + _quote(saga)
+        + b',"seq":' + str(seq).encode() + b',"ts":' + str(ts).encode()
+        + b',"v":' + str(RECORD_VERSION).encode() + b"}"
+    )
+    head = b'{"data":' + data_bytes + b","
+    return head + tail, head + b'"hash":"' + digest.encode() + b'",' + tail
+
+
+class Chain:
+    """Computes record hashes, plain (SHA-256) or keyed (HMAC-SHA-256)."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key
+
+    @property
+    def keyed(self) -> bool:
+        return self.key is not None
+
+    def digest(self, prev: str, body: bytes) -> str:
+        message = bytes.fromhex(prev) + body
+        if self.key is None:
+            return hashlib.sha256(message).hexdigest()
+        return hmac.new(self.key, message, hashlib.sha256).hexdigest()
+
+    def seal(self, entry: Entry, seq: int, prev: str) -> tuple[Record, bytes]:
+        """Seal ``entry`` as record ``seq`` after ``prev``; returns the record and its stored line.
+
+        Raises:
+            CodecError: the entry's data has no canonical form or the record is too large.
+        """
+        data_bytes = canonical(entry.data)
+        body, _ = _body_and_line(data_bytes, entry.kind, prev, entry.saga, seq, entry.ts, "")
+        digest = self.digest(prev, body)
+        _, line = _body_and_line(data_bytes, entry.kind, prev, entry.saga, seq, entry.ts, digest)
+        if len(line) >= MAX_RECORD_BYTES:
+            raise CodecError(f"record of {len(line)} bytes exceeds {MAX_RECORD_BYTES}")
+        record = Record(seq, entry.ts, entry.kind, entry.saga, entry.data, prev, digest)
+        return record, line + b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class ChainBreak:
+    """Why a stored record does not fit its chain."""
+
+    reason: str
+
+
+def parse_line(chain: Chain, line: bytes, expect_seq: int, expect_prev: str) -> Record | ChainBreak:
+    """Check one stored line (without its ``\\n``) against the chain position it should occupy.
+
+    Never raises: every defect is returned as a :class:`ChainBreak` naming it.
+    """
+    if len(line) >= MAX_RECORD_BYTES:
+        return ChainBreak(f"record longer than {MAX_RECORD_BYTES} bytes")
+    try:
+        obj = decode(line)
+    except CodecError as exc:
+        return ChainBreak(f"not valid JSON: {exc}")
+    if not isinstance(obj, dict):
+        return ChainBreak("not a JSON object")
+    return check_object(chain, obj, expect_seq, expect_prev, stored=line)
+
+
+def check_object(
+    chain: Chain, obj: dict[str, Any], expect_seq: int, expect_prev: str, stored: bytes | None = None
+) -> Record | ChainBreak:
+    """Check a decoded record object; ``stored`` are its bytes when they must be canonical."""
+    if obj.keys() != _KEYS:
+        return ChainBreak(f"unexpected fields {sorted(obj.keys() ^ _KEYS)}")
+    seq, ts, kind, saga, data = obj["seq"], obj["ts"], obj["kind"], obj["saga"], obj["data"]
+    prev, digest = obj["prev"], obj["hash"]
+    if obj["v"] != RECORD_VERSION or type(obj["v"]) is not int:
+        return ChainBreak(f"unsupported record version {obj['v']!r}")
+    if type(seq) is not int or type(ts) is not int:
+        return ChainBreak("seq and ts must be integers")
+    if not isinstance(kind, str) or not (saga is None or isinstance(saga, str)):
+        return ChainBreak("kind must be a string and saga a string or null")
+    if not isinstance(data, dict):
+        return ChainBreak("data must be an object")
+    if not _is_hex64(prev) or not _is_hex64(digest):
+        return ChainBreak("prev and hash must be 64 lowercase hex digits")
+    if seq != expect_seq:
+        return ChainBreak(f"seq {seq} where {expect_seq} was expected")
+    if prev != expect_prev:
+        return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
+    try:
+        data_bytes = canonical(data)
+    except CodecError as exc:
+        return ChainBreak(str(exc))
+    body, line = _body_and_line(data_bytes, kind, prev, saga, seq, ts, digest)
+    if stored is not None and line != stored:
+        return ChainBreak("bytes are not the canonical encoding of the record")
+    if not hmac.compare_digest(chain.digest(prev, body), digest):
+        return ChainBreak("hash does not match the record's contents")
+    return Record(seq, ts, kind, saga, data, prev, digest)
+
+
+def _is_hex64(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
+
+
+__all__ = ["GENESIS", "Chain", "ChainBreak", "check_object", "parse_line"]

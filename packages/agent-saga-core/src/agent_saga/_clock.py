@@ -1,0 +1,94 @@
+"""Time and identity sources, injected so tests are deterministic."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from datetime import UTC, datetime
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Wall-clock and monotonic time as the engine sees them."""
+
+    def now(self) -> float:
+        """Seconds since the epoch (wall clock), used for record timestamps and expiry."""
+        ...
+
+    def monotonic(self) -> float:
+        """Monotonic seconds, used for durations and timeouts."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block for ``seconds`` (a fake clock advances instead)."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class FakeClock:
+    """A clock that only moves when told to; ``sleep`` advances it instantly."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+        self._mono = 0.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+        self._mono += seconds
+
+
+class IdSource(Protocol):
+    """Produces saga ids."""
+
+    def new_id(self) -> str: ...
+
+
+class RandomIds:
+    """Saga ids: a sortable UTC timestamp prefix plus 64 random bits, e.g. ``20261130T034501-9f2c...``."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+
+    def new_id(self) -> str:
+        stamp = datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y%m%dT%H%M%S")
+        return f"{stamp}-{os.urandom(8).hex()}"
+
+
+class SequentialIds:
+    """Deterministic ids for tests: ``saga-0001``, ``saga-0002``, ..."""
+
+    def __init__(self, prefix: str = "saga") -> None:
+        self._prefix = prefix
+        self._counter = itertools.count(1)
+
+    def new_id(self) -> str:
+        return f"{self._prefix}-{next(self._counter):04d}"
+
+
+def format_ts(ts: float) -> str:
+    """Render a record timestamp for people (UTC, millisecond precision)."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"

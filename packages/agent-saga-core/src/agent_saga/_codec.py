@@ -1,0 +1,144 @@
+"""Canonical JSON: the one byte encoding that records are hashed and stored in.
+
+Canonical means sorted keys, no insignificant whitespace, UTF-8 (not ``\\u`` escapes), no NaN or
+infinities, integers written exactly. Decoding is strict: duplicate keys, NaN/Infinity literals,
+over-deep nesting and over-long input are rejected with :class:`CodecError` rather than crashing
+or silently choosing a value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+
+MAX_DEPTH = 64
+"""Nesting depth beyond which values are not stored as-is (deep values are summarised)."""
+
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+class CodecError(ValueError):
+    """Bytes that are not a canonical JSON value, or a value that has no canonical form."""
+
+
+def canonical(value: Any) -> bytes:
+    """Encode a JSON value canonically.
+
+    Raises:
+        CodecError: the value holds NaN/infinity, a non-string key, an unencodable string or a
+            type JSON has no form for.
+    """
+    try:
+        return _ENCODER.encode(value).encode("utf-8")
+    except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:
+        raise CodecError(f"no canonical JSON form: {exc}") from exc
+
+
+def _reject_constant(name: str) -> Any:
+    raise CodecError(f"non-finite number {name} is not allowed")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise CodecError(f"duplicate key {key!r}")
+            seen.add(key)
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
+
+
+def decode(data: bytes | str, *, max_bytes: int | None = None) -> Any:
+    """Decode strict JSON.
+
+    Raises:
+        CodecError: anything that is not a single, valid, duplicate-free JSON value within the
+            size and depth limits; never another exception type.
+    """
+    if max_bytes is not None and len(data) > max_bytes:
+        raise CodecError(f"{len(data)} bytes exceeds the limit of {max_bytes}")
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return _DECODER.decode(text)
+    except CodecError:
+        raise
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise CodecError(str(exc)[:200]) from None
+
+
+def to_jsonable(value: Any, _depth: int = 0) -> JSONValue:
+    """Convert a tool argument or result into a JSON value that has a canonical form.
+
+    Dicts, lists, tuples, sets, dataclasses, enums and objects with ``model_dump`` (pydantic) are
+    converted structurally. Anything else, and anything that cannot be encoded exactly (NaN, a
+    string with lone surrogates, a non-string key, nesting deeper than :data:`MAX_DEPTH`),
+    becomes ``{"$repr": "...", "$type": "..."}`` so the record is still written; such a value is
+    marked as not restorable (see :func:`is_restorable`).
+    """
+    if value is None or isinstance(value, bool | int | str):
+        if isinstance(value, str) and not _encodable(value):
+            return _opaque(value)
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _opaque(value)
+    if _depth >= MAX_DEPTH:
+        return _opaque(value)
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value, _depth + 1)
+    if isinstance(value, Mapping):
+        out: dict[str, JSONValue] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not _encodable(key):
+                return _opaque(value)
+            out[key] = to_jsonable(item, _depth + 1)
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
+        return [to_jsonable(item, _depth + 1) for item in items]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value), _depth + 1)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return to_jsonable(dump(mode="json"), _depth + 1)
+        except Exception:  # a model_dump that fails is summarised, never fatal
+            return _opaque(value)
+    return _opaque(value)
+
+
+def is_restorable(value: JSONValue) -> bool:
+    """True when ``value`` holds no ``$repr`` placeholder (it can be handed back to a compensator)."""
+    if isinstance(value, dict):
+        return "$repr" not in value and all(is_restorable(v) for v in value.values())
+    if isinstance(value, list):
+        return all(is_restorable(v) for v in value)
+    return True
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _opaque(value: Any) -> dict[str, JSONValue]:
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not stop the log
+        text = f"<unrepresentable {type(value).__name__}>"
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"$repr": text[:2000], "$type": type(value).__qualname__}

@@ -1,0 +1,97 @@
+"""Exception types raised by agent-saga.
+
+Every error the library raises on purpose derives from :class:`AgentSagaError`, so callers can
+catch the library's refusals and failures without catching unrelated bugs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._report import RollbackReport
+
+
+class AgentSagaError(Exception):
+    """Base class of every error agent-saga raises on purpose."""
+
+
+class ConfigurationError(AgentSagaError, ValueError):
+    """A tool, compensator, store or kit was declared or configured in a way that cannot work."""
+
+
+class GateRefused(AgentSagaError):
+    """The pre-flight gate refused a call; the tool body did not run.
+
+    Attributes:
+        tool: name of the refused tool.
+        rule: name of the rule (or built-in check) that decided.
+        reason: human-readable reason, suitable to show to an agent so it can correct itself.
+    """
+
+    def __init__(self, tool: str, rule: str, reason: str) -> None:
+        super().__init__(f"{tool}: refused by {rule}: {reason}")
+        self.tool = tool
+        self.rule = rule
+        self.reason = reason
+
+
+class HaltedError(GateRefused):
+    """The global kill switch is engaged (or its state cannot be read): no effect may run."""
+
+    def __init__(self, tool: str, reason: str) -> None:
+        super().__init__(tool, "kill_switch", reason)
+
+
+class SagaRolledBack(AgentSagaError):
+    """A transaction failed and its committed steps were compensated (or tried to be).
+
+    Attributes:
+        saga_id: the failed saga.
+        cause: the exception that made the transaction fail.
+        report: what was compensated, what failed, and the saga's final status.
+    """
+
+    def __init__(self, saga_id: str, cause: BaseException, report: RollbackReport) -> None:
+        super().__init__(
+            f"saga {saga_id} rolled back after {type(cause).__name__}: {cause}; {report.summary()}"
+        )
+        self.saga_id = saga_id
+        self.cause = cause
+        self.report = report
+
+
+class LogError(AgentSagaError):
+    """Base class of write-ahead log failures."""
+
+
+class CorruptLogError(LogError):
+    """The log's bytes do not form a valid hash chain.
+
+    Attributes:
+        path: the log file (or store description).
+        offset: byte offset of the first bad record (record index for non-file stores).
+        seq: sequence number expected at that position, when known.
+        reason: what is wrong there.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str, seq: int | None = None) -> None:
+        where = f"{path} at offset {offset}" + (f" (seq {seq})" if seq is not None else "")
+        super().__init__(f"log corrupt: {where}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.seq = seq
+        self.reason = reason
+
+
+class StoreFailedError(LogError):
+    """A write or fsync failed; the store refuses further appends until it is reopened.
+
+    After an fsync error the kernel may have dropped the dirty pages, so retrying could report
+    success for data that never reached the disk. Nothing appended by the failing call was
+    acknowledged.
+    """
+
+
+class LogLockedError(LogError):
+    """Another open store in this process already owns the log (one writer object per file)."""

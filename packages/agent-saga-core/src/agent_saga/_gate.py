@@ -1,0 +1,176 @@
+"""The pre-flight gate: a closed set of decisions, composed so that the strictest one wins.
+
+Monotonicity is structural: :meth:`Gate.evaluate` returns the strictest decision of all rules
+(``Deny`` > ``RequireApproval`` > ``Allow``), a rule that raises or returns something that is not
+a decision counts as ``Deny``, and there is no decision that overrides another. Adding a rule
+can therefore only make the outcome stricter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ._semantics import Semantics
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    """The call may run."""
+
+    rank: int = field(default=0, init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RequireApproval:
+    """The call may run only once approved by a human."""
+
+    rule: str
+    reason: str
+    approvers: tuple[str, ...] = ()
+    quorum: int = 1
+    rank: int = field(default=1, init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """The call must not run."""
+
+    rule: str
+    reason: str
+    rank: int = field(default=2, init=False, repr=False)
+
+
+Decision = Allow | RequireApproval | Deny
+ALLOW = Allow()
+
+
+def strictest(first: Decision, second: Decision) -> Decision:
+    """The stricter of two decisions (the first on a tie, so the earliest rule is reported)."""
+    return second if second.rank > first.rank else first
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call as the gate sees it, before it runs."""
+
+    tool: str
+    semantics: Semantics
+    args: Mapping[str, Any]
+    saga_id: str
+    ordinal: int
+
+    def arg(self, path: str, default: Any = None) -> Any:
+        """The argument at a dotted path (``"card.amount"``, ``"items.0.qty"``), or ``default``."""
+        current: Any = self.args
+        for part in path.split("."):
+            if isinstance(current, Mapping) and part in current:
+                current = current[part]
+            elif isinstance(current, list | tuple) and part.isdigit() and int(part) < len(current):
+                current = current[int(part)]
+            else:
+                return default
+        return current
+
+
+@runtime_checkable
+class Rule(Protocol):
+    """A named check of one call; returns a decision and never runs the tool."""
+
+    name: str
+
+    def evaluate(self, call: ToolCall) -> Decision: ...
+
+
+class Gate:
+    """The rules every call passes, plus the built-in check that IRREVERSIBLE needs approval."""
+
+    def __init__(self, rules: Iterable[Rule] = ()) -> None:
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        for rule in self.rules:
+            if not isinstance(rule, Rule):
+                raise TypeError(f"{rule!r} is not a gate rule (needs .name and .evaluate(call))")
+
+    def with_rule(self, rule: Rule) -> Gate:
+        """A new gate with ``rule`` added (never weaker than this one)."""
+        return Gate((*self.rules, rule))
+
+    def evaluate(self, call: ToolCall) -> Decision:
+        """The strictest decision over the built-in check and every rule."""
+        decision: Decision = ALLOW
+        if call.semantics is Semantics.IRREVERSIBLE:
+            decision = RequireApproval(
+                "irreversible", f"{call.tool} is IRREVERSIBLE and needs a human approval"
+            )
+        for rule in self.rules:
+            decision = strictest(decision, _run_rule(rule, call))
+            if isinstance(decision, Deny):
+                return decision
+        return decision
+
+    def describe(self) -> list[dict[str, str]]:
+        return [
+            {"name": rule.name, "type": type(rule).__name__, "describes": _describe(rule)}
+            for rule in self.rules
+        ]
+
+
+def _run_rule(rule: Rule, call: ToolCall) -> Decision:
+    name = getattr(rule, "name", type(rule).__name__)
+    try:
+        decision = rule.evaluate(call)
+    except Exception as exc:  # a broken rule fails closed
+        return Deny(name, f"rule raised {type(exc).__name__}: {exc}")
+    if not isinstance(decision, Allow | RequireApproval | Deny):
+        return Deny(name, f"rule returned {decision!r}, which is not Allow, Deny or RequireApproval")
+    return decision
+
+
+def _describe(rule: Rule) -> str:
+    describe = getattr(rule, "describe", None)
+    return str(describe()) if callable(describe) else repr(rule)
+
+
+@dataclass(frozen=True)
+class MaxValue:
+    """Deny calls whose numeric argument at ``path`` exceeds ``limit`` (an amount cap).
+
+    A value that is missing or not a number is denied too: a cap that cannot be checked does
+    not allow the call.
+    """
+
+    limit: float
+    path: str = "amount"
+    tools: frozenset[str] | None = None
+    name: str = "max_value"
+
+    def evaluate(self, call: ToolCall) -> Decision:
+        if self.tools is not None and call.tool not in self.tools:
+            return ALLOW
+        value = call.arg(self.path)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return Deny(self.name, f"{self.path}={value!r} is not a number; cap is {self.limit}")
+        if not value <= self.limit:
+            return Deny(self.name, f"{self.path}={value} exceeds the cap of {self.limit}")
+        return ALLOW
+
+    def describe(self) -> str:
+        scope = ", ".join(sorted(self.tools)) if self.tools is not None else "every tool"
+        return f"{self.path} <= {self.limit} on {scope}"
+
+
+@dataclass(frozen=True)
+class DenyTools:
+    """Deny every call to the named tools."""
+
+    tools: frozenset[str]
+    name: str = "deny_tools"
+
+    def evaluate(self, call: ToolCall) -> Decision:
+        if call.tool in self.tools:
+            return Deny(self.name, f"tool {call.tool} is on the deny list")
+        return ALLOW
+
+    def describe(self) -> str:
+        return f"deny {', '.join(sorted(self.tools))}"

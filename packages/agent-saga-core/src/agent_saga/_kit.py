@@ -1,0 +1,228 @@
+"""AgentKit: the one-object SDK, and the process-wide default kit behind the module-level API."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+from ._clock import Clock, IdSource, RandomIds, SystemClock
+from ._compensation import DEFAULT_REGISTRY, CompensatorRegistry
+from ._errors import ConfigurationError
+from ._filestore import FileLogStore
+from ._gate import Gate, Rule
+from ._home import resolve_home
+from ._killswitch import FileKillSwitch, KillSwitch
+from ._manifest import Status, guarantees, status
+from ._records import Entry, Kind
+from ._runtime import Runtime
+from ._semantics import Semantics
+from ._store import LogStore, MemoryLogStore, VerifyReport
+from ._tool import DEFAULT_TOOLS, _declare
+from ._transaction import Transaction
+from ._version import __version__
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class AgentKit:
+    """Store, gate, kill switch and compensators in one object.
+
+    With no arguments the log is the durable file store under the agent-saga home
+    (``./.agent-saga`` unless ``AGENT_SAGA_HOME`` says otherwise) and the kill switch is the
+    ``HALT`` file there. An in-memory store must be asked for: ``AgentKit(store="memory")``.
+
+    Args:
+        home: the agent-saga home (log, kill switch).
+        store: ``None``/``"file"`` (durable file store), ``"memory"``, or a :class:`LogStore`.
+        rules: gate rules; every call must pass all of them.
+        kill_switch: defaults to the ``HALT`` file in the home.
+        clock, ids: time and saga-id sources (inject fakes in tests).
+        registry: compensators by name (defaults to the process-wide registry).
+        fast_path: buffer REVERSIBLE steps' records until the next durable record.
+        chain_key: makes the hash chain keyed (HMAC-SHA-256) for stores this kit opens.
+    """
+
+    def __init__(
+        self,
+        *,
+        home: str | os.PathLike[str] | None = None,
+        store: LogStore | str | None = None,
+        rules: Iterable[Rule] = (),
+        kill_switch: KillSwitch | None = None,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        registry: CompensatorRegistry | None = None,
+        fast_path: bool = True,
+        chain_key: bytes | None = None,
+    ) -> None:
+        self.home: Path = resolve_home(home)
+        clock = clock or SystemClock()
+        self.runtime = Runtime(
+            store=_open_store(store, self.home, chain_key),
+            gate=Gate(rules),
+            kill_switch=kill_switch or FileKillSwitch(self.home),
+            clock=clock,
+            ids=ids or RandomIds(clock),
+            registry=registry or DEFAULT_REGISTRY,
+            fast_path=fast_path,
+        )
+
+    @property
+    def store(self) -> LogStore:
+        return self.runtime.store
+
+    @overload
+    def tool(self, func: F, /) -> F: ...
+    @overload
+    def tool(
+        self,
+        func: F,
+        /,
+        *,
+        name: str | None = None,
+        semantics: Semantics | str | None = None,
+        compensate: object = None,
+    ) -> F: ...
+    @overload
+    def tool(
+        self,
+        *,
+        name: str | None = None,
+        semantics: Semantics | str | None = None,
+        compensate: object = None,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        func: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        semantics: Semantics | str | None = None,
+        compensate: object = None,
+    ) -> F | Callable[[F], F]:
+        """Declare a tool; same contract as :func:`agent_saga.tool`."""
+        return _declare(func, DEFAULT_TOOLS, name=name, semantics=semantics, compensate=compensate)
+
+    @overload
+    def compensator(self, name: str) -> Callable[[F], F]: ...
+    @overload
+    def compensator(self, name: str, func: F) -> F: ...
+
+    def compensator(self, name: str, func: F | None = None) -> F | Callable[[F], F]:
+        """Register a compensator by name in this kit's registry."""
+        if func is None:
+            return self.runtime.registry.compensator(name)
+        return self.runtime.registry.compensator(name, func)
+
+    @overload
+    def transaction(self, name: F, /) -> F: ...
+    @overload
+    def transaction(self, name: str | None = None, /) -> Transaction: ...
+
+    def transaction(self, name: str | F | None = None, /) -> Transaction | F:
+        """A transaction: ``with kit.transaction("book"):``, ``async with``, or a decorator."""
+        runtime = self.runtime
+        if callable(name):
+            return Transaction(lambda: runtime)(name)
+        return Transaction(lambda: runtime, name)
+
+    def halt(self, reason: str) -> None:
+        """Engage the kill switch: every agent sharing this home refuses effects from now on."""
+        self.runtime.kill_switch.halt(reason, at=self.runtime.clock.now())
+        self._control(Kind.HALT, {"reason": reason})
+
+    def resume(self) -> None:
+        """Release the kill switch."""
+        self.runtime.kill_switch.resume()
+        self._control(Kind.RESUME, {})
+
+    def _control(self, kind: Kind, data: dict[str, Any]) -> None:
+        entry = Entry(kind.value, None, data, int(self.runtime.clock.now() * 1000))
+        self.runtime.store.append([entry], sync=True)
+
+    def verify(self) -> VerifyReport:
+        """Re-verify the whole log as stored now."""
+        return self.runtime.store.verify()
+
+    def status(self) -> Status:
+        """Readiness, computed now: never ready when halted or when a signal cannot be read."""
+        return status(self.runtime, DEFAULT_TOOLS.specs())
+
+    def guarantees(self) -> dict[str, Any]:
+        """The versioned, JSON-serialisable manifest of this configuration (see docs)."""
+        return guarantees(self.runtime, DEFAULT_TOOLS.specs(), __version__)
+
+    def close(self) -> None:
+        """Flush and close the store."""
+        self.runtime.store.close()
+
+    def __enter__(self) -> AgentKit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> LogStore:
+    if store is None or store == "file":
+        return FileLogStore(home, key=key)
+    if store == "memory":
+        return MemoryLogStore(key=key)
+    if isinstance(store, LogStore):
+        return store
+    raise ConfigurationError(f"store must be 'file', 'memory' or a LogStore, got {store!r}")
+
+
+_default: AgentKit | None = None
+_default_lock = threading.Lock()
+_override: ContextVar[AgentKit | None] = ContextVar("agent_saga_kit", default=None)
+
+
+def default_kit() -> AgentKit:
+    """The kit behind ``saga_scope``: the innermost :func:`use_kit` one, else a process-wide kit
+    on the durable file store, created on first use."""
+    kit = _override.get()
+    if kit is not None:
+        return kit
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = AgentKit()
+        return _default
+
+
+@contextmanager
+def use_kit(kit: AgentKit) -> Iterator[AgentKit]:
+    """Route the module-level API (``saga_scope``) to ``kit`` within this block."""
+    token = _override.set(kit)
+    try:
+        yield kit
+    finally:
+        _override.reset(token)
+
+
+@overload
+def saga_scope(name: F, /) -> F: ...
+@overload
+def saga_scope(name: str | None = None, /) -> Transaction: ...
+
+
+def saga_scope(name: str | F | None = None, /) -> Transaction | F:
+    """A transaction on the default kit.
+
+    ``with saga_scope("book-trip"):``, ``async with saga_scope():``, ``@saga_scope`` or
+    ``@saga_scope("book-trip")``. The kit is looked up when the transaction starts.
+    """
+    if callable(name):
+        return Transaction(_default_runtime)(name)
+    return Transaction(_default_runtime, name)
+
+
+def _default_runtime() -> Runtime:
+    return default_kit().runtime

@@ -1,0 +1,436 @@
+"""A running saga: gated, logged steps and their reverse-order compensation.
+
+Order of work for one step (the write-ahead rule):
+
+1. bind the arguments, assign the next ordinal and the step's idempotency key;
+2. the kill switch and the gate decide; a refusal is logged and raised, the body never runs;
+3. the intent (tool, arguments, declared compensation, key) is logged, and for COMPENSABLE and
+   IRREVERSIBLE steps made durable before the body runs;
+4. the body runs; its outcome (result or error) is logged.
+
+A saga's terminal record is durable before the transaction that owns it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._codec import JSONValue, is_restorable, to_jsonable
+from ._compensation import CompensationRef, check_compensator_fits, compensator_kwargs
+from ._errors import GateRefused, HaltedError, LogError
+from ._gate import Deny, RequireApproval, ToolCall
+from ._records import Entry, Kind, SagaStatus
+from ._report import CompensationFailure, RollbackReport, StepRef
+from ._runtime import Runtime
+from ._semantics import Semantics, ToolSpec
+
+_CURRENT: ContextVar[Saga | None] = ContextVar("agent_saga_current", default=None)
+
+
+def current_saga() -> Saga | None:
+    """The saga of the innermost open transaction in this thread or task, or ``None``."""
+    return _CURRENT.get()
+
+
+def idempotency_key(saga_id: str, ordinal: int, tool: str) -> str:
+    """The deterministic key of step ``(saga_id, ordinal, tool)``."""
+    digest = hashlib.sha256(f"{saga_id}\x00{ordinal}\x00{tool}".encode()).hexdigest()
+    return f"as1-{digest[:32]}"
+
+
+def _error_info(exc: BaseException) -> dict[str, JSONValue]:
+    return {"type": type(exc).__qualname__, "message": str(exc)[:2000]}
+
+
+@dataclass
+class _Step:
+    ref: StepRef
+    spec: ToolSpec
+    args: dict[str, Any]
+    result: Any = None
+    compensated: bool = False
+
+
+@dataclass
+class _Prepared:
+    step: _Step
+    call_kwargs: dict[str, Any]
+    call_args: tuple[Any, ...]
+    compensation: Callable[..., Any] | None = field(default=None)
+
+
+class Saga:
+    """One transaction's state. Created by a transaction; not meant to be built directly."""
+
+    def __init__(self, runtime: Runtime, saga_id: str, name: str) -> None:
+        self.runtime = runtime
+        self.id = saga_id
+        self.name = name
+        self.status = SagaStatus.RUNNING
+        self._lock = threading.Lock()
+        self._pending: list[Entry] = []
+        self._steps: list[_Step] = []
+        self._ordinal = 0
+        self._savepoints = 0
+
+    # -- logging ---------------------------------------------------------------------------
+
+    def _entry(self, kind: Kind, data: dict[str, JSONValue]) -> Entry:
+        return Entry(kind.value, self.id, data, int(self.runtime.clock.now() * 1000))
+
+    def log(self, kind: Kind, data: dict[str, JSONValue], *, durable: bool) -> None:
+        """Append a record of this saga; with ``durable``, return only once it is on disk.
+
+        Non-durable records may be buffered (fast path) and are written, in order, with the
+        next durable record.
+        """
+        entry = self._entry(kind, data)
+        with self._lock:
+            self._pending.append(entry)
+            if not durable and self.runtime.fast_path:
+                return
+            batch, self._pending = self._pending, []
+            self.runtime.store.append(batch, sync=False)
+        if durable:
+            self.runtime.store.sync()
+
+    def begin(self) -> None:
+        self.log(
+            Kind.SAGA_BEGIN,
+            {"name": self.name, "pid": os.getpid(), "host": socket.gethostname()},
+            durable=False,
+        )
+
+    def commit(self) -> None:
+        """Write the terminal ``committed`` record durably."""
+        self.status = SagaStatus.COMMITTED
+        self.log(
+            Kind.SAGA_END, {"status": self.status.value, "steps": len(self._steps)}, durable=True
+        )
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _prepare(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Prepared:
+        named = spec.bind(args, kwargs)  # TypeError for a call that does not fit the signature
+        with self._lock:
+            self._ordinal += 1
+            ordinal = self._ordinal
+        key = kwargs.get("idempotency_key") or idempotency_key(self.id, ordinal, spec.name)
+        step = _Step(StepRef(ordinal, spec.name, str(key)), spec, named)
+        call_kwargs = dict(kwargs)
+        if spec.accepts_idempotency_key and "idempotency_key" not in kwargs:
+            call_kwargs["idempotency_key"] = step.ref.idempotency_key
+        jsonable_args = to_jsonable(named)
+        compensation = self._gate(step, jsonable_args)
+        self.log(
+            Kind.STEP_INTENT,
+            {
+                "ordinal": ordinal,
+                "tool": spec.name,
+                "semantics": spec.semantics.value,
+                "args": jsonable_args,
+                "compensation": spec.compensation.describe() if spec.compensation else None,
+                "idempotency_key": step.ref.idempotency_key,
+            },
+            durable=spec.semantics.durable_intent,
+        )
+        return _Prepared(step, call_kwargs, args, compensation)
+
+    def _gate(self, step: _Step, jsonable_args: JSONValue) -> Callable[..., Any] | None:
+        """Decide on the call; returns the resolved compensator. Raises on any refusal."""
+        spec, ref = step.spec, step.ref
+        halt = self.runtime.kill_switch.state()
+        if halt.halted:
+            self._refuse(ref, jsonable_args, "kill_switch", f"halted: {halt.reason}")
+        call = ToolCall(spec.name, spec.semantics, step.args, self.id, ref.ordinal)
+        decision = self.runtime.gate.evaluate(call)
+        if isinstance(decision, Deny):
+            self._refuse(ref, jsonable_args, decision.rule, decision.reason)
+        if isinstance(decision, RequireApproval):
+            self._refuse(
+                ref, jsonable_args, decision.rule,
+                f"{decision.reason}; no approval channel is configured",
+            )
+        return self._resolve_compensation(step, jsonable_args)
+
+    def _resolve_compensation(
+        self, step: _Step, jsonable_args: JSONValue
+    ) -> Callable[..., Any] | None:
+        ref = step.spec.compensation
+        if ref is None:
+            return None
+        func = ref.func if ref.name is None else self.runtime.registry.get(ref.name)
+        if func is None:
+            self._refuse(
+                step.ref, jsonable_args, "compensation",
+                f"compensator {ref.name!r} is not registered; the step could not be undone",
+            )
+        assert func is not None
+        if ref.name is not None:
+            try:
+                check_compensator_fits(func, step.spec.signature.parameters)
+            except Exception as exc:
+                self._refuse(step.ref, jsonable_args, "compensation", str(exc))
+        return func
+
+    def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> None:
+        self.log(
+            Kind.GATE_REFUSED,
+            {"ordinal": ref.ordinal, "tool": ref.tool, "rule": rule, "reason": reason, "args": args},
+            durable=False,
+        )
+        if rule == "kill_switch":
+            raise HaltedError(ref.tool, reason)
+        raise GateRefused(ref.tool, rule, reason)
+
+    def _done(self, prepared: _Prepared, result: Any) -> None:
+        step = prepared.step
+        step.result = result
+        stored = to_jsonable(result)
+        with self._lock:
+            self._steps.append(step)
+        self.log(
+            Kind.STEP_DONE,
+            {
+                "ordinal": step.ref.ordinal,
+                "tool": step.ref.tool,
+                "result": stored,
+                "result_restorable": is_restorable(stored),
+            },
+            durable=False,
+        )
+
+    def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
+        step = prepared.step
+        self.log(
+            Kind.STEP_FAILED,
+            {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": _error_info(exc)},
+            durable=False,
+        )
+
+    def run_sync(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run a sync tool as a step of this saga."""
+        prepared = self._prepare(spec, args, kwargs)
+        try:
+            result = spec.func(*prepared.call_args, **prepared.call_kwargs)
+        except BaseException as exc:
+            self._failed(prepared, exc)
+            raise
+        self._done(prepared, result)
+        return result
+
+    async def run_async(
+        self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run an async tool as a step of this saga."""
+        prepared = self._prepare(spec, args, kwargs)
+        try:
+            result = await spec.func(*prepared.call_args, **prepared.call_kwargs)
+        except BaseException as exc:
+            self._failed(prepared, exc)
+            raise
+        self._done(prepared, result)
+        return result
+
+    # -- savepoints and rollback -------------------------------------------------------------
+
+    def savepoint(self) -> int:
+        """Open a nested scope; returns the first ordinal it covers."""
+        with self._lock:
+            self._savepoints += 1
+            first = self._ordinal + 1
+            number = self._savepoints
+        self.log(Kind.SAVEPOINT_BEGIN, {"savepoint": number, "from_ordinal": first}, durable=False)
+        return first
+
+    def _to_undo(self, from_ordinal: int) -> list[_Step]:
+        with self._lock:
+            steps = [s for s in self._steps if s.ref.ordinal >= from_ordinal and not s.compensated]
+        return sorted(steps, key=lambda s: s.ref.ordinal, reverse=True)
+
+    def rollback(
+        self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
+    ) -> RollbackReport:
+        """Compensate committed steps from ``from_ordinal`` on, newest first, each at most once.
+
+        A failing compensation is recorded and the rest still run; the saga then ends
+        ``needs_human``. With ``terminal``, the saga's end record is durable on return.
+        """
+        state = _RollbackState(self, cause, from_ordinal)
+        for step in self._to_undo(from_ordinal):
+            func = state.begin_step(step)
+            if func is None:
+                continue
+            try:
+                outcome = func(**state.kwargs(step, func))
+                if inspect.isawaitable(outcome):
+                    _run_coroutine(outcome)
+            except Exception as exc:
+                state.step_failed(step, exc)
+            else:
+                state.step_done(step)
+        return state.finish(terminal)
+
+    async def arollback(
+        self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
+    ) -> RollbackReport:
+        """:meth:`rollback` for async transactions: async compensators are awaited."""
+        state = _RollbackState(self, cause, from_ordinal)
+        for step in self._to_undo(from_ordinal):
+            func = state.begin_step(step)
+            if func is None:
+                continue
+            try:
+                outcome = func(**state.kwargs(step, func))
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as exc:
+                state.step_failed(step, exc)
+            else:
+                state.step_done(step)
+        return state.finish(terminal)
+
+
+class _RollbackState:
+    """Bookkeeping shared by the sync and async rollback loops."""
+
+    def __init__(self, saga: Saga, cause: BaseException, from_ordinal: int) -> None:
+        self.saga = saga
+        self.cause = cause
+        self.from_ordinal = from_ordinal
+        self.compensated: list[StepRef] = []
+        self.failed: list[CompensationFailure] = []
+        self.nothing: list[StepRef] = []
+        self.log_errors: list[str] = []
+        self._log(
+            Kind.ROLLBACK_BEGIN,
+            {"cause": _error_info(cause), "from_ordinal": from_ordinal},
+            durable=False,
+        )
+
+    def _log(self, kind: Kind, data: dict[str, JSONValue], *, durable: bool) -> None:
+        # During a rollback a log failure must not stop the remaining compensations.
+        try:
+            self.saga.log(kind, data, durable=durable)
+        except LogError as exc:
+            self.log_errors.append(f"{kind.value}: {exc}")
+
+    def begin_step(self, step: _Step) -> Callable[..., Any] | None:
+        """Mark ``step`` as being compensated; returns its compensator, or ``None`` if none."""
+        step.compensated = True
+        ref = step.spec.compensation
+        if ref is None:
+            self.nothing.append(step.ref)
+            return None
+        func = self._resolve(ref)
+        self._log(
+            Kind.COMP_INTENT,
+            {
+                "ordinal": step.ref.ordinal,
+                "tool": step.ref.tool,
+                "compensation": ref.describe(),
+                "idempotency_key": _comp_key(step),
+            },
+            durable=step.spec.semantics.durable_intent,
+        )
+        if func is None:
+            self.step_failed(step, LookupError(f"compensator {ref.name!r} is not registered"))
+        return func
+
+    def _resolve(self, ref: CompensationRef) -> Callable[..., Any] | None:
+        if ref.name is None:
+            return ref.func
+        return self.saga.runtime.registry.get(ref.name)
+
+    def kwargs(self, step: _Step, func: Callable[..., Any]) -> dict[str, Any]:
+        return compensator_kwargs(func, step.args, step.result, _comp_key(step))
+
+    def step_done(self, step: _Step) -> None:
+        self.compensated.append(step.ref)
+        self._log(
+            Kind.COMP_DONE, {"ordinal": step.ref.ordinal, "tool": step.ref.tool}, durable=False
+        )
+
+    def step_failed(self, step: _Step, exc: BaseException) -> None:
+        self.failed.append(CompensationFailure(step.ref, f"{type(exc).__name__}: {exc}"))
+        self._log(
+            Kind.COMP_FAILED,
+            {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": _error_info(exc)},
+            durable=False,
+        )
+
+    def finish(self, terminal: bool) -> RollbackReport:
+        status = SagaStatus.NEEDS_HUMAN if self.failed else SagaStatus.ROLLED_BACK
+        if terminal:
+            self.saga.status = status
+            self._log(
+                Kind.SAGA_END,
+                {
+                    "status": status.value,
+                    "cause": _error_info(self.cause),
+                    "compensated": [r.ordinal for r in self.compensated],
+                    "failed": [f.step.ordinal for f in self.failed],
+                },
+                durable=True,
+            )
+        else:
+            self._log(
+                Kind.SAVEPOINT_ROLLBACK,
+                {
+                    "from_ordinal": self.from_ordinal,
+                    "compensated": [r.ordinal for r in self.compensated],
+                    "failed": [f.step.ordinal for f in self.failed],
+                },
+                durable=True,
+            )
+        if self.log_errors and terminal:
+            status = SagaStatus.NEEDS_HUMAN
+            self.saga.status = status
+        return RollbackReport(
+            self.saga.id,
+            status,
+            tuple(self.compensated),
+            tuple(self.failed),
+            tuple(self.nothing),
+            tuple(self.log_errors),
+        )
+
+
+def _comp_key(step: _Step) -> str:
+    return f"{step.ref.idempotency_key}/compensate"
+
+
+_async_runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-saga-compensate")
+
+
+def _run_coroutine(awaitable: Any) -> None:
+    """Run an async compensator to completion from sync code, whatever loop is running here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(_as_coroutine(awaitable))
+        return
+    _async_runner.submit(asyncio.run, _as_coroutine(awaitable)).result()
+
+
+async def _as_coroutine(awaitable: Any) -> None:
+    await awaitable
+
+
+def validate_callable_compensation(spec_params: Mapping[str, object], ref: CompensationRef) -> None:
+    """Check at declaration time that a callable compensation can be called for this tool."""
+    if ref.func is not None:
+        check_compensator_fits(ref.func, spec_params)
+
+
+__all__ = ["Saga", "Semantics", "current_saga", "idempotency_key"]

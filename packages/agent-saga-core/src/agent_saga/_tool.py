@@ -1,0 +1,168 @@
+"""The ``@tool`` wrapper: routes a call through the current saga, or leaves it untouched."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast, overload
+
+from ._compensation import compensation_ref
+from ._errors import ConfigurationError
+from ._saga import current_saga, validate_callable_compensation
+from ._semantics import Semantics, ToolSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SPEC_ATTR = "__agent_saga_tool__"
+
+
+class ToolRegistry:
+    """Every tool declared in this process, for the guarantees manifest."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        self._lock = threading.Lock()
+
+    def add(self, spec: ToolSpec) -> None:
+        with self._lock:
+            self._specs[spec.name] = spec
+
+    def specs(self) -> list[ToolSpec]:
+        with self._lock:
+            return sorted(self._specs.values(), key=lambda s: s.name)
+
+
+DEFAULT_TOOLS = ToolRegistry()
+
+
+def make_spec(
+    func: Callable[..., Any],
+    *,
+    name: str | None,
+    semantics: Semantics | str | None,
+    compensate: object,
+) -> ToolSpec:
+    """Validate a tool declaration; every mistake is a :class:`ConfigurationError` here."""
+    if not callable(func):
+        raise ConfigurationError(f"@tool needs a function, got {func!r}")
+    ref = compensation_ref(compensate)
+    if semantics is None:
+        semantics = Semantics.COMPENSABLE if ref is not None else Semantics.IRREVERSIBLE
+    try:
+        semantics = Semantics(semantics)
+    except ValueError:
+        allowed = ", ".join(s.name for s in Semantics)
+        raise ConfigurationError(f"semantics must be one of {allowed}, got {semantics!r}") from None
+    if semantics is Semantics.COMPENSABLE and ref is None:
+        raise ConfigurationError(
+            f"{func.__name__}: a COMPENSABLE tool needs compensate= (a registered name or callable)"
+        )
+    if semantics is Semantics.IRREVERSIBLE and ref is not None:
+        raise ConfigurationError(f"{func.__name__}: an IRREVERSIBLE tool cannot be compensated")
+    signature = inspect.signature(func)
+    if ref is not None:
+        validate_callable_compensation(signature.parameters, ref)
+    tool_name = name or f"{func.__module__}.{func.__qualname__}".removeprefix("__main__.")
+    return ToolSpec(
+        tool_name, func, semantics, ref, signature, inspect.iscoroutinefunction(func)
+    )
+
+
+def wrap(spec: ToolSpec) -> Callable[..., Any]:
+    """The wrapper for ``spec``: sync for sync functions, a coroutine function for async ones.
+
+    Called outside any transaction, the wrapper calls the function with exactly the arguments
+    it was given.
+    """
+    func = spec.func
+    if spec.is_async:
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            saga = current_saga()
+            if saga is None:
+                return await func(*args, **kwargs)
+            return await saga.run_async(spec, args, kwargs)
+
+        wrapper: Callable[..., Any] = async_wrapper
+    else:
+
+        @functools.wraps(func)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            saga = current_saga()
+            if saga is None:
+                return func(*args, **kwargs)
+            return saga.run_sync(spec, args, kwargs)
+
+        wrapper = sync_wrapper
+    setattr(wrapper, SPEC_ATTR, spec)
+    return wrapper
+
+
+def tool_spec(func: Callable[..., Any]) -> ToolSpec | None:
+    """The spec of a wrapped tool, or ``None`` for a plain function."""
+    spec = getattr(func, SPEC_ATTR, None)
+    return spec if isinstance(spec, ToolSpec) else None
+
+
+@overload
+def tool(func: F, /) -> F: ...
+@overload
+def tool(
+    func: F,
+    /,
+    *,
+    name: str | None = None,
+    semantics: Semantics | str | None = None,
+    compensate: object = None,
+) -> F: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    semantics: Semantics | str | None = None,
+    compensate: object = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    semantics: Semantics | str | None = None,
+    compensate: object = None,
+) -> F | Callable[[F], F]:
+    """Declare a function (sync or async) as a tool whose calls are gated, logged and undoable.
+
+    Usable as ``@tool``, ``@tool(...)`` or ``tool(func, ...)``. The wrapper keeps the function's
+    name, docstring and signature, and accepts positional arguments.
+
+    Args:
+        name: the tool's stable name in the log (default: ``module.qualname``).
+        semantics: REVERSIBLE, COMPENSABLE or IRREVERSIBLE. When omitted it is COMPENSABLE if
+            ``compensate`` is given and IRREVERSIBLE otherwise; it is never guessed from a name.
+        compensate: a compensator's registered name (recoverable after a crash) or a callable
+            (in-process only).
+    """
+    return _declare(func, DEFAULT_TOOLS, name=name, semantics=semantics, compensate=compensate)
+
+
+def _declare(
+    func: F | None,
+    registry: ToolRegistry,
+    *,
+    name: str | None,
+    semantics: Semantics | str | None,
+    compensate: object,
+) -> F | Callable[[F], F]:
+    def decorate(target: F) -> F:
+        spec = make_spec(target, name=name, semantics=semantics, compensate=compensate)
+        registry.add(spec)
+        if registry is not DEFAULT_TOOLS:
+            DEFAULT_TOOLS.add(spec)
+        return cast(F, wrap(spec))
+
+    return decorate(func) if func is not None else decorate
