@@ -19,8 +19,8 @@ from ._errors import (
 )
 from ._filestore import FileLogStore, verify_file
 from ._gate import Allow, Decision, Deny, DenyTools, Gate, MaxValue, RequireApproval, Rule, ToolCall
-from ._kit import AgentKit, default_kit, saga_scope, use_kit
 from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
+from ._kit import AgentKit, default_kit, saga_scope, use_kit
 from ._manifest import Status
 from ._records import Entry, Kind, Record, SagaStatus
 from ._report import CompensationFailure, RollbackReport, StepRef

@@ -32,9 +32,19 @@ def _body_and_line(
     data_bytes: bytes, kind: str, prev: str, saga: str | None, seq: int, ts: int, digest: str
 ) -> tuple[bytes, bytes]:
     tail = (
-        b'"kind":' + _quote(kind) + b',"prev":"' + prev.encode() + b'","saga":' + _quote(saga)
-        + b',"seq":' + str(seq).encode() + b',"ts":' + str(ts).encode()
-        + b',"v":' + str(RECORD_VERSION).encode() + b"}"
+        b'"kind":'
+        + _quote(kind)
+        + b',"prev":"'
+        + prev.encode()
+        + b'","saga":'
+        + _quote(saga)
+        + b',"seq":'
+        + str(seq).encode()
+        + b',"ts":'
+        + str(ts).encode()
+        + b',"v":'
+        + str(RECORD_VERSION).encode()
+        + b"}"
     )
     head = b'{"data":' + data_bytes + b","
     return head + tail, head + b'"hash":"' + digest.encode() + b'",' + tail
@@ -96,7 +106,11 @@ def parse_line(chain: Chain, line: bytes, expect_seq: int, expect_prev: str) -> 
 
 
 def check_object(
-    chain: Chain, obj: dict[str, Any], expect_seq: int, expect_prev: str, stored: bytes | None = None
+    chain: Chain,
+    obj: dict[str, Any],
+    expect_seq: int,
+    expect_prev: str,
+    stored: bytes | None = None,
 ) -> Record | ChainBreak:
     """Check a decoded record object; ``stored`` are its bytes when they must be canonical."""
     if obj.keys() != _KEYS:

@@ -68,7 +68,7 @@ class IdSource(Protocol):
 
 
 class RandomIds:
-    """Saga ids: a sortable UTC timestamp prefix plus 64 random bits, e.g. ``20261130T034501-9f2c...``."""
+    """Saga ids: a sortable UTC timestamp, then 64 random bits (``20261130T034501-9f2c...``)."""
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock = clock or SystemClock()

@@ -119,7 +119,7 @@ def to_jsonable(value: Any, _depth: int = 0) -> JSONValue:
 
 
 def is_restorable(value: JSONValue) -> bool:
-    """True when ``value`` holds no ``$repr`` placeholder (it can be handed back to a compensator)."""
+    """True when ``value`` holds no ``$repr`` placeholder (it can go back to a compensator)."""
     if isinstance(value, dict):
         return "$repr" not in value and all(is_restorable(v) for v in value.values())
     if isinstance(value, list):

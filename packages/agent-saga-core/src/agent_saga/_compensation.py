@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from ._codec import JSONValue
 from ._errors import ConfigurationError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,7 +29,7 @@ _NAME_ATTR = "__agent_saga_compensator__"
 
 @dataclass(frozen=True, slots=True)
 class CompensationRef:
-    """How a step is undone: by registered name (recoverable anywhere) or by in-process callable."""
+    """How a step is undone: by registered name (recoverable anywhere) or in-process callable."""
 
     name: str | None
     func: Callable[..., Any] | None
@@ -38,7 +39,7 @@ class CompensationRef:
         """True when another process can find this compensation by name."""
         return self.name is not None
 
-    def describe(self) -> dict[str, str | bool]:
+    def describe(self) -> dict[str, JSONValue]:
         if self.name is not None:
             return {"name": self.name, "recoverable": True}
         func = self.func
@@ -47,7 +48,7 @@ class CompensationRef:
 
 
 class CompensatorRegistry:
-    """Compensators by name. Recovery in another process imports the user's modules, which fill it."""
+    """Compensators by name; recovery in another process imports the modules that fill it."""
 
     def __init__(self) -> None:
         self._by_name: dict[str, Callable[..., Any]] = {}
@@ -78,7 +79,7 @@ class CompensatorRegistry:
     def compensator(self, name: str, func: F) -> F: ...
 
     def compensator(self, name: str, func: F | None = None) -> F | Callable[[F], F]:
-        """Register ``func`` under ``name``; usable as ``@registry.compensator("payments.refund")``."""
+        """Register ``func`` under ``name``; usable as ``@registry.compensator("pay.refund")``."""
 
         def register(target: F) -> F:
             self.register(name, target)
@@ -132,7 +133,8 @@ def compensation_ref(spec: object) -> CompensationRef | None:
         registered = getattr(spec, _NAME_ATTR, None)
         return CompensationRef(registered if isinstance(registered, str) else None, spec)
     raise ConfigurationError(
-        f"compensate= must be a registered compensator name or a callable, got {type(spec).__name__}"
+        "compensate= must be a registered compensator name or a callable, "
+        f"got {type(spec).__name__}"
     )
 
 

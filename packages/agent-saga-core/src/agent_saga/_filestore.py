@@ -114,9 +114,7 @@ class FileLogStore:
         ensure_dir(self.home)
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        self._lock_fd = os.open(
-            self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
+        self._lock_fd = os.open(self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         if created:
             fsync_fd(self._fd)
             fsync_dir(self.home)

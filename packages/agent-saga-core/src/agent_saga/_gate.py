@@ -119,11 +119,13 @@ class Gate:
 def _run_rule(rule: Rule, call: ToolCall) -> Decision:
     name = getattr(rule, "name", type(rule).__name__)
     try:
-        decision = rule.evaluate(call)
+        decision: object = rule.evaluate(call)
     except Exception as exc:  # a broken rule fails closed
         return Deny(name, f"rule raised {type(exc).__name__}: {exc}")
     if not isinstance(decision, Allow | RequireApproval | Deny):
-        return Deny(name, f"rule returned {decision!r}, which is not Allow, Deny or RequireApproval")
+        return Deny(
+            name, f"rule returned {decision!r}, which is not Allow, Deny or RequireApproval"
+        )
     return decision
 
 

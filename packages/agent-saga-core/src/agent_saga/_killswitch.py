@@ -83,8 +83,12 @@ class FileKillSwitch:
         fsync_dir(self.home)
 
     def describe(self) -> dict[str, object]:
-        return {"kind": "file", "path": str(self.path), "checked": "before every effect",
-                "fail_closed": True}
+        return {
+            "kind": "file",
+            "path": str(self.path),
+            "checked": "before every effect",
+            "fail_closed": True,
+        }
 
 
 class MemoryKillSwitch:

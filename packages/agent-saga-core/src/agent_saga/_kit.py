@@ -91,6 +91,7 @@ class AgentKit:
     @overload
     def tool(
         self,
+        /,
         *,
         name: str | None = None,
         semantics: Semantics | str | None = None,
@@ -179,8 +180,8 @@ def _open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> 
     raise ConfigurationError(f"store must be 'file', 'memory' or a LogStore, got {store!r}")
 
 
-_default: AgentKit | None = None
 _default_lock = threading.Lock()
+_defaults: dict[str, AgentKit] = {}
 _override: ContextVar[AgentKit | None] = ContextVar("agent_saga_kit", default=None)
 
 
@@ -190,11 +191,11 @@ def default_kit() -> AgentKit:
     kit = _override.get()
     if kit is not None:
         return kit
-    global _default
     with _default_lock:
-        if _default is None:
-            _default = AgentKit()
-        return _default
+        kit = _defaults.get("kit")
+        if kit is None:
+            kit = _defaults["kit"] = AgentKit()
+        return kit
 
 
 @contextmanager

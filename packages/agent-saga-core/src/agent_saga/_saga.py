@@ -158,7 +158,9 @@ class Saga:
             self._refuse(ref, jsonable_args, decision.rule, decision.reason)
         if isinstance(decision, RequireApproval):
             self._refuse(
-                ref, jsonable_args, decision.rule,
+                ref,
+                jsonable_args,
+                decision.rule,
                 f"{decision.reason}; no approval channel is configured",
             )
         return self._resolve_compensation(step, jsonable_args)
@@ -172,7 +174,9 @@ class Saga:
         func = ref.func if ref.name is None else self.runtime.registry.get(ref.name)
         if func is None:
             self._refuse(
-                step.ref, jsonable_args, "compensation",
+                step.ref,
+                jsonable_args,
+                "compensation",
                 f"compensator {ref.name!r} is not registered; the step could not be undone",
             )
         assert func is not None
@@ -186,7 +190,13 @@ class Saga:
     def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> None:
         self.log(
             Kind.GATE_REFUSED,
-            {"ordinal": ref.ordinal, "tool": ref.tool, "rule": rule, "reason": reason, "args": args},
+            {
+                "ordinal": ref.ordinal,
+                "tool": ref.tool,
+                "rule": rule,
+                "reason": reason,
+                "args": args,
+            },
             durable=False,
         )
         if rule == "kill_switch":
@@ -229,9 +239,7 @@ class Saga:
         self._done(prepared, result)
         return result
 
-    async def run_async(
-        self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+    async def run_async(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run an async tool as a step of this saga."""
         prepared = self._prepare(spec, args, kwargs)
         try:

@@ -65,9 +65,7 @@ def make_spec(
     if ref is not None:
         validate_callable_compensation(signature.parameters, ref)
     tool_name = name or f"{func.__module__}.{func.__qualname__}".removeprefix("__main__.")
-    return ToolSpec(
-        tool_name, func, semantics, ref, signature, inspect.iscoroutinefunction(func)
-    )
+    return ToolSpec(tool_name, func, semantics, ref, signature, inspect.iscoroutinefunction(func))
 
 
 def wrap(spec: ToolSpec) -> Callable[..., Any]:

@@ -79,8 +79,9 @@ class Transaction:
 
     # -- leaving ---------------------------------------------------------------------------
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: object) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
         frame = self._frames.pop()
         if frame.token is not None:
             _CURRENT.reset(frame.token)
@@ -94,8 +95,9 @@ class Transaction:
         )
         return _raise(frame.saga, exc, cause, inner, report)
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: object) -> bool:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
         frame = self._frames.pop()
         if frame.token is not None:
             _CURRENT.reset(frame.token)
@@ -142,8 +144,13 @@ def _unwrap(exc: BaseException, saga: Saga) -> tuple[BaseException, RollbackRepo
     return exc, None
 
 
-def _raise(saga: Saga, exc: BaseException, cause: BaseException,
-           inner: RollbackReport | None, report: RollbackReport) -> bool:
+def _raise(
+    saga: Saga,
+    exc: BaseException,
+    cause: BaseException,
+    inner: RollbackReport | None,
+    report: RollbackReport,
+) -> bool:
     if inner is not None:
         report = report.merged(inner)
     if not isinstance(exc, Exception):
@@ -151,4 +158,3 @@ def _raise(saga: Saga, exc: BaseException, cause: BaseException,
         return False
     error = SagaRolledBack(saga.id, cause, report)
     raise error from cause
-
