@@ -9,6 +9,7 @@ from ._clock import FakeClock, SequentialIds, SystemClock
 from ._compensation import CompensatorRegistry, compensator
 from ._errors import (
     AgentSagaError,
+    ArgumentsRefused,
     ConfigurationError,
     CorruptLogError,
     GateRefused,
@@ -41,6 +42,7 @@ __all__ = [
     "REVERSIBLE",
     "AgentKit",
     "AgentSagaError",
+    "ArgumentsRefused",
     "Allow",
     "CompensationFailure",
     "CompensatorRegistry",

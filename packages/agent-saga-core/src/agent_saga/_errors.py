@@ -36,6 +36,10 @@ class GateRefused(AgentSagaError):
         self.reason = reason
 
 
+class ArgumentsRefused(GateRefused, TypeError):
+    """The call's arguments do not fit the tool's signature; the tool body did not run."""
+
+
 class HaltedError(GateRefused):
     """The global kill switch is engaged (or its state cannot be read): no effect may run."""
 

@@ -78,7 +78,8 @@ class ToolCall:
 class Rule(Protocol):
     """A named check of one call; returns a decision and never runs the tool."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def evaluate(self, call: ToolCall) -> Decision: ...
 

@@ -20,7 +20,7 @@ from ._killswitch import FileKillSwitch, KillSwitch
 from ._manifest import Status, guarantees, status
 from ._records import Entry, Kind
 from ._runtime import Runtime
-from ._semantics import Semantics
+from ._semantics import Semantics, ToolRegistry
 from ._store import LogStore, MemoryLogStore, VerifyReport
 from ._tool import DEFAULT_TOOLS, _declare
 from ._transaction import Transaction
@@ -45,6 +45,8 @@ class AgentKit:
         registry: compensators by name (defaults to the process-wide registry).
         fast_path: buffer REVERSIBLE steps' records until the next durable record.
         chain_key: makes the hash chain keyed (HMAC-SHA-256) for stores this kit opens.
+        tools: where the tools this kit declares are listed (the manifest and ``status()`` cover
+            them and every tool that has run in this kit's sagas).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class AgentKit:
         registry: CompensatorRegistry | None = None,
         fast_path: bool = True,
         chain_key: bytes | None = None,
+        tools: ToolRegistry | None = None,
     ) -> None:
         self.home: Path = resolve_home(home)
         clock = clock or SystemClock()
@@ -69,6 +72,7 @@ class AgentKit:
             clock=clock,
             ids=ids or RandomIds(clock),
             registry=registry or DEFAULT_REGISTRY,
+            tools=tools or ToolRegistry(),
             fast_path=fast_path,
         )
 
@@ -108,7 +112,9 @@ class AgentKit:
         compensate: object = None,
     ) -> F | Callable[[F], F]:
         """Declare a tool; same contract as :func:`agent_saga.tool`."""
-        return _declare(func, DEFAULT_TOOLS, name=name, semantics=semantics, compensate=compensate)
+        return _declare(
+            func, self.runtime.tools, name=name, semantics=semantics, compensate=compensate
+        )
 
     @overload
     def compensator(self, name: str) -> Callable[[F], F]: ...
@@ -153,11 +159,11 @@ class AgentKit:
 
     def status(self) -> Status:
         """Readiness, computed now: never ready when halted or when a signal cannot be read."""
-        return status(self.runtime, DEFAULT_TOOLS.specs())
+        return status(self.runtime, self.runtime.tools.specs())
 
     def guarantees(self) -> dict[str, Any]:
         """The versioned, JSON-serialisable manifest of this configuration (see docs)."""
-        return guarantees(self.runtime, DEFAULT_TOOLS.specs(), __version__)
+        return guarantees(self.runtime, self.runtime.tools.specs(), __version__)
 
     def close(self) -> None:
         """Flush and close the store."""
@@ -194,7 +200,7 @@ def default_kit() -> AgentKit:
     with _default_lock:
         kit = _defaults.get("kit")
         if kit is None:
-            kit = _defaults["kit"] = AgentKit()
+            kit = _defaults["kit"] = AgentKit(tools=DEFAULT_TOOLS)
         return kit
 
 

@@ -8,12 +8,13 @@ from ._clock import Clock, IdSource
 from ._compensation import CompensatorRegistry
 from ._gate import Gate
 from ._killswitch import KillSwitch
+from ._semantics import ToolRegistry
 from ._store import LogStore
 
 
 @dataclass(frozen=True)
 class Runtime:
-    """Store, gate, kill switch, clock, ids and compensator registry of one engine.
+    """Store, gate, kill switch, clock, ids, compensators and known tools of one engine.
 
     ``fast_path``: when true, records of REVERSIBLE steps are buffered and written with the next
     durable record (or the terminal one) instead of being written one by one.
@@ -25,4 +26,5 @@ class Runtime:
     clock: Clock
     ids: IdSource
     registry: CompensatorRegistry
+    tools: ToolRegistry
     fast_path: bool = True

@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from ._codec import JSONValue, is_restorable, to_jsonable
 from ._compensation import CompensationRef, check_compensator_fits, compensator_kwargs
-from ._errors import GateRefused, HaltedError, LogError
+from ._errors import ArgumentsRefused, GateRefused, HaltedError, LogError
 from ._gate import Deny, RequireApproval, ToolCall
 from ._records import Entry, Kind, SagaStatus
 from ._report import CompensationFailure, RollbackReport, StepRef
@@ -121,15 +121,20 @@ class Saga:
     # -- steps -----------------------------------------------------------------------------
 
     def _prepare(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Prepared:
-        named = spec.bind(args, kwargs)  # TypeError for a call that does not fit the signature
+        self.runtime.tools.add(spec)
         with self._lock:
             self._ordinal += 1
             ordinal = self._ordinal
-        key = kwargs.get("idempotency_key") or idempotency_key(self.id, ordinal, spec.name)
-        step = _Step(StepRef(ordinal, spec.name, str(key)), spec, named)
+        key = str(kwargs.get("idempotency_key") or idempotency_key(self.id, ordinal, spec.name))
         call_kwargs = dict(kwargs)
         if spec.accepts_idempotency_key and "idempotency_key" not in kwargs:
-            call_kwargs["idempotency_key"] = step.ref.idempotency_key
+            call_kwargs["idempotency_key"] = key
+        ref = StepRef(ordinal, spec.name, key)
+        try:
+            named = spec.bind(args, call_kwargs)
+        except TypeError as exc:
+            self._refuse(ref, to_jsonable({"args": args, "kwargs": kwargs}), "signature", str(exc))
+        step = _Step(ref, spec, named)
         jsonable_args = to_jsonable(named)
         compensation = self._gate(step, jsonable_args)
         self.log(
@@ -179,7 +184,6 @@ class Saga:
                 "compensation",
                 f"compensator {ref.name!r} is not registered; the step could not be undone",
             )
-        assert func is not None
         if ref.name is not None:
             try:
                 check_compensator_fits(func, step.spec.signature.parameters)
@@ -187,7 +191,7 @@ class Saga:
                 self._refuse(step.ref, jsonable_args, "compensation", str(exc))
         return func
 
-    def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> None:
+    def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> NoReturn:
         self.log(
             Kind.GATE_REFUSED,
             {
@@ -201,6 +205,8 @@ class Saga:
         )
         if rule == "kill_switch":
             raise HaltedError(ref.tool, reason)
+        if rule == "signature":
+            raise ArgumentsRefused(ref.tool, rule, reason)
         raise GateRefused(ref.tool, rule, reason)
 
     def _done(self, prepared: _Prepared, result: Any) -> None:

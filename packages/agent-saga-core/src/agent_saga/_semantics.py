@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,3 +63,21 @@ class ToolSpec:
                 named[name] = value
         named.pop("idempotency_key", None)
         return named
+
+
+class ToolRegistry:
+    """Tools known to an engine (declared through it or run in its sagas), for the manifest."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        self._lock = threading.Lock()
+
+    def add(self, spec: ToolSpec) -> None:
+        if self._specs.get(spec.name) is spec:
+            return
+        with self._lock:
+            self._specs[spec.name] = spec
+
+    def specs(self) -> list[ToolSpec]:
+        with self._lock:
+            return sorted(self._specs.values(), key=lambda s: s.name)

@@ -4,34 +4,17 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
 
 from ._compensation import compensation_ref
 from ._errors import ConfigurationError
 from ._saga import current_saga, validate_callable_compensation
-from ._semantics import Semantics, ToolSpec
+from ._semantics import Semantics, ToolRegistry, ToolSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 SPEC_ATTR = "__agent_saga_tool__"
-
-
-class ToolRegistry:
-    """Every tool declared in this process, for the guarantees manifest."""
-
-    def __init__(self) -> None:
-        self._specs: dict[str, ToolSpec] = {}
-        self._lock = threading.Lock()
-
-    def add(self, spec: ToolSpec) -> None:
-        with self._lock:
-            self._specs[spec.name] = spec
-
-    def specs(self) -> list[ToolSpec]:
-        with self._lock:
-            return sorted(self._specs.values(), key=lambda s: s.name)
 
 
 DEFAULT_TOOLS = ToolRegistry()
@@ -159,8 +142,6 @@ def _declare(
     def decorate(target: F) -> F:
         spec = make_spec(target, name=name, semantics=semantics, compensate=compensate)
         registry.add(spec)
-        if registry is not DEFAULT_TOOLS:
-            DEFAULT_TOOLS.add(spec)
         return cast(F, wrap(spec))
 
     return decorate(func) if func is not None else decorate

@@ -79,37 +79,40 @@ class Transaction:
 
     # -- leaving ---------------------------------------------------------------------------
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> bool:
+    def _leave(self, exc: BaseException | None) -> _Frame | None:
+        """Pop the frame; commit on success. Returns the frame when a rollback is due."""
         frame = self._frames.pop()
         if frame.token is not None:
             _CURRENT.reset(frame.token)
-        if exc is None:
-            if frame.token is not None:
-                frame.saga.commit()
-            return False
+        if exc is not None:
+            return frame
+        if frame.token is not None:
+            frame.saga.commit()
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        frame = self._leave(exc)
+        if frame is None or exc is None:
+            return
         cause, inner = _unwrap(exc, frame.saga)
         report = frame.saga.rollback(
             cause, from_ordinal=frame.from_ordinal, terminal=frame.token is not None
         )
-        return _raise(frame.saga, exc, cause, inner, report)
+        _raise(frame.saga, exc, cause, inner, report)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> bool:
-        frame = self._frames.pop()
-        if frame.token is not None:
-            _CURRENT.reset(frame.token)
-        if exc is None:
-            if frame.token is not None:
-                frame.saga.commit()
-            return False
+    ) -> None:
+        frame = self._leave(exc)
+        if frame is None or exc is None:
+            return
         cause, inner = _unwrap(exc, frame.saga)
         report = await frame.saga.arollback(
             cause, from_ordinal=frame.from_ordinal, terminal=frame.token is not None
         )
-        return _raise(frame.saga, exc, cause, inner, report)
+        _raise(frame.saga, exc, cause, inner, report)
 
     # -- decorator -----------------------------------------------------------------------------
 
@@ -150,11 +153,11 @@ def _raise(
     cause: BaseException,
     inner: RollbackReport | None,
     report: RollbackReport,
-) -> bool:
+) -> None:
     if inner is not None:
         report = report.merged(inner)
     if not isinstance(exc, Exception):
         exc.add_note(f"agent-saga: saga {saga.id} rolled back: {report.summary()}")
-        return False
+        return
     error = SagaRolledBack(saga.id, cause, report)
     raise error from cause

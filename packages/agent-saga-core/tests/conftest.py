@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agent_saga import AgentKit, SequentialIds
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own agent-saga home; nothing lands in the working directory."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("AGENT_SAGA_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def home(_isolated_home: Path) -> Path:
+    return _isolated_home
+
+
+@pytest.fixture
+def kit(home: Path) -> Iterator[AgentKit]:
+    with AgentKit(home=home, ids=SequentialIds()) as k:
+        yield k

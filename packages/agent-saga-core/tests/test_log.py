@@ -1,0 +1,274 @@
+"""The log: canonical records, the hash formula, seq across restarts, damage detection."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agent_saga import (
+    AgentKit,
+    CorruptLogError,
+    Entry,
+    FileLogStore,
+    MemoryLogStore,
+    Record,
+    StoreFailedError,
+    default_kit,
+    verify_file,
+)
+from agent_saga._chain import GENESIS
+from agent_saga._codec import CodecError, canonical, decode, to_jsonable
+
+
+def entry(n: int, saga: str | None = "s") -> Entry:
+    return Entry("test", saga, {"n": n, "text": "zürich ✓"}, 1_700_000_000_000 + n)
+
+
+def fill(home: Path, count: int) -> None:
+    with FileLogStore(home) as store:
+        for i in range(count):
+            store.append([entry(i)], sync=i == count - 1)
+
+
+def test_records_are_canonical_json_and_hash_formula_holds(home: Path) -> None:
+    fill(home, 3)
+    lines = (home / "log.jsonl").read_bytes().splitlines()
+    prev = GENESIS
+    for seq, line in enumerate(lines, start=1):
+        obj = json.loads(line)
+        assert (
+            line
+            == json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        )
+        stored_hash = obj.pop("hash")
+        body = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert stored_hash == hashlib.sha256(bytes.fromhex(prev) + body.encode()).hexdigest()
+        assert obj["seq"] == seq
+        assert obj["prev"] == prev
+        prev = stored_hash
+    assert "zürich ✓".encode() in lines[0]
+
+
+def test_keyed_chain_uses_hmac(home: Path) -> None:
+    key = b"k" * 32
+    with FileLogStore(home, key=key) as store:
+        (record,) = store.append([entry(1)], sync=True)
+    obj = json.loads((home / "log.jsonl").read_bytes())
+    obj.pop("hash")
+    body = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    expected = hmac.new(key, bytes.fromhex(GENESIS) + body, hashlib.sha256).hexdigest()
+    assert record.hash == expected
+    assert not verify_file(home / "log.jsonl").ok  # without the key it does not verify
+    with FileLogStore(home, key=key) as store:
+        assert store.verify().ok
+
+
+def test_seq_continues_across_restarts(home: Path) -> None:
+    fill(home, 2)
+    fill(home, 2)
+    with FileLogStore(home) as store:
+        seqs = [r.seq for r in store.records()]
+        assert seqs == [1, 2, 3, 4]
+        assert store.verify().ok
+
+
+def test_seq_continues_across_processes(home: Path) -> None:
+    code = (
+        "from agent_saga import FileLogStore, Entry\n"
+        f"s = FileLogStore({str(home)!r})\n"
+        "print(s.append([Entry('test', None, {}, 0)], sync=True)[0].seq)\n"
+        "s.close()\n"
+    )
+    seqs = [
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(3)
+    ]
+    assert seqs == ["1", "2", "3"]
+
+
+def test_two_stores_on_one_home_continue_one_chain(home: Path) -> None:
+    first, second = FileLogStore(home), FileLogStore(home)
+    first.append([entry(1)], sync=True)
+    second.append([entry(2)], sync=True)
+    first.append([entry(3)], sync=True)
+    first.close()
+    second.close()
+    report = verify_file(home / "log.jsonl")
+    assert report.ok
+    assert report.records == 3
+
+
+def flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def record_offsets(path: Path) -> list[int]:
+    offsets, pos = [], 0
+    for line in path.read_bytes().splitlines(keepends=True):
+        offsets.append(pos)
+        pos += len(line)
+    return offsets
+
+
+@pytest.mark.parametrize("target", range(0, 400, 37))
+def test_any_flipped_byte_is_detected_at_its_record(home: Path, target: int) -> None:
+    fill(home, 8)
+    path = home / "log.jsonl"
+    size = path.stat().st_size
+    offset = target * size // 400
+    flip(path, offset)
+    report = verify_file(path)
+    assert not report.ok
+    assert report.error is not None
+    starts = record_offsets(path)
+    expected = max(s for s in starts if s <= offset)
+    # Flipping a byte of a record's hash can only be seen at the next record's prev.
+    assert report.error.offset in {expected, *[s for s in starts if s > expected][:1]}
+    with pytest.raises(CorruptLogError) as info:
+        FileLogStore(home)
+    assert info.value.offset == report.error.offset
+    assert str(report.error.offset) in str(info.value)
+
+
+def test_edit_that_keeps_valid_json_is_detected(home: Path) -> None:
+    fill(home, 4)
+    path = home / "log.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"n":2', b'"n":9'))
+    report = verify_file(path)
+    assert not report.ok
+    assert report.error is not None
+    assert report.error.seq == 3
+    assert "hash does not match" in report.error.reason
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"[" * 5000 + b"\n", b"\xff\xfe\n", b"{}\n", b"null\n", b'{"a":1,"a":2}\n', b"NaN\n", b"x"],
+)
+def test_garbage_after_valid_records_is_a_typed_error(home: Path, garbage: bytes) -> None:
+    fill(home, 2)
+    path = home / "log.jsonl"
+    size = path.stat().st_size
+    with path.open("ab") as handle:
+        handle.write(garbage)
+    with pytest.raises(CorruptLogError) as info:
+        FileLogStore(home)
+    assert info.value.offset == size
+    assert info.value.seq == 3
+
+
+def test_oversized_record_is_refused_and_not_read(home: Path) -> None:
+    with FileLogStore(home) as store:
+        with pytest.raises(CodecError):
+            store.append([Entry("big", None, {"x": "a" * (5 * 1024 * 1024)}, 0)], sync=True)
+        assert store.verify().records == 0
+    path = home / "log.jsonl"
+    path.write_bytes(b"a" * (5 * 1024 * 1024) + b"\n")
+    report = verify_file(path)
+    assert report.error is not None
+    assert "longer than" in report.error.reason
+
+
+def test_write_error_fails_the_store(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileLogStore(home)
+    store.append([entry(1)], sync=True)
+
+    def broken_write(fd: int, data: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", broken_write)
+    with pytest.raises(StoreFailedError):
+        store.append([entry(2)], sync=True)
+    monkeypatch.undo()
+    with pytest.raises(StoreFailedError, match="reopen"):
+        store.append([entry(3)], sync=True)
+    assert store.health()
+
+
+def test_fsync_error_fails_the_store_without_retry(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_saga import _filestore
+
+    store = FileLogStore(home)
+    calls: list[int] = []
+
+    def broken_fsync(fd: int) -> None:
+        calls.append(fd)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(_filestore, "fsync_fd", broken_fsync)
+    with pytest.raises(StoreFailedError):
+        store.append([entry(1)], sync=True)
+    with pytest.raises(StoreFailedError):
+        store.sync()
+    assert len(calls) == 1  # never retried
+
+
+def test_memory_store_verifies_and_detects_tampering() -> None:
+    store = MemoryLogStore()
+    records = store.append([entry(i) for i in range(3)], sync=True)
+    assert store.verify().ok
+    forged = Record(2, 0, "test", "s", {"n": 99}, records[0].hash, records[1].hash)
+    store.tamper(1, forged)
+    report = store.verify()
+    assert not report.ok
+    assert report.error is not None
+    assert report.error.offset == 1
+
+
+def test_default_kit_is_durable_on_disk(home: Path) -> None:
+    kit = default_kit()
+    assert kit.store.kind == "file"
+    assert kit.guarantees()["store"]["durable"] is True
+    assert Path(kit.store.describe()["path"]).parent == home  # type: ignore[arg-type]
+
+
+def test_memory_store_must_be_named(home: Path) -> None:
+    with AgentKit(home=home, store="memory") as kit:
+        assert kit.store.kind == "memory"
+        manifest = kit.guarantees()
+        assert manifest["store"]["durable"] is False
+        assert any("keeps nothing" in line for line in manifest["not_claimed"])
+    with pytest.raises(ValueError, match="store must be"):
+        AgentKit(home=home, store="sqlite-ish")
+
+
+def test_quickstart_survives_the_process(home: Path) -> None:
+    """A saga run in a child process with default settings is on disk afterwards."""
+    code = (
+        "from agent_saga import saga_scope, tool, REVERSIBLE\n"
+        "@tool(semantics=REVERSIBLE)\n"
+        "def note(x): return x\n"
+        "with saga_scope('child'):\n"
+        "    note(1)\n"
+    )
+    env = {**os.environ, "AGENT_SAGA_HOME": str(home)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    with FileLogStore(home) as store:
+        kinds = [r.kind for r in store.records()]
+    assert kinds == ["saga.begin", "step.intent", "step.done", "saga.end"]
+
+
+def test_codec_is_strict() -> None:
+    assert canonical({"b": 1, "a": [1.5, "é"]}) == '{"a":[1.5,"é"],"b":1}'.encode()
+    with pytest.raises(CodecError):
+        canonical({"x": float("nan")})
+    for bad in (b'{"a":1,"a":2}', b"NaN", b"[" * 100_000, b"\xff", b'"\\ud800', b"1e400x"):
+        with pytest.raises(CodecError):
+            decode(bad)
+    assert to_jsonable({"x": float("inf")}) == {"x": {"$repr": "inf", "$type": "float"}}
+    assert to_jsonable("\ud800") == {"$repr": "'\\ud800'", "$type": "str"}
+    assert to_jsonable({1: "a"}) == {"$repr": "{1: 'a'}", "$type": "dict"}
+    assert to_jsonable((1, {2, 3})) == [1, [2, 3]]
+    assert decode(canonical(2**80)) == 2**80
