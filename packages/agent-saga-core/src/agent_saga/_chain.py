@@ -3,16 +3,16 @@
 The byte layout of a stored record is its canonical JSON object (keys ``data``, ``hash``,
 ``kind``, ``prev``, ``saga``, ``seq``, ``ts``, ``v`` in that sorted order) followed by ``\\n``.
 The hashed bytes are the same object without ``hash``. Both are assembled from one canonical
-encoding of ``data`` so sealing and verifying cost one JSON encoding per record.
+encoding of ``data`` (the other fields are strings and integers with a fixed encoding), so
+sealing and verifying cost one JSON encoding per record.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
-from dataclasses import dataclass
-from typing import Any
+from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non-ASCII
+from typing import Any, NamedTuple
 
 from ._codec import CodecError, canonical, decode
 from ._records import GENESIS, RECORD_VERSION, Entry, Record
@@ -24,30 +24,25 @@ _KEYS = frozenset({"data", "hash", "kind", "prev", "saga", "seq", "ts", "v"})
 _HEX = frozenset("0123456789abcdef")
 
 
-def _quote(text: str | None) -> bytes:
-    return json.dumps(text, ensure_ascii=False).encode("utf-8")
-
-
-def _body_and_line(
-    data_bytes: bytes, kind: str, prev: str, saga: str | None, seq: int, ts: int, digest: str
-) -> tuple[bytes, bytes]:
-    tail = (
-        b'"kind":'
-        + _quote(kind)
-        + b',"prev":"'
-        + prev.encode()
-        + b'","saga":'
-        + _quote(saga)
-        + b',"seq":'
-        + str(seq).encode()
-        + b',"ts":'
-        + str(ts).encode()
-        + b',"v":'
-        + str(RECORD_VERSION).encode()
-        + b"}"
+def _tail(kind: str, prev: str, saga: str | None, seq: int, ts: int) -> bytes:
+    """The encoded fields after ``data`` (and ``hash``), in canonical order."""
+    saga_json = "null" if saga is None else _quote(saga)
+    text = (
+        f',"kind":{_quote(kind)},"prev":"{prev}","saga":{saga_json},'
+        f'"seq":{seq},"ts":{ts},"v":{RECORD_VERSION}}}'
     )
-    head = b'{"data":' + data_bytes + b","
-    return head + tail, head + b'"hash":"' + digest.encode() + b'",' + tail
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CodecError(f"no canonical JSON form: {exc}") from exc
+
+
+def _body(data_bytes: bytes, tail: bytes) -> bytes:
+    return b'{"data":' + data_bytes + tail
+
+
+def _line(data_bytes: bytes, digest: str, tail: bytes) -> bytes:
+    return b'{"data":' + data_bytes + b',"hash":"' + digest.encode() + b'"' + tail
 
 
 class Chain:
@@ -73,17 +68,16 @@ class Chain:
             CodecError: the entry's data has no canonical form or the record is too large.
         """
         data_bytes = canonical(entry.data)
-        body, _ = _body_and_line(data_bytes, entry.kind, prev, entry.saga, seq, entry.ts, "")
-        digest = self.digest(prev, body)
-        _, line = _body_and_line(data_bytes, entry.kind, prev, entry.saga, seq, entry.ts, digest)
+        tail = _tail(entry.kind, prev, entry.saga, seq, entry.ts)
+        digest = self.digest(prev, _body(data_bytes, tail))
+        line = _line(data_bytes, digest, tail)
         if len(line) >= MAX_RECORD_BYTES:
             raise CodecError(f"record of {len(line)} bytes exceeds {MAX_RECORD_BYTES}")
         record = Record(seq, entry.ts, entry.kind, entry.saga, entry.data, prev, digest)
         return record, line + b"\n"
 
 
-@dataclass(frozen=True, slots=True)
-class ChainBreak:
+class ChainBreak(NamedTuple):
     """Why a stored record does not fit its chain."""
 
     reason: str
@@ -133,12 +127,12 @@ def check_object(
         return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
     try:
         data_bytes = canonical(data)
+        tail = _tail(kind, prev, saga, seq, ts)
     except CodecError as exc:
         return ChainBreak(str(exc))
-    body, line = _body_and_line(data_bytes, kind, prev, saga, seq, ts, digest)
-    if stored is not None and line != stored:
+    if stored is not None and _line(data_bytes, digest, tail) != stored:
         return ChainBreak("bytes are not the canonical encoding of the record")
-    if not hmac.compare_digest(chain.digest(prev, body), digest):
+    if not hmac.compare_digest(chain.digest(prev, _body(data_bytes, tail)), digest):
         return ChainBreak("hash does not match the record's contents")
     return Record(seq, ts, kind, saga, data, prev, digest)
 

@@ -74,7 +74,7 @@ class RandomIds:
         self._clock = clock or SystemClock()
 
     def new_id(self) -> str:
-        stamp = datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y%m%dT%H%M%S")
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock.now()))
         return f"{stamp}-{os.urandom(8).hex()}"
 
 

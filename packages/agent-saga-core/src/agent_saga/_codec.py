@@ -87,6 +87,8 @@ def to_jsonable(value: Any, _depth: int = 0) -> JSONValue:
     becomes ``{"$repr": "...", "$type": "..."}`` so the record is still written; such a value is
     marked as not restorable (see :func:`is_restorable`).
     """
+    if type(value) is dict and _flat(value):
+        return dict(value)
     if value is None or isinstance(value, bool | int | str):
         if isinstance(value, str) and not _encodable(value):
             return _opaque(value)
@@ -116,6 +118,22 @@ def to_jsonable(value: Any, _depth: int = 0) -> JSONValue:
         except Exception:  # a model_dump that fails is summarised, never fatal
             return _opaque(value)
     return _opaque(value)
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """A dict of str keys and plain scalars (the common case) needs no conversion."""
+    for key, item in value.items():
+        kind = type(item)
+        if type(key) is not str or kind not in _SCALARS:
+            if kind is float and math.isfinite(item) and type(key) is str:
+                continue
+            return False
+        if kind is str and not item.isascii() and not _encodable(item):
+            return False
+    return all(k.isascii() or _encodable(k) for k in value)
 
 
 def is_restorable(value: JSONValue) -> bool:

@@ -27,7 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _NAME_ATTR = "__agent_saga_compensator__"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CompensationRef:
     """How a step is undone: by registered name (recoverable anywhere) or in-process callable."""
 

@@ -15,14 +15,14 @@ from typing import Any, Protocol, runtime_checkable
 from ._semantics import Semantics
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Allow:
     """The call may run."""
 
     rank: int = field(default=0, init=False, repr=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RequireApproval:
     """The call may run only once approved by a human."""
 
@@ -33,7 +33,7 @@ class RequireApproval:
     rank: int = field(default=1, init=False, repr=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Deny:
     """The call must not run."""
 
@@ -51,7 +51,7 @@ def strictest(first: Decision, second: Decision) -> Decision:
     return second if second.rank > first.rank else first
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ToolCall:
     """A call as the gate sees it, before it runs."""
 

@@ -9,23 +9,24 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ._filestore import ensure_dir, fsync_dir, fsync_fd
 
 HALT_FILE = "HALT"
 
 
-@dataclass(frozen=True, slots=True)
-class HaltState:
+class HaltState(NamedTuple):
     """The switch's state as last read."""
 
     halted: bool
     reason: str = ""
     since: float | None = None
     readable: bool = True
+
+
+_NOT_HALTED = HaltState(halted=False)
 
 
 class KillSwitch(Protocol):
@@ -46,13 +47,21 @@ class FileKillSwitch:
     def __init__(self, home: str | os.PathLike[str]) -> None:
         self.home = Path(home)
         self.path = self.home / HALT_FILE
+        self._path = str(self.path)
 
     def state(self) -> HaltState:
+        """Read the switch now (a ``stat`` when not halted; the file's content when halted)."""
         try:
-            with self.path.open("rb") as handle:
-                raw = handle.read(64 * 1024)
+            os.stat(self._path)
         except FileNotFoundError:
-            return HaltState(halted=False)
+            return _NOT_HALTED
+        except OSError as exc:
+            return HaltState(True, f"kill switch unreadable: {exc}", readable=False)
+        try:
+            with open(self._path, "rb") as handle:
+                raw = handle.read(64 * 1024)
+        except FileNotFoundError:  # resumed between the two calls
+            return _NOT_HALTED
         except OSError as exc:
             return HaltState(True, f"kill switch unreadable: {exc}", readable=False)
         try:

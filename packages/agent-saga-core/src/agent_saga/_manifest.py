@@ -11,7 +11,7 @@ from ._semantics import Semantics, ToolSpec
 MANIFEST_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Status:
     """Readiness: ``ready`` only when every signal the engine needs was read and is healthy."""
 

@@ -9,8 +9,7 @@ is SHA-256 (or HMAC-SHA-256 when the chain is keyed).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._codec import JSONValue
 
@@ -47,8 +46,7 @@ class SagaStatus(enum.StrEnum):
     NEEDS_HUMAN = "needs_human"
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """A record before it is sealed into the chain."""
 
     kind: str
@@ -58,15 +56,14 @@ class Entry:
     """Milliseconds since the epoch."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """A sealed, chained log record."""
 
     seq: int
     ts: int
     kind: str
     saga: str | None
-    data: dict[str, JSONValue] = field(hash=False)
+    data: dict[str, JSONValue]
     prev: str
     hash: str
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._records import SagaStatus
 
 
-@dataclass(frozen=True, slots=True)
-class StepRef:
+class StepRef(NamedTuple):
     """A step of a saga: ``(saga_id, ordinal, tool)`` is its identity."""
 
     ordinal: int
@@ -16,13 +16,12 @@ class StepRef:
     idempotency_key: str
 
 
-@dataclass(frozen=True, slots=True)
-class CompensationFailure:
+class CompensationFailure(NamedTuple):
     step: StepRef
     error: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RollbackReport:
     """The outcome of compensating a saga's (or savepoint's) committed steps, newest first."""
 

@@ -13,16 +13,12 @@ A saga's terminal record is durable before the transaction that owns it returns.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import os
-import socket
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ._codec import JSONValue, is_restorable, to_jsonable
@@ -34,6 +30,7 @@ from ._report import CompensationFailure, RollbackReport, StepRef
 from ._runtime import Runtime
 from ._semantics import Semantics, ToolSpec
 
+_HOST = os.uname().nodename
 _CURRENT: ContextVar[Saga | None] = ContextVar("agent_saga_current", default=None)
 
 
@@ -52,21 +49,33 @@ def _error_info(exc: BaseException) -> dict[str, JSONValue]:
     return {"type": type(exc).__qualname__, "message": str(exc)[:2000]}
 
 
-@dataclass
 class _Step:
-    ref: StepRef
-    spec: ToolSpec
-    args: dict[str, Any]
-    result: Any = None
-    compensated: bool = False
+    """A step that ran; mutable only to mark it compensated (at most once)."""
+
+    __slots__ = ("args", "compensated", "ref", "result", "spec")
+
+    def __init__(self, ref: StepRef, spec: ToolSpec, args: dict[str, Any]) -> None:
+        self.ref = ref
+        self.spec = spec
+        self.args = args
+        self.result: Any = None
+        self.compensated = False
 
 
-@dataclass
 class _Prepared:
-    step: _Step
-    call_kwargs: dict[str, Any]
-    call_args: tuple[Any, ...]
-    compensation: Callable[..., Any] | None = field(default=None)
+    __slots__ = ("call_args", "call_kwargs", "compensation", "step")
+
+    def __init__(
+        self,
+        step: _Step,
+        call_kwargs: dict[str, Any],
+        call_args: tuple[Any, ...],
+        compensation: Callable[..., Any] | None,
+    ) -> None:
+        self.step = step
+        self.call_kwargs = call_kwargs
+        self.call_args = call_args
+        self.compensation = compensation
 
 
 class Saga:
@@ -107,7 +116,7 @@ class Saga:
     def begin(self) -> None:
         self.log(
             Kind.SAGA_BEGIN,
-            {"name": self.name, "pid": os.getpid(), "host": socket.gethostname()},
+            {"name": self.name, "pid": os.getpid(), "host": _HOST},
             durable=False,
         )
 
@@ -147,7 +156,7 @@ class Saga:
                 "compensation": spec.compensation.describe() if spec.compensation else None,
                 "idempotency_key": step.ref.idempotency_key,
             },
-            durable=spec.semantics.durable_intent,
+            durable=spec.durable_intent,
         )
         return _Prepared(step, call_kwargs, args, compensation)
 
@@ -355,7 +364,7 @@ class _RollbackState:
                 "compensation": ref.describe(),
                 "idempotency_key": _comp_key(step),
             },
-            durable=step.spec.semantics.durable_intent,
+            durable=step.spec.durable_intent,
         )
         if func is None:
             self.step_failed(step, LookupError(f"compensator {ref.name!r} is not registered"))
@@ -424,17 +433,29 @@ def _comp_key(step: _Step) -> str:
     return f"{step.ref.idempotency_key}/compensate"
 
 
-_async_runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-saga-compensate")
-
-
 def _run_coroutine(awaitable: Any) -> None:
     """Run an async compensator to completion from sync code, whatever loop is running here."""
+    import asyncio  # deferred: only sync rollbacks of async compensators need it
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         asyncio.run(_as_coroutine(awaitable))
         return
-    _async_runner.submit(asyncio.run, _as_coroutine(awaitable)).result()
+    # A loop runs in this thread (a sync transaction inside async code): use a fresh thread.
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(_as_coroutine(awaitable))
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, name="agent-saga-compensate")
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
 
 
 async def _as_coroutine(awaitable: Any) -> None:

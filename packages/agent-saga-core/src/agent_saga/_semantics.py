@@ -6,7 +6,6 @@ import enum
 import inspect
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ._compensation import CompensationRef
@@ -33,23 +32,79 @@ class Semantics(enum.StrEnum):
         return self is not Semantics.REVERSIBLE
 
 
-@dataclass(frozen=True, slots=True)
+_PLAIN = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
 class ToolSpec:
-    """Everything the engine knows about a wrapped tool."""
+    """Everything the engine knows about a wrapped tool. Immutable after construction."""
 
-    name: str
-    func: Callable[..., Any]
-    semantics: Semantics
-    compensation: CompensationRef | None
-    signature: inspect.Signature
-    is_async: bool
+    __slots__ = (
+        "_defaults",
+        "_positional",
+        "_simple",
+        "accepts_idempotency_key",
+        "compensation",
+        "durable_intent",
+        "func",
+        "is_async",
+        "name",
+        "semantics",
+        "signature",
+    )
 
-    @property
-    def accepts_idempotency_key(self) -> bool:
-        return "idempotency_key" in self.signature.parameters
+    def __init__(
+        self,
+        name: str,
+        func: Callable[..., Any],
+        semantics: Semantics,
+        compensation: CompensationRef | None,
+        signature: inspect.Signature,
+        is_async: bool,
+    ) -> None:
+        self.name = name
+        self.func = func
+        self.semantics = semantics
+        self.compensation = compensation
+        self.signature = signature
+        self.is_async = is_async
+        self.durable_intent = semantics.durable_intent
+        params = signature.parameters
+        self.accepts_idempotency_key = "idempotency_key" in params
+        # Signatures made only of plain parameters are bound without inspect (hot path).
+        self._simple = all(p.kind in _PLAIN for p in params.values())
+        self._positional = tuple(
+            n for n, p in params.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        self._defaults = {n: p.default for n, p in params.items() if p.default is not p.empty}
+
+    def __repr__(self) -> str:
+        return f"ToolSpec({self.name!r}, {self.semantics.name})"
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The call's arguments by parameter name, defaults applied (raises ``TypeError``)."""
+        """The call's arguments by parameter name, defaults applied (raises ``TypeError``).
+
+        ``idempotency_key`` is not part of the result: it is logged on its own.
+        """
+        if self._simple and len(args) <= len(self._positional):
+            named = dict(self._defaults)
+            named.update(zip(self._positional, args, strict=False))
+            for key, value in kwargs.items():
+                if key in named and key not in self._defaults:
+                    raise TypeError(f"multiple values for argument {key!r}")
+                if key not in self.signature.parameters:
+                    raise TypeError(f"got an unexpected keyword argument {key!r}")
+                named[key] = value
+            clash = set(self._positional[: len(args)]) & kwargs.keys()
+            if clash:
+                raise TypeError(f"multiple values for argument {sorted(clash)[0]!r}")
+            if len(named) != len(self.signature.parameters):
+                missing = [n for n in self.signature.parameters if n not in named]
+                raise TypeError(f"missing a required argument: {missing[0]!r}")
+            named.pop("idempotency_key", None)
+            return named
+        return self._bind_general(args, kwargs)
+
+    def _bind_general(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         named: dict[str, Any] = {}

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from ._chain import Chain, ChainBreak, check_object
 from ._errors import CorruptLogError, StoreFailedError
 from ._records import GENESIS, Entry, Record
 
 
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
+class VerifyReport(NamedTuple):
     """The outcome of verifying a log from its first record."""
 
     ok: bool

@@ -19,7 +19,6 @@ import functools
 import inspect
 from collections.abc import Callable
 from contextvars import Token
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from ._errors import HaltedError, SagaRolledBack
@@ -31,11 +30,13 @@ from ._saga import _CURRENT, Saga
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass
 class _Frame:
-    saga: Saga
-    token: Token[Saga | None] | None
-    from_ordinal: int
+    __slots__ = ("from_ordinal", "saga", "token")
+
+    def __init__(self, saga: Saga, token: Token[Saga | None] | None, from_ordinal: int) -> None:
+        self.saga = saga
+        self.token = token
+        self.from_ordinal = from_ordinal
 
 
 class Transaction:

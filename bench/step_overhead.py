@@ -1,0 +1,157 @@
+"""What a step costs, against floors measured in the same run on the same disk.
+
+Prints p50 figures (microseconds) for:
+  * a bare function call;
+  * a REVERSIBLE step's added cost (file store, fast path);
+  * a COMPENSABLE step and a one-step COMPENSABLE transaction on the file store;
+  * the raw append+fsync floor (200-byte record, same directory);
+  * ``import agent_saga`` (fresh interpreter, minus interpreter start-up), and which heavy
+    modules it loaded.
+
+Targets (issue "spine"): REVERSIBLE overhead <= 10 us p50; one-step COMPENSABLE transaction
+<= 2.5x the raw append+fsync floor p50; import under 80 ms with no CLI library or framework.
+
+Usage: uv run python bench/step_overhead.py [--quick] [--dir PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agent_saga import REVERSIBLE, AgentKit
+
+Timer = Callable[[], int]
+
+
+def p50(samples: list[int]) -> float:
+    return statistics.median(samples) / 1000.0
+
+
+def timed(func: Callable[[], object], n: int) -> list[int]:
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(n):
+        start = clock()
+        func()
+        out.append(clock() - start)
+    return out
+
+
+def raw_fsync_floor(directory: Path, n: int) -> list[int]:
+    path = directory / "raw-floor.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    record = b"x" * 199 + b"\n"
+
+    def append() -> None:
+        os.write(fd, record)
+        os.fsync(fd)
+
+    try:
+        timed(append, 50)
+        return timed(append, n)
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def import_cost(runs: int) -> tuple[float, list[str]]:
+    probe = (
+        "import sys, time; t = time.perf_counter(); import agent_saga; "
+        "d = time.perf_counter() - t; "
+        "heavy = [m for m in ('click', 'rich', 'langchain_core', 'llama_index', 'agents', "
+        "'opentelemetry', 'slack_bolt', 'cryptography') if m in sys.modules]; "
+        "print(d * 1000, ','.join(heavy))"
+    )
+    costs, heavy = [], ""
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout.split()
+        costs.append(float(out[0]))
+        heavy = out[1] if len(out) > 1 else ""
+    return statistics.median(costs), [m for m in heavy.split(",") if m]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--dir", type=Path, default=None, help="directory on the disk to test")
+    args = parser.parse_args()
+    n_fast = 2_000 if args.quick else 20_000
+    n_sync = 200 if args.quick else 1_000
+
+    base = args.dir or Path(tempfile.mkdtemp(prefix="agent-saga-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    kit = AgentKit(home=base / "home")
+
+    def bare(x: int) -> int:
+        return x
+
+    @kit.tool(name="bench.read", semantics=REVERSIBLE)
+    def read(x: int) -> int:
+        return x
+
+    @kit.compensator("bench.undo")
+    def undo(result: int) -> None:
+        return None
+
+    @kit.tool(name="bench.charge", compensate="bench.undo")
+    def charge(x: int) -> int:
+        return x
+
+    bare_p50 = p50(timed(lambda: bare(1), n_fast))
+
+    reversible: list[int] = []
+    for _ in range(n_fast // 100):
+        with kit.transaction("bench-reversible"):
+            reversible.extend(timed(lambda: read(1), 100))
+    reversible_p50 = p50(reversible)
+
+    compensable: list[int] = []
+    for _ in range(n_sync // 10):
+        with kit.transaction("bench-compensable"):
+            compensable.extend(timed(lambda: charge(1), 10))
+    compensable_p50 = p50(compensable)
+
+    def one_step() -> None:
+        with kit.transaction("bench-one-step"):
+            charge(1)
+
+    transaction_p50 = p50(timed(one_step, n_sync))
+    floor_p50 = p50(raw_fsync_floor(base, n_sync))
+    kit.close()
+    import_ms, heavy = import_cost(5 if args.quick else 11)
+
+    added = reversible_p50 - bare_p50
+    ratio = transaction_p50 / floor_p50
+    rows = [
+        ("bare function call", f"{bare_p50:.2f} us", ""),
+        ("REVERSIBLE step, added", f"{added:.2f} us", f"target <= 10 us: {ok(added <= 10)}"),
+        ("COMPENSABLE step (file store)", f"{compensable_p50:.1f} us",
+         f"{compensable_p50 / floor_p50:.2f}x floor"),
+        ("one-step COMPENSABLE transaction", f"{transaction_p50:.1f} us",
+         f"{ratio:.2f}x floor, target <= 2.5x: {ok(ratio <= 2.5)}"),
+        ("raw append+fsync floor (200 B)", f"{floor_p50:.1f} us", "same disk, same run"),
+        ("import agent_saga", f"{import_ms:.1f} ms",
+         f"target < 80 ms: {ok(import_ms < 80)}; heavy modules: {', '.join(heavy) or 'none'}"),
+    ]
+    print(f"agent-saga step overhead, p50 ({'quick' if args.quick else 'full'} run, {base})")
+    width = max(len(r[0]) for r in rows)
+    for name, value, note in rows:
+        print(f"  {name:<{width}}  {value:>10}  {note}")
+
+
+def ok(passed: bool) -> str:
+    return "met" if passed else "MISSED"
+
+
+if __name__ == "__main__":
+    main()
