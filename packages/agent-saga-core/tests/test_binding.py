@@ -5,10 +5,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from agent_saga import REVERSIBLE, tool, tool_spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from agent_saga import REVERSIBLE, tool, tool_spec
 
 
 def f1(a: int, b: int = 2, *, c: int = 3, idempotency_key: str = "") -> None: ...
