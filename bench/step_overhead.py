@@ -135,13 +135,22 @@ def main() -> None:
     rows = [
         ("bare function call", f"{bare_p50:.2f} us", ""),
         ("REVERSIBLE step, added", f"{added:.2f} us", f"target <= 10 us: {ok(added <= 10)}"),
-        ("COMPENSABLE step (file store)", f"{compensable_p50:.1f} us",
-         f"{compensable_p50 / floor_p50:.2f}x floor"),
-        ("one-step COMPENSABLE transaction", f"{transaction_p50:.1f} us",
-         f"{ratio:.2f}x floor, target <= 2.5x: {ok(ratio <= 2.5)}"),
+        (
+            "COMPENSABLE step (file store)",
+            f"{compensable_p50:.1f} us",
+            f"{compensable_p50 / floor_p50:.2f}x floor",
+        ),
+        (
+            "one-step COMPENSABLE transaction",
+            f"{transaction_p50:.1f} us",
+            f"{ratio:.2f}x floor, target <= 2.5x: {ok(ratio <= 2.5)}",
+        ),
         ("raw append+fsync floor (200 B)", f"{floor_p50:.1f} us", "same disk, same run"),
-        ("import agent_saga", f"{import_ms:.1f} ms",
-         f"target < 80 ms: {ok(import_ms < 80)}; heavy modules: {', '.join(heavy) or 'none'}"),
+        (
+            "import agent_saga",
+            f"{import_ms:.1f} ms",
+            f"target < 80 ms: {ok(import_ms < 80)}; heavy modules: {', '.join(heavy) or 'none'}",
+        ),
     ]
     print(f"agent-saga step overhead, p50 ({'quick' if args.quick else 'full'} run, {base})")
     width = max(len(r[0]) for r in rows)

@@ -1,0 +1,46 @@
+"""The public surface is pinned, and importing it stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import agent_saga
+
+EXPECTED = {
+    "AgentKit", "AgentSagaError", "Allow", "ArgumentsRefused", "COMPENSABLE", "CompensationFailure",
+    "CompensatorRegistry", "ConfigurationError", "CorruptLogError", "Decision", "Deny",
+    "DenyTools", "Entry", "FakeClock", "FileKillSwitch", "FileLogStore", "Gate", "GateRefused",
+    "HaltState", "HaltedError", "IRREVERSIBLE", "Kind", "KillSwitch", "LogError", "LogStore",
+    "MaxValue", "MemoryKillSwitch", "MemoryLogStore", "REVERSIBLE", "Record", "RequireApproval",
+    "RollbackReport", "Rule", "Saga", "SagaRolledBack", "SagaStatus", "Semantics",
+    "SequentialIds", "Status", "StepRef", "StoreFailedError", "SystemClock", "ToolCall",
+    "Transaction", "VerifyReport", "__version__", "compensator", "current_saga", "default_kit",
+    "idempotency_key", "saga_scope", "tool", "tool_spec", "use_kit", "verify_file",
+}  # fmt: skip
+
+
+def test_public_names_are_pinned_and_sorted() -> None:
+    assert set(agent_saga.__all__) == EXPECTED
+    assert agent_saga.__all__ == sorted(agent_saga.__all__)
+    for name in agent_saga.__all__:
+        assert hasattr(agent_saga, name), name
+
+
+def test_import_loads_no_cli_library_or_framework() -> None:
+    probe = (
+        "import sys, agent_saga\n"
+        "heavy = ['click', 'rich', 'langchain_core', 'llama_index', 'agents', 'opentelemetry',"
+        " 'slack_bolt', 'asyncio', 'agent_saga.cli']\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+def test_version_matches_package_metadata() -> None:
+    from importlib.metadata import version
+
+    assert agent_saga.__version__ == version("agent-saga-core")

@@ -1,0 +1,48 @@
+"""The repository's own promises: lint, format and strict typing pass; the public API is pinned."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def tool_path(name: str) -> str:
+    found = shutil.which(name, path=str(BIN)) or shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed in the project environment (uv sync --all-packages)")
+    return found
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+def test_ruff_check() -> None:
+    result = run(tool_path("ruff"), "check", "--no-cache", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format() -> None:
+    result = run(tool_path("ruff"), "format", "--check", "--no-cache", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# One mypy run per group: each group has one conftest.py, so module names stay unique.
+TYPED_GROUPS = [
+    ["packages/agent-saga-core/src", "packages/agent-saga-core/tests"],
+    ["tests", "bench"],
+]
+
+
+@pytest.mark.parametrize("paths", TYPED_GROUPS, ids=lambda paths: paths[0])
+def test_mypy_strict(paths: list[str]) -> None:
+    result = run(tool_path("mypy"), "--strict", "--no-incremental", *paths)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Success" in result.stdout
