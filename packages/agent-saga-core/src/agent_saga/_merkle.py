@@ -170,7 +170,7 @@ def root_from_inclusion_proof(
                 fn >>= 1
                 sn >>= 1
         else:
-            current = _sha256(_NODE_PREFIX + sibling + current).digest()
+            current = _sha256(_NODE_PREFIX + current + sibling).digest()
         fn >>= 1
         sn >>= 1
     if sn != 0:
