@@ -16,8 +16,9 @@ Invariants:
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ._codec import JSONValue
 from ._errors import AgentSagaError
@@ -262,13 +263,6 @@ def _int(data: Mapping[str, JSONValue], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _ints(data: Mapping[str, JSONValue], key: str) -> tuple[int, ...]:
-    value = data.get(key)
-    if not isinstance(value, list):
-        return ()
-    return tuple(v for v in value if isinstance(v, int) and not isinstance(v, bool))
-
-
 def _error(value: JSONValue) -> ErrorInfo | None:
     if not isinstance(value, dict):
         return None
@@ -308,27 +302,6 @@ def _event(record: Record) -> LogEvent:
 
 
 @dataclass
-class _StepDraft:
-    ordinal: int
-    tool: str
-    ts: int
-    outcome: StepOutcome = StepOutcome.UNKNOWN
-    args: JSONValue = None
-    semantics: str | None = None
-    key: str | None = None
-    compensation: str | None = None
-    recoverable: bool | None = None
-    declared: bool = False
-    result: JSONValue = None
-    error: ErrorInfo | None = None
-    refusal: Refusal | None = None
-    comp_started: bool = False
-    comp_done: bool = False
-    comp_error: ErrorInfo | None = None
-    comp_failed: bool = False
-
-
-@dataclass
 class _RollbackDraft:
     from_ordinal: int
     cause: ErrorInfo | None
@@ -339,33 +312,47 @@ class _RollbackDraft:
     compensated: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
 
+    def view(self) -> RollbackView:
+        return RollbackView(
+            self.from_ordinal,
+            self.cause,
+            self.terminal,
+            self.finished,
+            tuple(self.compensated),
+            tuple(self.failed),
+            self.seq,
+            self.ts,
+        )
+
 
 class _SagaBuilder:
+    """Folds one saga's records, in log order, into a :class:`SagaView`."""
+
     def __init__(self, saga_id: str) -> None:
-        self.id = saga_id
-        self.name = "?"
+        self.id, self.name = saga_id, "?"
         self.pid: int | None = None
         self.host: str | None = None
-        self.started: int | None = None
+        self.started = self.first_seq = self.last_seq = self.count = 0
         self.ended: int | None = None
         self.end_status: SagaStatus | None = None
         self.end_cause: ErrorInfo | None = None
-        self.steps: dict[int, _StepDraft] = {}
+        self.steps: dict[int, StepView] = {}
+        self.undo_logged: set[int] = set()
+        """Ordinals whose compensation has a record: their state is taken from the log."""
         self.rollbacks: list[_RollbackDraft] = []
-        self.first_seq = 0
-        self.last_seq = 0
-        self.count = 0
         self.unknown: list[str] = []
 
-    def _step(self, record: Record) -> _StepDraft | None:
+    def _update(self, record: Record, **changes: Any) -> int | None:
+        """Apply ``changes`` to the step the record names; returns its ordinal (or ``None``)."""
         ordinal = _int(record.data, "ordinal")
         if ordinal is None:
             return None
-        draft = self.steps.get(ordinal)
-        if draft is None:
+        step = self.steps.get(ordinal)
+        if step is None:
             tool = _str(record.data, "tool") or "?"
-            draft = self.steps[ordinal] = _StepDraft(ordinal, tool, record.ts)
-        return draft
+            step = StepView(ordinal, tool, StepOutcome.UNKNOWN, ts=record.ts)
+        self.steps[ordinal] = replace(step, **changes)
+        return ordinal
 
     def _open_rollback(self) -> _RollbackDraft | None:
         if self.rollbacks and not self.rollbacks[-1].finished:
@@ -378,96 +365,73 @@ class _SagaBuilder:
         self.count += 1
         self.last_seq = record.seq
         data = record.data
-        handler = _HANDLERS.get(record.kind)
-        if handler is None:
-            if record.kind not in self.unknown:
-                self.unknown.append(record.kind)
-            return
-        handler(self, record, data)
-
-    # -- handlers, one per record kind --------------------------------------------------------
-
-    def _begin(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        self.name = _str(data, "name") or self.name
-        self.pid = _int(data, "pid")
-        self.host = _str(data, "host")
-
-    def _intent(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        step = self._step(record)
-        if step is None:
-            return
-        step.args = data.get("args")
-        step.semantics = _str(data, "semantics")
-        step.key = _str(data, "idempotency_key")
-        step.compensation, step.recoverable = _compensation(data.get("compensation"))
-        step.declared = True
-
-    def _done(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        step = self._step(record)
-        if step is not None:
-            step.outcome, step.result = StepOutcome.DONE, data.get("result")
-
-    def _failed(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        step = self._step(record)
-        if step is not None:
-            step.outcome, step.error = StepOutcome.FAILED, _error(data.get("error"))
-
-    def _refused(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        step = self._step(record)
-        if step is not None:
-            step.outcome = StepOutcome.REFUSED
-            step.args = data.get("args")
-            step.refusal = Refusal(_str(data, "rule") or "?", _str(data, "reason") or "")
-
-    def _rollback_begin(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        cause = _error(data.get("cause"))
-        start = _int(data, "from_ordinal") or 1
-        self.rollbacks.append(_RollbackDraft(start, cause, record.seq, record.ts))
-
-    def _comp_intent(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        step = self._step(record)
-        if step is not None:
-            step.comp_started = True
-
-    def _comp_done(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        step = self._step(record)
-        if step is None:
-            return
-        step.comp_done = True
         rollback = self._open_rollback()
-        if rollback is not None:
-            rollback.compensated.append(step.ordinal)
+        match record.kind:
+            case Kind.SAGA_BEGIN:
+                self.name = _str(data, "name") or self.name
+                self.pid, self.host = _int(data, "pid"), _str(data, "host")
+            case Kind.STEP_INTENT:
+                name, recoverable = _compensation(data.get("compensation"))
+                self._update(
+                    record,
+                    args=data.get("args"),
+                    semantics=_str(data, "semantics"),
+                    idempotency_key=_str(data, "idempotency_key"),
+                    compensation=name,
+                    compensation_recoverable=recoverable,
+                )
+            case Kind.STEP_DONE:
+                self._update(record, outcome=StepOutcome.DONE, result=data.get("result"))
+            case Kind.STEP_FAILED:
+                self._update(record, outcome=StepOutcome.FAILED, error=_error(data.get("error")))
+            case Kind.GATE_REFUSED:
+                refusal = Refusal(_str(data, "rule") or "?", _str(data, "reason") or "")
+                self._update(
+                    record, outcome=StepOutcome.REFUSED, args=data.get("args"), refusal=refusal
+                )
+            case Kind.ROLLBACK_BEGIN:
+                start = _int(data, "from_ordinal") or 1
+                cause = _error(data.get("cause"))
+                self.rollbacks.append(_RollbackDraft(start, cause, record.seq, record.ts))
+            case Kind.COMP_INTENT:
+                self._undo(record, CompensationState.STARTED, None, None)
+            case Kind.COMP_DONE:
+                self._undo(record, CompensationState.COMPENSATED, None, rollback)
+            case Kind.COMP_FAILED:
+                self._undo(record, CompensationState.FAILED, _error(data.get("error")), rollback)
+            case Kind.SAVEPOINT_BEGIN:
+                pass  # the rollback records carry what a reader needs
+            case Kind.SAVEPOINT_ROLLBACK:
+                if rollback is not None:
+                    rollback.finished = True
+            case Kind.SAGA_END:
+                self.ended = record.ts
+                try:
+                    self.end_status = SagaStatus(_str(data, "status") or "")
+                except ValueError:
+                    # An end record this reader cannot interpret is a reason for a human to look.
+                    self.end_status = SagaStatus.NEEDS_HUMAN
+                self.end_cause = _error(data.get("cause"))
+                if rollback is not None:
+                    rollback.terminal = rollback.finished = True
+            case _:
+                if record.kind not in self.unknown:
+                    self.unknown.append(record.kind)
 
-    def _comp_failed(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        step = self._step(record)
-        if step is None:
+    def _undo(
+        self,
+        record: Record,
+        state: CompensationState,
+        error: ErrorInfo | None,
+        rollback: _RollbackDraft | None,
+    ) -> None:
+        ordinal = self._update(record, compensation_state=state, compensation_error=error)
+        if ordinal is None:
             return
-        step.comp_failed, step.comp_error = True, _error(data.get("error"))
-        rollback = self._open_rollback()
-        if rollback is not None:
-            rollback.failed.append(step.ordinal)
-
-    def _savepoint_rollback(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        rollback = self._open_rollback()
-        if rollback is not None:
-            rollback.finished = True
-
-    def _savepoint_begin(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        return  # the rollback records carry what a reader needs
-
-    def _end(self, record: Record, data: Mapping[str, JSONValue]) -> None:
-        self.ended = record.ts
-        try:
-            self.end_status = SagaStatus(_str(data, "status") or "")
-        except ValueError:
-            # An end record this reader cannot interpret is a reason for a human to look.
-            self.end_status = SagaStatus.NEEDS_HUMAN
-        self.end_cause = _error(data.get("cause"))
-        rollback = self._open_rollback()
-        if rollback is not None:
-            rollback.terminal = rollback.finished = True
-
-    # -- assembling the view --------------------------------------------------------------------
+        self.undo_logged.add(ordinal)
+        if rollback is not None and state is not CompensationState.STARTED:
+            done = state is CompensationState.COMPENSATED
+            (rollback.compensated if done else rollback.failed).append(ordinal)
 
     def build(self) -> SagaView:
         status = self.end_status or SagaStatus.RUNNING
@@ -475,31 +439,23 @@ class _SagaBuilder:
         if cause is None and status is not SagaStatus.COMMITTED:
             unfinished = [r for r in self.rollbacks if not r.finished]
             cause = unfinished[-1].cause if unfinished else None
-        rollbacks = tuple(
-            RollbackView(
-                r.from_ordinal,
-                r.cause,
-                r.terminal,
-                r.finished,
-                tuple(r.compensated),
-                tuple(r.failed),
-                r.seq,
-                r.ts,
-            )
-            for r in self.rollbacks
+        steps = tuple(
+            step
+            if ordinal in self.undo_logged
+            else replace(step, compensation_state=_unlogged_undo(step, status))
+            for ordinal, step in sorted(self.steps.items())
         )
-        steps = tuple(_step_view(d, status) for _, d in sorted(self.steps.items()))
         return SagaView(
             id=self.id,
             name=self.name,
             status=status,
-            started=self.started or 0,
+            started=self.started,
             ended=self.ended,
             pid=self.pid,
             host=self.host,
             cause=cause,
             steps=steps,
-            rollbacks=rollbacks,
+            rollbacks=tuple(r.view() for r in self.rollbacks),
             first_seq=self.first_seq,
             last_seq=self.last_seq,
             record_count=self.count,
@@ -507,74 +463,14 @@ class _SagaBuilder:
         )
 
 
-_Handler = Callable[[_SagaBuilder, Record, Mapping[str, JSONValue]], None]
-_HANDLERS: dict[str, _Handler] = {
-    Kind.SAGA_BEGIN.value: _SagaBuilder._begin,
-    Kind.SAGA_END.value: _SagaBuilder._end,
-    Kind.GATE_REFUSED.value: _SagaBuilder._refused,
-    Kind.STEP_INTENT.value: _SagaBuilder._intent,
-    Kind.STEP_DONE.value: _SagaBuilder._done,
-    Kind.STEP_FAILED.value: _SagaBuilder._failed,
-    Kind.ROLLBACK_BEGIN.value: _SagaBuilder._rollback_begin,
-    Kind.COMP_INTENT.value: _SagaBuilder._comp_intent,
-    Kind.COMP_DONE.value: _SagaBuilder._comp_done,
-    Kind.COMP_FAILED.value: _SagaBuilder._comp_failed,
-    Kind.SAVEPOINT_BEGIN.value: _SagaBuilder._savepoint_begin,
-    Kind.SAVEPOINT_ROLLBACK.value: _SagaBuilder._savepoint_rollback,
-}
-
-
-def _compensation_state(draft: _StepDraft, status: SagaStatus) -> CompensationState:
-    if draft.comp_failed:
-        return CompensationState.FAILED
-    if draft.comp_done:
-        return CompensationState.COMPENSATED
-    if draft.comp_started:
-        return CompensationState.STARTED
-    if draft.outcome in (StepOutcome.FAILED, StepOutcome.REFUSED):
+def _unlogged_undo(step: StepView, status: SagaStatus) -> CompensationState:
+    """The compensation state of a step with no compensation record, from what else is known."""
+    if step.outcome in (StepOutcome.FAILED, StepOutcome.REFUSED):
         return CompensationState.NOT_NEEDED
     if status is SagaStatus.COMMITTED:
         return CompensationState.NOT_NEEDED
-    if draft.compensation is None:
-        if draft.semantics in (None, "reversible"):
+    if step.compensation is None:
+        if step.semantics in (None, "reversible"):
             return CompensationState.NOT_NEEDED
         return CompensationState.NONE_DECLARED
     return CompensationState.PENDING
-
-
-def _step_view(draft: _StepDraft, status: SagaStatus) -> StepView:
-    return StepView(
-        ordinal=draft.ordinal,
-        tool=draft.tool,
-        outcome=draft.outcome,
-        args=draft.args,
-        semantics=draft.semantics,
-        idempotency_key=draft.key,
-        compensation=draft.compensation,
-        compensation_recoverable=draft.recoverable,
-        result=draft.result,
-        error=draft.error,
-        refusal=draft.refusal,
-        compensation_state=_compensation_state(draft, status),
-        compensation_error=draft.comp_error,
-        ts=draft.ts,
-    )
-
-
-__all__ = [
-    "AmbiguousSagaError",
-    "CompensationState",
-    "ErrorInfo",
-    "History",
-    "LogEvent",
-    "Refusal",
-    "RollbackView",
-    "SagaLookupError",
-    "SagaView",
-    "StepOutcome",
-    "StepView",
-    "UnknownSagaError",
-    "build_history",
-    "find_saga",
-    "sagas",
-]
