@@ -229,10 +229,11 @@ class MerkleTree:
         """
         parts: list[bytes] = []
         count = hi - lo
-        for level in range(count.bit_length() - 1, -1, -1):
-            if count >> level & 1:
-                parts.append(self._node(level, lo >> level))
-                lo += 1 << level
+        while count:  # one stored subtree per set bit of count, largest first
+            level = count.bit_length() - 1
+            parts.append(self._node(level, lo >> level))
+            lo += 1 << level
+            count -= 1 << level
         result = parts.pop()
         while parts:
             result = _sha256(_NODE_PREFIX + parts.pop() + result).digest()
