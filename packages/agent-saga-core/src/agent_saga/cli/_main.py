@@ -1,6 +1,271 @@
+"""The ``agent-saga`` command group and its commands.
+
+Invariants:
+
+* Reading commands (``sagas``, ``replay``, ``verify``, ``status``, ``guarantees``) never create
+  the home or the log; ``sagas``, ``replay`` and ``verify`` never open the log for writing.
+* ``replay`` runs no tool and no compensator: it renders :mod:`agent_saga._history` views.
+* ``halt`` engages the kill switch before anything else and reports success once the ``HALT``
+  file is durable, even when the log (and so the ``control.halt`` record) cannot be written.
+* Every expected failure ends as one ``Error: ...`` line on stderr with a documented exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 import click
+from rich.console import Console
+
+from .._errors import AgentSagaError, LogError
+from .._history import SagaLookupError, find_saga
+from .._home import resolve_home
+from .._killswitch import FileKillSwitch
+from .._kit import AgentKit
+from .._manifest import Status
+from .._records import SagaStatus
+from .._version import __version__
+from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
+from ._logfile import log_path, read_history, require_home, require_log, verify_log
+from ._render import make_console, render_replay, render_sagas, render_status, render_verify
+
+EPILOG = """\b
+Exit codes:
+  0  success; verify: the log is intact; status: ready
+  1  the answer is no or the action failed: the log does not verify or is
+     corrupt, status is not ready, the demo or a write failed
+  2  bad input: a bad or missing option, an unknown or ambiguous saga id,
+     no agent-saga home or no log at the given path
+"""
 
 
-@click.group()
-def main() -> None:
-    """agent-saga."""
+@dataclass(frozen=True)
+class Settings:
+    """What every command gets from the global options."""
+
+    home: Path
+    home_given: bool
+    console: Console
+    err: Console
+
+
+class _OneLineUsageError(click.UsageError):
+    """A usage error shown as one line (click's default adds the usage and a hint)."""
+
+    def show(self, file: Any = None) -> None:
+        hint = f" Try '{self.ctx.command_path} --help'." if self.ctx is not None else ""
+        click.echo(f"Error: {one_line(self.format_message())}{hint}", err=True)
+
+
+def _one_line_usage(exc: click.UsageError) -> click.UsageError:
+    help_error: type[Exception] | None = getattr(click.exceptions, "NoArgsIsHelpError", None)
+    if help_error is not None and isinstance(exc, help_error):
+        return exc  # `agent-saga` alone prints the help, as it should
+    return _OneLineUsageError(exc.format_message(), exc.ctx)
+
+
+class _Group(click.Group):
+    """Turns library and OS errors into one-line errors and usage errors into one line."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from exc
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from exc
+        except (AgentSagaError, OSError) as exc:
+            raise CliError(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The agent-saga home (log, kill switch). Default: $AGENT_SAGA_HOME, else ./.agent-saga.",
+)
+@click.option("--no-color", is_flag=True, help="Plain text output (NO_COLOR is honoured too).")
+@click.version_option(__version__, prog_name="agent-saga")
+@click.pass_context
+def main(ctx: click.Context, home: Path | None, no_color: bool) -> None:
+    """agent-saga: inspect and control the transaction log of AI agents' tool calls.
+
+    Reading commands (sagas, replay, verify, status, guarantees) never create the home or a
+    log, and never run a tool or a compensator.
+    """
+    ctx.obj = Settings(
+        home=resolve_home(home),
+        home_given=home is not None,
+        console=make_console(no_color=no_color),
+        err=make_console(no_color=no_color, stderr=True),
+    )
+
+
+pass_settings = click.make_pass_decorator(Settings)
+
+
+@main.command()
+@pass_settings
+def demo(settings: Settings) -> None:
+    """Book a trip with a scripted agent (offline): a gate refusal, a failure, a rollback.
+
+    Writes to the durable file store in the home (created if needed); running it again appends
+    another saga. Ends with the commands that inspect what happened.
+    """
+    from ._demo import run_demo
+
+    hint = f"--home {settings.home} " if settings.home_given else ""
+    code = run_demo(settings.console, settings.home, command_prefix=f"agent-saga {hint}")
+    if code:
+        raise SystemExit(code)
+
+
+@main.command()
+@click.option(
+    "--status",
+    "wanted",
+    type=click.Choice([s.value for s in SagaStatus]),
+    default=None,
+    help="Only sagas with this status.",
+)
+@pass_settings
+def sagas(settings: Settings, wanted: str | None) -> None:
+    """List the sagas in the log, oldest first (newest last)."""
+    history = read_history(settings.home)
+    views = [v for v in history.sagas if wanted is None or v.status.value == wanted]
+    events = history.events if wanted is None else ()
+    render_sagas(settings.console, views, events, log_path(settings.home))
+
+
+@main.command()
+@click.argument("saga_id")
+@pass_settings
+def replay(settings: Settings, saga_id: str) -> None:
+    """Show what one saga did, step by step, from the log (SAGA_ID or a unique prefix).
+
+    Read-only: arguments, outcomes, refusals, compensations and the cause are read from the
+    log; no tool and no compensator is run.
+    """
+    history = read_history(settings.home)
+    try:
+        view = find_saga(history.sagas, saga_id)
+    except SagaLookupError as exc:
+        raise BadInputError(str(exc)) from exc
+    render_replay(settings.console, view)
+
+
+@main.command()
+@pass_settings
+def verify(settings: Settings) -> None:
+    """Verify the whole hash chain of the log from disk (exit 1 at the first break)."""
+    report = verify_log(settings.home)
+    render_verify(settings.console, report, log_path(settings.home))
+    if not report.ok:
+        raise SystemExit(EXIT_FAILED)
+
+
+@main.command()
+@click.option("--reason", required=True, help="Why effects must stop (shown to every agent).")
+@pass_settings
+def halt(settings: Settings, reason: str) -> None:
+    """Engage the kill switch: every agent on this home refuses its next effect.
+
+    The HALT file is written (and fsynced) first, then a control.halt record is appended to the
+    log when the log can be written; exit 0 means the switch is engaged, and a warning on stderr
+    says when the record could not be written (a corrupt log does not stop a halt).
+    """
+    if not reason.strip():
+        raise click.BadParameter("must not be empty", param_hint="'--reason'")
+    require_home(settings.home)
+    switch = FileKillSwitch(settings.home)
+    switch.halt(reason, at=time.time())
+    settings.console.print(f"halted: {one_line(reason)}", markup=False)
+    try:
+        with AgentKit(home=settings.home) as kit:
+            kit.halt(reason)
+    except (AgentSagaError, OSError) as exc:
+        settings.err.print(
+            f"warning: the kill switch is engaged, but the control.halt record could not be "
+            f"written: {one_line(str(exc))}",
+            markup=False,
+        )
+
+
+@main.command()
+@pass_settings
+def resume(settings: Settings) -> None:
+    """Release the kill switch and record it (refused while the log cannot be written)."""
+    require_home(settings.home)
+    state = FileKillSwitch(settings.home).state()
+    if not state.halted:
+        settings.console.print("not halted; nothing to resume")
+        return
+    try:
+        kit = AgentKit(home=settings.home)
+    except (LogError, OSError) as exc:
+        raise CliError(
+            f"not resumed, the kill switch stays engaged: cannot open the log: {exc}"
+        ) from exc
+    with kit:
+        kit.resume()
+    settings.console.print("resumed: agents may run effects again")
+
+
+@main.command()
+@pass_settings
+def status(settings: Settings) -> None:
+    """Readiness of this home: the log store, the kill switch (exit 1 when not ready).
+
+    Compensators are checked only for tools declared in this process (none, from the shell).
+    """
+    require_log(settings.home)
+    try:
+        kit = AgentKit(home=settings.home)
+    except (LogError, OSError) as exc:
+        halt = FileKillSwitch(settings.home).state()
+        switch = f"halted: {halt.reason}" if halt.halted else "not halted"
+        report = Status(
+            False,
+            (f"log store cannot be opened: {exc}",),
+            {"log_store": "cannot be opened", "kill_switch": switch},
+        )
+    else:
+        with kit:
+            report = kit.status()
+    render_status(settings.console, report, settings.home)
+    if not report.ready:
+        raise SystemExit(EXIT_FAILED)
+
+
+@main.command()
+@click.option("--json", "raw", is_flag=True, help="Compact JSON on one line, nothing else.")
+@pass_settings
+def guarantees(settings: Settings, raw: bool) -> None:
+    """Print the guarantees manifest (JSON; indented unless --json).
+
+    It describes the kit this command opens on the home: the file store there, no gate rules,
+    and no tools declared. An agent's own kit adds its rules and tools: ask it for
+    kit.guarantees() to see those.
+    """
+    require_log(settings.home)
+    with AgentKit(home=settings.home) as kit:
+        manifest = kit.guarantees()
+    if raw:
+        click.echo(json.dumps(manifest, sort_keys=True, ensure_ascii=False))
+    else:
+        settings.console.print_json(data=manifest, sort_keys=True)
