@@ -17,6 +17,7 @@ Durability protocol (what is true when a call returns):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -32,6 +33,16 @@ from ._store import VerifyReport
 
 LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
+OWNERS_DIR = "owners"
+LEASES_DIR = "leases"
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+def _safe_name(name: str) -> str:
+    """A lock-file name component; refuses anything that could leave its directory."""
+    if not name or len(name) > 200 or not set(name) <= _NAME_CHARS or name.startswith("."):
+        raise ValueError(f"invalid lock name {name!r}")
+    return name
 
 
 def fsync_fd(fd: int) -> None:
@@ -118,6 +129,8 @@ class FileLogStore:
         if created:
             fsync_fd(self._fd)
             fsync_dir(self.home)
+        self.owner_id = f"{os.getpid()}-{os.urandom(6).hex()}"
+        self._owner_fd = self._hold_owner_lock()
         self._lock = threading.Lock()
         self._sync_cond = threading.Condition()
         self._failed: BaseException | None = None
@@ -274,8 +287,59 @@ class FileLogStore:
             "keyed_chain": self._chain.keyed,
         }
 
+    # -- owners and leases ------------------------------------------------------------------
+
+    def _hold_owner_lock(self) -> int:
+        """Create ``owners/<owner_id>.lock`` and hold an exclusive flock on it until close.
+
+        The kernel drops the lock when this process dies, however it dies, which is how another
+        process tells a dead owner from a live one.
+        """
+        owners = self.home / OWNERS_DIR
+        ensure_dir(owners)
+        fd = os.open(owners / f"{self.owner_id}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+
+    def owner_alive(self, owner_id: str) -> bool:
+        """False when ``owner_id``'s lock file is gone or its lock can be taken (owner dead)."""
+        if owner_id == self.owner_id:
+            return not self._closed
+        try:
+            path = self.home / OWNERS_DIR / f"{_safe_name(owner_id)}.lock"
+        except ValueError:
+            return False
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def lease(self, name: str, *, ttl: float) -> _FileLease | None:
+        """An exclusive flock on ``leases/<name>.lock``, held until released or this process dies.
+
+        ``ttl`` is not needed here: the kernel releases the lock of a dead holder at once.
+        """
+        leases = self.home / LEASES_DIR
+        ensure_dir(leases)
+        fd = os.open(
+            leases / f"{_safe_name(name)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return _FileLease(name, fd)
+
     def close(self) -> None:
-        """Sync what was written, then release the file. Idempotent."""
+        """Sync what was written, then release the file and the owner lock. Idempotent."""
         if self._closed:
             return
         try:
@@ -285,12 +349,27 @@ class FileLogStore:
             self._closed = True
             os.close(self._fd)
             os.close(self._lock_fd)
+            with contextlib.suppress(OSError):
+                (self.home / OWNERS_DIR / f"{self.owner_id}.lock").unlink()
+            os.close(self._owner_fd)
 
     def __enter__(self) -> FileLogStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _FileLease:
+    def __init__(self, name: str, fd: int) -> None:
+        self.name = name
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
 
 class _FLock:

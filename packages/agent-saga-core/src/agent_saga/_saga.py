@@ -116,7 +116,12 @@ class Saga:
     def begin(self) -> None:
         self.log(
             Kind.SAGA_BEGIN,
-            {"name": self.name, "pid": os.getpid(), "host": _HOST},
+            {
+                "name": self.name,
+                "pid": os.getpid(),
+                "host": _HOST,
+                "owner": self.runtime.store.owner_id,
+            },
             durable=False,
         )
 

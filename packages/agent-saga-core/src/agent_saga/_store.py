@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -33,9 +34,13 @@ class LogStore(Protocol):
       is as durable as the store can make it (see :meth:`describe`). If either raises, nothing
       from that call may be assumed durable and the store refuses further appends.
     * ``records`` and ``verify`` read what is stored now, not a cached copy.
+    * ``owner_id`` names this open store; sagas record it, and :meth:`owner_alive` tells another
+      process whether that owner is provably gone (so its unfinished sagas may be recovered).
+    * :meth:`lease` gives at most one holder at a time a named, exclusive lease.
     """
 
     kind: str
+    owner_id: str
 
     def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]: ...
 
@@ -53,7 +58,34 @@ class LogStore(Protocol):
         """Facts about durability for the guarantees manifest, computed from the configuration."""
         ...
 
+    def owner_alive(self, owner_id: str) -> bool:
+        """False only when ``owner_id`` is provably gone (lock released, lease expired)."""
+        ...
+
+    def lease(self, name: str, *, ttl: float) -> Lease | None:
+        """Take the exclusive lease ``name`` for up to ``ttl`` seconds, or ``None`` if held."""
+        ...
+
     def close(self) -> None: ...
+
+
+class Lease(Protocol):
+    """An exclusive claim; released explicitly, by expiry, or when its holder dies."""
+
+    name: str
+
+    def release(self) -> None: ...
+
+
+class _MemoryLease:
+    def __init__(self, name: str, held: set[str], lock: threading.Lock) -> None:
+        self.name = name
+        self._held = held
+        self._lock = lock
+
+    def release(self) -> None:
+        with self._lock:
+            self._held.discard(self.name)
 
 
 class MemoryLogStore:
@@ -69,6 +101,18 @@ class MemoryLogStore:
         self._records: list[Record] = []
         self._lock = threading.Lock()
         self._closed = False
+        self.owner_id = f"mem-{os.getpid()}-{os.urandom(6).hex()}"
+        self._leases: set[str] = set()
+
+    def owner_alive(self, owner_id: str) -> bool:
+        return owner_id == self.owner_id and not self._closed
+
+    def lease(self, name: str, *, ttl: float) -> Lease | None:
+        with self._lock:
+            if name in self._leases:
+                return None
+            self._leases.add(name)
+        return _MemoryLease(name, self._leases, self._lock)
 
     def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
         with self._lock:
