@@ -70,8 +70,11 @@ class InvalidProofError(ProofError):
 class RootMismatchError(ProofError):
     """A well-formed proof leads to a root other than the expected one.
 
+    The message names the root that mismatched (``root``, or ``root1`` / ``root2`` for a
+    consistency proof).
+
     Attributes:
-        expected: the root the caller expected (for a consistency proof, possibly ``root1``).
+        expected: the root the caller supplied.
         calculated: the root the proof leads to.
     """
 

@@ -38,8 +38,9 @@ class MerkleTree:
     ``i``-th hash of level ``k`` is ``MTH`` of leaves ``[i << k, (i + 1) << k)``. Stored hashes
     are never modified, only appended.
 
-    Not thread-safe: the owner serializes appends (the log appends under its own lock). An
-    append that raises leaves the tree unchanged.
+    Not thread-safe: the owner serializes appends and reads (the log appends under its own
+    lock). An append or extend refused with :class:`~agent_saga._merkle.InvalidProofError`
+    leaves the tree unchanged.
     """
 
     __slots__ = ("_levels", "_size")
@@ -91,7 +92,8 @@ class MerkleTree:
     def extend(self, leaf_hashes: Iterable[bytes]) -> None:
         """Append many leaf hashes, hashing each new node exactly once, level by level.
 
-        All hashes are checked before any is appended, so on error the tree is unchanged.
+        All hashes are checked before any is appended, so a refused batch changes nothing.
+        The iterable is consumed once, before anything is hashed.
 
         Raises:
             InvalidProofError: some element is not a 32-byte ``bytes``.
@@ -221,11 +223,12 @@ class MerkleTree:
         return bytes(self._levels[level][start : start + HASH_SIZE])
 
     def _range_root(self, lo: int, hi: int) -> bytes:
-        """Return ``MTH`` of leaves ``[lo, hi)``, where ``lo`` is a multiple of a power of two
-        at least ``hi - lo > 0`` (true of every subtree the RFC recursion visits).
+        """Return ``MTH`` of the non-empty leaf range ``[lo, hi)``, from stored subtrees.
 
-        The range is tiled by complete subtrees, largest first; their stored roots are folded
-        from the right as the RFC's split rule nests them.
+        Requires ``lo`` to be a multiple of the largest power of two not above ``hi - lo``,
+        which holds for every subtree the RFC recursion visits. The range is then tiled by
+        aligned complete subtrees, largest first, and their roots are folded from the right,
+        which is how the RFC's split rule nests them.
         """
         parts: list[bytes] = []
         count = hi - lo
