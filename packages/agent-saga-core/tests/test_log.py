@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -24,6 +25,7 @@ from agent_saga import (
 )
 from agent_saga._chain import GENESIS
 from agent_saga._codec import CodecError, canonical, decode, to_jsonable
+from agent_saga.testing import FaultyFileSystem
 
 
 def entry(n: int, saga: str | None = "s") -> Entry:
@@ -135,7 +137,7 @@ def test_any_flipped_byte_is_detected_at_its_record(home: Path, target: int) -> 
     # Flipping a byte of a record's hash can only be seen at the next record's prev.
     assert report.error.offset in {expected, *[s for s in starts if s > expected][:1]}
     with pytest.raises(CorruptLogError) as info:
-        FileLogStore(home)
+        FileLogStore(home)  # every record was synced: no damage may be repaired away
     assert info.value.offset == report.error.offset
     assert str(report.error.offset) in str(info.value)
 
@@ -155,16 +157,57 @@ def test_edit_that_keeps_valid_json_is_detected(home: Path) -> None:
     "garbage",
     [b"[" * 5000 + b"\n", b"\xff\xfe\n", b"{}\n", b"null\n", b'{"a":1,"a":2}\n', b"NaN\n", b"x"],
 )
-def test_garbage_after_valid_records_is_a_typed_error(home: Path, garbage: bytes) -> None:
+def test_torn_tail_beyond_the_synced_part_is_repaired(home: Path, garbage: bytes) -> None:
     fill(home, 2)
     path = home / "log.jsonl"
     size = path.stat().st_size
     with path.open("ab") as handle:
         handle.write(garbage)
-    with pytest.raises(CorruptLogError) as info:
+    report = verify_file(path)  # a read-only check names the damage
+    assert report.error is not None
+    assert (report.error.offset, report.error.seq) == (size, 3)
+    with FileLogStore(home) as store:
+        assert store.repairs[0]["offset"] == size
+        records = list(store.records())
+    assert [r.seq for r in records] == [1, 2, 3]
+    assert records[2].kind == "store.repaired"
+    assert records[2].data["discarded_sha256"] == hashlib.sha256(garbage).hexdigest()
+    assert (home / "log.jsonl.broken.1").read_bytes() == garbage
+    assert verify_file(path).ok
+    with FileLogStore(home) as again:  # repair happened once; reopening changes nothing
+        assert again.repairs == []
+        assert len(list(again.records())) == 3
+
+
+def test_damage_inside_the_synced_part_fails_closed(home: Path) -> None:
+    fill(home, 3)
+    path = home / "log.jsonl"
+    last = record_offsets(path)[-1]
+    flip(path, last + 20)  # the newest record, already acknowledged as durable
+    with pytest.raises(CorruptLogError, match="inside the synced part") as info:
         FileLogStore(home)
-    assert info.value.offset == size
-    assert info.value.seq == 3
+    assert info.value.offset == last
+    assert not list(home.glob("log.jsonl.broken.*"))
+
+
+def test_damage_followed_by_records_fails_closed(home: Path) -> None:
+    fill(home, 3)
+    path = home / "log.jsonl"
+    (home / "log.synced").write_bytes(b"")  # even with no watermark
+    second = record_offsets(path)[1]
+    flip(path, second + 20)
+    with pytest.raises(CorruptLogError, match="records follow") as info:
+        FileLogStore(home)
+    assert info.value.offset == second
+
+
+def test_log_shorter_than_what_was_synced_fails_closed(home: Path) -> None:
+    fill(home, 3)
+    path = home / "log.jsonl"
+    os.truncate(path, record_offsets(path)[-1])  # drop the newest acknowledged record
+    assert verify_file(path).ok  # the bare chain cannot see it...
+    with pytest.raises(CorruptLogError, match="were synced"):
+        FileLogStore(home)  # ...the synced watermark can
 
 
 def test_oversized_record_is_refused_and_not_read(home: Path) -> None:
@@ -179,40 +222,43 @@ def test_oversized_record_is_refused_and_not_read(home: Path) -> None:
     assert "longer than" in report.error.reason
 
 
-def test_write_error_fails_the_store(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = FileLogStore(home)
+@pytest.mark.parametrize("errno_", [errno.EIO, errno.ENOSPC])
+def test_write_error_fails_the_store(home: Path, errno_: int) -> None:
+    fs = FaultyFileSystem(errno_=errno_)
+    store = FileLogStore(home, fs=fs)
     store.append([entry(1)], sync=True)
-
-    def broken_write(fd: int, data: object) -> int:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "write", broken_write)
-    with pytest.raises(StoreFailedError):
+    fs.fail_write_at = fs.write_calls + 1
+    with pytest.raises(StoreFailedError, match="injected write failure"):
         store.append([entry(2)], sync=True)
-    monkeypatch.undo()
+    fs.fail_write_at = None
     with pytest.raises(StoreFailedError, match="reopen"):
         store.append([entry(3)], sync=True)
     assert store.health()
+    store.close()
+    with FileLogStore(home) as reopened:  # reopening re-verifies from disk
+        assert [r.seq for r in reopened.records()] == [1]
 
 
-def test_fsync_error_fails_the_store_without_retry(
-    home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from agent_saga import _filestore
-
-    store = FileLogStore(home)
-    calls: list[int] = []
-
-    def broken_fsync(fd: int) -> None:
-        calls.append(fd)
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(_filestore, "fsync_fd", broken_fsync)
-    with pytest.raises(StoreFailedError):
+def test_fsync_error_fails_the_store_without_retry(home: Path) -> None:
+    fs = FaultyFileSystem()
+    store = FileLogStore(home, fs=fs)
+    fs.fail_fsync_at = fs.fsync_calls + 1
+    with pytest.raises(StoreFailedError, match="injected fsync failure"):
         store.append([entry(1)], sync=True)
+    calls = fs.fsync_calls
     with pytest.raises(StoreFailedError):
         store.sync()
-    assert len(calls) == 1  # never retried
+    with pytest.raises(StoreFailedError):
+        store.append([entry(2)], sync=True)
+    assert fs.fsync_calls == calls  # never retried
+    assert "failed" in store.health()[0]
+
+
+def test_short_writes_are_completed(home: Path) -> None:
+    fs = FaultyFileSystem(short_writes=True)
+    with FileLogStore(home, fs=fs) as store:
+        store.append([entry(i) for i in range(5)], sync=True)
+    assert verify_file(home / "log.jsonl").records == 5
 
 
 def test_memory_store_verifies_and_detects_tampering() -> None:

@@ -6,20 +6,22 @@ import os
 from pathlib import Path
 
 import pytest
-from agent_saga import REVERSIBLE, AgentKit, FileLogStore, Kind, SagaRolledBack
-from agent_saga import _filestore as filestore_module
+from agent_saga import REVERSIBLE, AgentKit, Entry, FileLogStore, Kind, SagaRolledBack
+from agent_saga.testing import FaultyFileSystem
 
 
-class FsyncProbe:
-    """Records the size of the log file each time the store fsyncs it."""
+class FsyncProbe(FaultyFileSystem):
+    """Records the log file's size at every fsync of it (the real fsync still happens)."""
 
     def __init__(self, log: Path) -> None:
+        super().__init__()
         self.log = log
         self.synced_sizes: list[int] = []
 
-    def __call__(self, fd: int) -> None:
-        os.fsync(fd)
-        self.synced_sizes.append(os.fstat(fd).st_size)
+    def fsync(self, fd: int) -> None:
+        super().fsync(fd)
+        if self.log.exists() and os.path.samestat(os.fstat(fd), os.stat(self.log)):
+            self.synced_sizes.append(os.fstat(fd).st_size)
 
     @property
     def durable_bytes(self) -> int:
@@ -27,10 +29,12 @@ class FsyncProbe:
 
 
 @pytest.fixture
-def probe(home: Path, monkeypatch: pytest.MonkeyPatch) -> FsyncProbe:
-    probe = FsyncProbe(home / "log.jsonl")
-    monkeypatch.setattr(filestore_module, "fsync_fd", probe)
-    return probe
+def probe(home: Path) -> FsyncProbe:
+    return FsyncProbe(home / "log.jsonl")
+
+
+def kit_with(home: Path, probe: FsyncProbe) -> AgentKit:
+    return AgentKit(home=home, store=FileLogStore(home, fs=probe))
 
 
 def on_disk(path: Path) -> list[bytes]:
@@ -40,7 +44,7 @@ def on_disk(path: Path) -> list[bytes]:
 def test_intent_is_fsynced_before_a_compensable_effect(home: Path, probe: FsyncProbe) -> None:
     observed: list[tuple[int, int, list[bytes]]] = []
 
-    with AgentKit(home=home) as kit:
+    with kit_with(home, probe) as kit:
 
         @kit.tool(name="wa.charge", compensate=lambda result: None)
         def charge(amount: int) -> int:
@@ -60,7 +64,7 @@ def test_intent_is_fsynced_before_a_compensable_effect(home: Path, probe: FsyncP
 
 def test_reversible_step_takes_the_fast_path(home: Path, probe: FsyncProbe) -> None:
     syncs_at_effect: list[int] = []
-    with AgentKit(home=home) as kit:
+    with kit_with(home, probe) as kit:
 
         @kit.tool(name="wa.read", semantics=REVERSIBLE)
         def read() -> int:
@@ -95,7 +99,7 @@ def test_irreversible_refusal_never_runs(home: Path) -> None:
 def test_terminal_record_is_durable_when_the_block_returns(
     home: Path, probe: FsyncProbe, fails: bool
 ) -> None:
-    with AgentKit(home=home) as kit:
+    with kit_with(home, probe) as kit:
 
         @kit.tool(name="wa.step", compensate=lambda result: None)
         def step() -> int:
@@ -133,8 +137,7 @@ def test_order_of_records_for_one_step(home: Path) -> None:
 def test_group_commit_shares_fsyncs(home: Path, probe: FsyncProbe) -> None:
     import threading
 
-    store = FileLogStore(home)
-    from agent_saga import Entry
+    store = FileLogStore(home, fs=probe)
 
     barrier = threading.Barrier(8)
 

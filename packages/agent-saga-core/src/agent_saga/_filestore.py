@@ -2,40 +2,55 @@
 
 Durability protocol (what is true when a call returns):
 
-* The home directory and the log file are created durably: the file is fsynced and so is the
-  directory that gained an entry, before the first record is acknowledged.
+* The home directory, the log file and its watermark file are created durably: each file is
+  fsynced and so is every directory that gained an entry, before the first acknowledgement.
 * ``append(..., sync=True)`` and ``sync()`` return only after ``fsync`` (``F_FULLFSYNC`` on
-  macOS) of the log file has returned for every byte appended so far. Concurrent callers share
-  one fsync (group commit).
-* Appends from several processes sharing a home are serialized by an exclusive ``flock`` on the
-  sidecar ``log.lock``, held for the whole batch; the chain is continued from the current tail,
-  which is re-read when another process has appended.
+  macOS) of the log file covered every byte appended so far. Concurrent callers share one
+  fsync (group commit). After each fsync the synced length is written to ``log.synced`` (the
+  watermark; not itself fsynced, so after a power loss it can only be behind, never ahead).
+* Appends from several processes sharing a home are serialized by an exclusive ``flock`` on
+  ``log.lock``, held for the whole batch; the chain continues from the current tail, re-read and
+  verified when another process has appended.
 * A failed write or fsync puts the store in a failed state: nothing from that call is
-  acknowledged and every later append raises :class:`StoreFailedError` until the log is reopened
-  (and so re-verified from disk).
+  acknowledged, the fsync is not retried, and every later append raises
+  :class:`StoreFailedError` until the log is reopened (and so re-verified from disk).
+* Opening verifies the whole chain. Damage is repaired only when it is a torn tail: it lies
+  beyond the synced watermark and no record follows it. The discarded bytes are kept in
+  ``log.jsonl.broken.<n>``, the log is truncated and fsynced, and a ``store.repaired`` record
+  is appended. Any other damage fails closed with :class:`CorruptLogError` naming the offset.
+* Each process holds an exclusive lock on ``owners/<owner_id>.lock`` while the store is open,
+  so another process can tell a dead owner from a live one.
+* Assumption (stated in the guarantees manifest): the disk has powersafe-overwrite semantics,
+  i.e. a crash while appending never garbles bytes that were already synced. Ext4, XFS and
+  btrfs on modern drives provide it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
+import hashlib
 import os
-import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ._chain import MAX_RECORD_BYTES, Chain, ChainBreak, parse_line
-from ._errors import CorruptLogError, StoreFailedError
+from ._chain import Chain
+from ._errors import ConfigurationError, CorruptLogError, StoreFailedError
+from ._fs import NETWORK_FS_TYPES, FileSystem, OsFileSystem
+from ._logscan import looks_like_record_after, scan, walk
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
 
 LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
+WATERMARK_NAME = "log.synced"
 OWNERS_DIR = "owners"
 LEASES_DIR = "leases"
+REPAIRED = "store.repaired"
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+_OS = OsFileSystem()
 
 
 def _safe_name(name: str) -> str:
@@ -47,88 +62,84 @@ def _safe_name(name: str) -> str:
 
 def fsync_fd(fd: int) -> None:
     """Flush a file to stable storage (``F_FULLFSYNC`` where ``fsync`` stops at the drive cache)."""
-    if sys.platform == "darwin" and hasattr(fcntl, "F_FULLFSYNC"):
-        fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
-    else:
-        os.fsync(fd)
+    _OS.fsync(fd)
 
 
 def fsync_dir(path: Path) -> None:
     """Make a directory's entries (a created or renamed file) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _OS.fsync_dir(str(path))
 
 
-def ensure_dir(path: Path) -> None:
+def ensure_dir(path: Path, fs: FileSystem = _OS) -> None:
     """Create ``path`` and missing parents, fsyncing each parent that gained an entry."""
     missing: list[Path] = []
     probe = path
-    while not probe.exists():
+    while not fs.exists(str(probe)):
         missing.append(probe)
         probe = probe.parent
     for directory in reversed(missing):
         try:
-            directory.mkdir()
+            fs.mkdir(str(directory))
         except FileExistsError:
             continue
-        fsync_dir(directory.parent)
+        fs.fsync_dir(str(directory.parent))
 
 
-def iter_log(path: Path, chain: Chain) -> Iterator[tuple[int, Record]]:
-    """Yield ``(offset, record)`` for each record of the log file at ``path``, verifying the chain.
+def _encode_watermark(offset: int) -> bytes:
+    check = hashlib.sha256(b"agent-saga watermark %d" % offset).hexdigest()[:16]
+    return b"%016x %s\n" % (offset, check.encode())
 
-    Memory stays bounded by :data:`MAX_RECORD_BYTES` whatever the file holds.
 
-    Raises:
-        CorruptLogError: at the first record that is incomplete, malformed or off the chain.
-    """
-    prev, seq, offset = GENESIS, 1, 0
+def _decode_watermark(raw: bytes) -> int:
+    """The synced length recorded in ``raw``; 0 when unreadable (that only widens repair)."""
     try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return
-    with handle:
-        while True:
-            line = handle.readline(MAX_RECORD_BYTES + 1)
-            if not line:
-                return
-            if not line.endswith(b"\n"):
-                reason = (
-                    f"record longer than {MAX_RECORD_BYTES} bytes"
-                    if len(line) > MAX_RECORD_BYTES
-                    else "incomplete final record (no newline)"
-                )
-                raise CorruptLogError(str(path), offset, reason, seq=seq)
-            result = parse_line(chain, line[:-1], seq, prev)
-            if isinstance(result, ChainBreak):
-                raise CorruptLogError(str(path), offset, result.reason, seq=seq)
-            yield offset, result
-            prev, seq, offset = result.hash, seq + 1, offset + len(line)
+        offset = int(raw[:16], 16)
+    except ValueError:
+        return 0
+    return offset if raw[:34] == _encode_watermark(offset)[:34] else 0
 
 
 class FileLogStore:
-    """A durable, hash-chained log in ``<home>/log.jsonl``.
+    """A durable, hash-chained log in ``<home>/log.jsonl`` (see the module docstring).
 
-    Opening the store verifies the whole chain; a damaged log raises :class:`CorruptLogError`
-    naming the byte offset of the first bad record.
+    Args:
+        home: the agent-saga home directory (created durably if missing).
+        key: makes the chain keyed (HMAC-SHA-256).
+        fs: the file system (tests pass a simulated one).
+        allow_network_fs: skip the refusal of NFS/SMB-like file systems, where ``flock`` and
+            ``fsync`` do not give the guarantees this store relies on.
+
+    Raises:
+        CorruptLogError: the log is damaged other than by a torn tail.
+        ConfigurationError: the home is on a network file system.
     """
 
     kind = "file"
 
-    def __init__(self, home: str | os.PathLike[str], *, key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        home: str | os.PathLike[str],
+        *,
+        key: bytes | None = None,
+        fs: FileSystem | None = None,
+        allow_network_fs: bool = False,
+    ) -> None:
         self.home = Path(home)
         self.path = self.home / LOG_NAME
+        self._fs = fs = fs or _OS
         self._chain = Chain(key)
-        ensure_dir(self.home)
-        created = not self.path.exists()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        self._lock_fd = os.open(self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        if created:
-            fsync_fd(self._fd)
-            fsync_dir(self.home)
+        self.repairs: list[dict[str, object]] = []
+        ensure_dir(self.home, fs)
+        fs_type = fs.fs_type(str(self.home))
+        if fs_type in NETWORK_FS_TYPES and not allow_network_fs:
+            raise ConfigurationError(
+                f"{self.home} is on a {fs_type} file system, where file locks and fsync do not "
+                "hold across hosts; put AGENT_SAGA_HOME on a local disk or use the PostgreSQL "
+                "store for fleets"
+            )
+        self._fd = self._open_durably(LOG_NAME, append=True)
+        self._mark_fd = self._open_durably(WATERMARK_NAME, append=False)
+        self._lock_fd = fs.open_rw(str(self.home / LOCK_NAME))
         self.owner_id = f"{os.getpid()}-{os.urandom(6).hex()}"
         self._owner_fd = self._hold_owner_lock()
         self._lock = threading.Lock()
@@ -136,33 +147,120 @@ class FileLogStore:
         self._failed: BaseException | None = None
         self._closed = False
         self._seq, self._prev, self._end = 0, GENESIS, 0
-        with self._flocked():
-            self._catch_up()
+        self._fs.lock(self._lock_fd, blocking=True)
+        try:
+            self._open_scan()
+        except BaseException:
+            self._fs.unlock(self._lock_fd)
+            self._release_files()
+            raise
+        self._fs.unlock(self._lock_fd)
         self._written = self._synced = self._end
         self._syncing = False
 
-    # -- writing ---------------------------------------------------------------------------
+    def _open_durably(self, name: str, *, append: bool) -> int:
+        path = str(self.home / name)
+        created = not self._fs.exists(path)
+        fd = self._fs.open_append(path) if append else self._fs.open_rw(path)
+        if created:
+            self._fs.fsync(fd)
+            self._fs.fsync_dir(str(self.home))
+        return fd
+
+    # -- opening: verify, and repair a torn tail -------------------------------------------------
+
+    def _open_scan(self) -> None:
+        tail = scan(self._fs, self._fd, self._chain, str(self.path))
+        watermark = _decode_watermark(self._fs.pread(self._mark_fd, 64, 0))
+        if tail.size < watermark:
+            raise CorruptLogError(
+                str(self.path), tail.size,
+                f"log is {tail.size} bytes but {watermark} bytes were synced: records were removed",
+            )  # fmt: skip
+        if tail.damage is not None:
+            self._repair_or_refuse(tail.damage, tail.end, tail.size, watermark)
+        self._seq, self._prev, self._end = tail.seq, tail.hash, tail.end
+        if self.repairs:
+            self._append_locked([self._repair_entry(self.repairs[-1])])
+            self._fs.fsync(self._fd)
+            self._end = self._fs.size(self._fd)
+            self._write_watermark(self._end)
+
+    def _repair_or_refuse(
+        self, damage: CorruptLogError, end: int, size: int, watermark: int
+    ) -> None:
+        if end < watermark:
+            raise CorruptLogError(
+                str(self.path), damage.offset,
+                f"{damage.reason}, inside the synced part of the log (synced up to {watermark})",
+                damage.seq,
+            )  # fmt: skip
+        follower = looks_like_record_after(self._fs, self._fd, end, size)
+        if follower is not None:
+            raise CorruptLogError(
+                str(self.path), damage.offset,
+                f"{damage.reason}, and records follow at offset {follower}", damage.seq,
+            )  # fmt: skip
+        discarded = self._fs.pread(self._fd, size - end, end)
+        broken = self._next_broken_path()
+        fd = self._fs.open_rw(broken)
+        try:
+            _write_fully(self._fs, fd, discarded, offset=0)
+            self._fs.fsync(fd)
+        finally:
+            self._fs.close(fd)
+        self._fs.fsync_dir(str(self.home))
+        self._fs.truncate(self._fd, end)
+        self._fs.fsync(self._fd)
+        self.repairs.append(
+            {
+                "offset": end,
+                "discarded_bytes": len(discarded),
+                "discarded_sha256": hashlib.sha256(discarded).hexdigest(),
+                "broken_file": Path(broken).name,
+                "reason": damage.reason,
+            }
+        )
+
+    def _next_broken_path(self) -> str:
+        n = 1
+        while self._fs.exists(str(self.home / f"{LOG_NAME}.broken.{n}")):
+            n += 1
+        return str(self.home / f"{LOG_NAME}.broken.{n}")
+
+    def _repair_entry(self, repair: dict[str, object]) -> Entry:
+        data = {k: v for k, v in repair.items() if isinstance(v, str | int)}
+        return Entry(REPAIRED, None, dict(data), int(time.time() * 1000))
+
+    # -- writing ------------------------------------------------------------------------------
 
     def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
         """Seal and write ``entries`` as one batch; with ``sync``, return only once durable."""
         with self._lock:
             self._check_usable()
-            with self._flocked():
+            self._fs.lock(self._lock_fd, blocking=True)
+            try:
                 self._catch_up()
-                out: list[Record] = []
-                lines: list[bytes] = []
-                seq, prev = self._seq, self._prev
-                for entry in entries:
-                    seq += 1
-                    record, line = self._chain.seal(entry, seq, prev)
-                    out.append(record)
-                    lines.append(line)
-                    prev = record.hash
-                self._write_all(b"".join(lines))
-                self._seq, self._prev = seq, prev
-                self._written = self._end
+                out = self._append_locked(entries)
+            finally:
+                self._fs.unlock(self._lock_fd)
+            self._written = self._end
         if sync:
             self._sync_to(self._written)
+        return out
+
+    def _append_locked(self, entries: Sequence[Entry]) -> list[Record]:
+        out: list[Record] = []
+        lines: list[bytes] = []
+        seq, prev = self._seq, self._prev
+        for entry in entries:
+            seq += 1
+            record, line = self._chain.seal(entry, seq, prev)
+            out.append(record)
+            lines.append(line)
+            prev = record.hash
+        self._write_all(b"".join(lines))
+        self._seq, self._prev = seq, prev
         return out
 
     def sync(self) -> None:
@@ -171,14 +269,8 @@ class FileLogStore:
         self._sync_to(self._written)
 
     def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
         try:
-            while view:
-                written = os.write(self._fd, view)
-                if written <= 0:
-                    raise OSError(errno.EIO, "write returned no progress")
-                view = view[written:]
-                self._end += written
+            self._end += _write_fully(self._fs, self._fd, data)
         except OSError as exc:
             self._fail(exc)
             raise StoreFailedError(f"write to {self.path} failed: {exc}") from exc
@@ -195,7 +287,7 @@ class FileLogStore:
                 upto = self._written
                 self._sync_cond.release()
                 try:
-                    fsync_fd(self._fd)
+                    self._fs.fsync(self._fd)
                 except OSError as exc:
                     self._fail(exc)
                 finally:
@@ -204,8 +296,15 @@ class FileLogStore:
                     self._sync_cond.notify_all()
                 if self._failed is None:
                     self._synced = max(self._synced, upto)
+                    self._write_watermark(self._synced)
             if self._failed is not None:
                 raise StoreFailedError(f"{self.path}: store failed: {self._failed}")
+
+    def _write_watermark(self, offset: int) -> None:
+        try:
+            self._fs.pwrite(self._mark_fd, _encode_watermark(offset), 0)
+        except OSError as exc:  # the watermark only narrows repair; losing it is not fatal
+            self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
         if self._failed is None:
@@ -219,56 +318,45 @@ class FileLogStore:
                 f"{self.path}: store failed ({self._failed}); reopen it to re-verify from disk"
             )
 
-    # -- the tail shared with other processes ------------------------------------------------
-
-    def _flocked(self) -> _FLock:
-        return _FLock(self._lock_fd)
-
     def _catch_up(self) -> None:
         """Continue the chain from the current end of file (another process may have appended)."""
-        size = os.fstat(self._fd).st_size
+        size = self._fs.size(self._fd)
         if size == self._end:
             return
         if size < self._end:
             raise CorruptLogError(
                 str(self.path), size, f"log shrank from {self._end} bytes while open"
             )
-        with self.path.open("rb") as handle:
-            handle.seek(self._end)
-            offset, seq, prev = self._end, self._seq + 1, self._prev
-            while offset < size:
-                line = handle.readline(MAX_RECORD_BYTES + 1)
-                if not line.endswith(b"\n"):
-                    raise CorruptLogError(
-                        str(self.path), offset, "incomplete final record (no newline)", seq=seq
-                    )
-                result = parse_line(self._chain, line[:-1], seq, prev)
-                if isinstance(result, ChainBreak):
-                    raise CorruptLogError(str(self.path), offset, result.reason, seq=seq)
-                prev, seq, offset = result.hash, seq + 1, offset + len(line)
-        self._seq, self._prev, self._end = seq - 1, prev, offset
+        tail = scan(
+            self._fs, self._fd, self._chain, str(self.path),
+            start=self._end, seq=self._seq, prev=self._prev, end=size,
+        )  # fmt: skip
+        if tail.damage is not None:
+            self._fail(tail.damage)
+            raise tail.damage
+        self._seq, self._prev, self._end = tail.seq, tail.hash, tail.end
 
     # -- reading ------------------------------------------------------------------------------
 
     def records(self) -> Iterator[Record]:
         """The records now on disk, verified while read (raises :class:`CorruptLogError`)."""
-        return (record for _, record in iter_log(self.path, self._chain))
+        return (record for _, record in iter_log(self.path, self._chain, self._fs))
 
     def verify(self) -> VerifyReport:
         """Re-read and re-verify the whole file from disk."""
-        return verify_file(self.path, self._chain)
+        return verify_file(self.path, self._chain, self._fs)
 
     def health(self) -> list[str]:
         problems: list[str] = []
         if self._closed:
-            problems.append("log store is closed")
+            return ["log store is closed"]
         if self._failed is not None:
             problems.append(f"log store failed: {self._failed}")
         try:
-            size = os.fstat(self._fd).st_size if not self._closed else 0
-            if not self._closed and size < self._end:
+            size = self._fs.size(self._fd)
+            if size < self._end:
                 problems.append(f"log file shrank to {size} bytes (had {self._end})")
-            if not os.access(self.path, os.W_OK):
+            if not os.access(self.path, os.W_OK) and self._fs is _OS:
                 problems.append(f"log file {self.path} is not writable")
         except OSError as exc:
             problems.append(f"log file cannot be inspected: {exc}")
@@ -279,26 +367,25 @@ class FileLogStore:
             "kind": self.kind,
             "path": str(self.path),
             "durable": True,
-            "survives": ["process crash", "power loss (fsync reaches stable storage)"],
-            "fsync": "F_FULLFSYNC" if sys.platform == "darwin" else "fsync",
+            "survives": ["process crash", "power loss (when fsync reaches stable storage)"],
+            "lost_with": ["the disk (no replication)"],
+            "fsync": "F_FULLFSYNC" if os.uname().sysname == "Darwin" else "fsync",
             "directory_fsync_on_create": True,
             "group_commit": True,
-            "multi_process": "flock on log.lock per batch",
+            "multi_process": "flock on log.lock per batch; owner lock per open store",
+            "torn_tail_repair": "only beyond the synced watermark, with a .broken copy",
+            "assumes": ["powersafe overwrite: appending never garbles synced bytes"],
             "keyed_chain": self._chain.keyed,
         }
 
     # -- owners and leases ------------------------------------------------------------------
 
     def _hold_owner_lock(self) -> int:
-        """Create ``owners/<owner_id>.lock`` and hold an exclusive flock on it until close.
-
-        The kernel drops the lock when this process dies, however it dies, which is how another
-        process tells a dead owner from a live one.
-        """
+        """Hold ``owners/<owner_id>.lock`` until close (the kernel drops it if we die)."""
         owners = self.home / OWNERS_DIR
-        ensure_dir(owners)
-        fd = os.open(owners / f"{self.owner_id}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        ensure_dir(owners, self._fs)
+        fd = self._fs.open_rw(str(owners / f"{self.owner_id}.lock"))
+        self._fs.lock(fd, blocking=False)
         return fd
 
     def owner_alive(self, owner_id: str) -> bool:
@@ -306,37 +393,32 @@ class FileLogStore:
         if owner_id == self.owner_id:
             return not self._closed
         try:
-            path = self.home / OWNERS_DIR / f"{_safe_name(owner_id)}.lock"
+            path = str(self.home / OWNERS_DIR / f"{_safe_name(owner_id)}.lock")
         except ValueError:
             return False
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
+        if not self._fs.exists(path):
             return False
+        fd = self._fs.open_rw(path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+            if not self._fs.lock(fd, blocking=False):
+                return True
+            self._fs.unlock(fd)
         finally:
-            os.close(fd)
+            self._fs.close(fd)
         return False
 
-    def lease(self, name: str, *, ttl: float) -> _FileLease | None:
-        """An exclusive flock on ``leases/<name>.lock``, held until released or this process dies.
+    def lease(self, name: str, *, ttl: float) -> FileLease | None:
+        """An exclusive lock on ``leases/<name>.lock``, held until released or the holder dies.
 
-        ``ttl`` is not needed here: the kernel releases the lock of a dead holder at once.
+        ``ttl`` is not needed here: the kernel releases a dead holder's lock at once.
         """
         leases = self.home / LEASES_DIR
-        ensure_dir(leases)
-        fd = os.open(
-            leases / f"{_safe_name(name)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        ensure_dir(leases, self._fs)
+        fd = self._fs.open_rw(str(leases / f"{_safe_name(name)}.lock"))
+        if not self._fs.lock(fd, blocking=False):
+            self._fs.close(fd)
             return None
-        return _FileLease(name, fd)
+        return FileLease(name, fd, self._fs)
 
     def close(self) -> None:
         """Sync what was written, then release the file and the owner lock. Idempotent."""
@@ -347,11 +429,17 @@ class FileLogStore:
                 self._sync_to(self._written)
         finally:
             self._closed = True
-            os.close(self._fd)
-            os.close(self._lock_fd)
+            owner_path = str(self.home / OWNERS_DIR / f"{self.owner_id}.lock")
             with contextlib.suppress(OSError):
-                (self.home / OWNERS_DIR / f"{self.owner_id}.lock").unlink()
-            os.close(self._owner_fd)
+                self._fs.unlink(owner_path)
+            self._release_files()
+
+    def _release_files(self) -> None:
+        for fd in (self._fd, self._mark_fd, self._lock_fd, self._owner_fd):
+            try:
+                self._fs.close(fd)
+            except OSError:
+                continue
 
     def __enter__(self) -> FileLogStore:
         return self
@@ -360,38 +448,66 @@ class FileLogStore:
         self.close()
 
 
-class _FileLease:
-    def __init__(self, name: str, fd: int) -> None:
+class FileLease:
+    """A held lease on the file store; released explicitly or when the process dies."""
+
+    def __init__(self, name: str, fd: int, fs: FileSystem) -> None:
         self.name = name
         self._fd: int | None = fd
+        self._fs = fs
 
     def release(self) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
+            self._fs.unlock(self._fd)
+            self._fs.close(self._fd)
             self._fd = None
 
 
-class _FLock:
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+def _write_fully(fs: FileSystem, fd: int, data: bytes, offset: int | None = None) -> int:
+    """Write all of ``data`` (looping over short writes); returns the bytes written."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        chunk = bytes(view[done:])
+        written = fs.write(fd, chunk) if offset is None else fs.pwrite(fd, chunk, offset + done)
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        done += written
+    return done
 
-    def __enter__(self) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
 
-    def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+def iter_log(
+    path: Path, chain: Chain | None = None, fs: FileSystem = _OS
+) -> Iterator[tuple[int, Record]]:
+    """``(offset, record)`` for each record of the log at ``path``, verified while read.
 
+    Memory stays bounded by the maximum record size whatever the file holds.
 
-def verify_file(path: Path, chain: Chain | None = None) -> VerifyReport:
-    """Verify the log file at ``path`` from its first byte; never raises on bad content."""
-    chain = chain or Chain()
-    count, last = 0, GENESIS
+    Raises:
+        CorruptLogError: at the first record that is incomplete, malformed or off the chain.
+    """
+    if not fs.exists(str(path)):
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if fs is _OS else fs.open_rw(str(path))
     try:
-        for _, record in iter_log(path, chain):
-            count, last = count + 1, record.hash
-    except CorruptLogError as exc:
-        return VerifyReport(False, count, exc, last)
+        for offset, _, record in walk(fs, fd, chain or Chain(), str(path)):
+            yield offset, record
+    finally:
+        fs.close(fd)
+
+
+def verify_file(path: Path, chain: Chain | None = None, fs: FileSystem = _OS) -> VerifyReport:
+    """Verify the log file at ``path`` from its first byte; never raises on bad content."""
+    if not fs.exists(str(path)):
+        return VerifyReport(True, 0, None, GENESIS)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if fs is _OS else fs.open_rw(str(path))
     except OSError as exc:
-        return VerifyReport(False, count, CorruptLogError(str(path), 0, f"unreadable: {exc}"), last)
-    return VerifyReport(True, count, None, last)
+        return VerifyReport(False, 0, CorruptLogError(str(path), 0, f"unreadable: {exc}"), GENESIS)
+    try:
+        tail = scan(fs, fd, chain or Chain(), str(path))
+    except OSError as exc:
+        error = CorruptLogError(str(path), 0, f"unreadable: {exc}")
+        return VerifyReport(False, 0, error, GENESIS)
+    finally:
+        fs.close(fd)
+    return VerifyReport(tail.damage is None, tail.records, tail.damage, tail.hash)

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ._clock import FakeClock, SequentialIds
+from ._fs import OsFileSystem
 from ._killswitch import MemoryKillSwitch
 from ._store import MemoryLogStore
 
@@ -57,6 +58,53 @@ class Ledger:
         """``(action, key)`` pairs that happened more than once."""
         with self._lock:
             return sorted(pair for pair, n in self._counts.items() if n > 1 and pair[1])
+
+
+class FaultyFileSystem(OsFileSystem):
+    """The real file system with injectable faults, and a record of every fsync.
+
+    Args:
+        fail_fsync_at: the n-th ``fsync`` (1-based, counted from construction) raises
+            ``OSError(errno_)``; every later one too, as a broken disk would.
+        fail_write_at: the n-th ``write`` raises ``OSError(errno_)``.
+        short_writes: every ``write`` writes at most half of what it is given.
+    """
+
+    def __init__(
+        self,
+        *,
+        fail_fsync_at: int | None = None,
+        fail_write_at: int | None = None,
+        short_writes: bool = False,
+        errno_: int = 5,
+    ) -> None:
+        self.fail_fsync_at = fail_fsync_at
+        self.fail_write_at = fail_write_at
+        self.short_writes = short_writes
+        self.errno = errno_
+        self.fsyncs: list[tuple[int, int]] = []
+        """``(fd, file size at the fsync)`` for every fsync that succeeded."""
+        self.fsync_calls = 0
+        self.write_calls = 0
+
+    def fsync(self, fd: int) -> None:
+        self.fsync_calls += 1
+        if self.fail_fsync_at is not None and self.fsync_calls >= self.fail_fsync_at:
+            raise OSError(self.errno, "injected fsync failure")
+        super().fsync(fd)
+        self.fsyncs.append((fd, self.size(fd)))
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.write_calls += 1
+        if self.fail_write_at is not None and self.write_calls >= self.fail_write_at:
+            raise OSError(self.errno, "injected write failure")
+        if self.short_writes and len(data) > 1:
+            data = data[: len(data) // 2]
+        return super().write(fd, data)
+
+    def synced_size(self, fd: int) -> int:
+        """The largest size of ``fd``'s file covered by a successful fsync."""
+        return max((size for f, size in self.fsyncs if f == fd), default=0)
 
 
 __all__ = [

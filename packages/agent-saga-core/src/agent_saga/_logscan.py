@@ -1,0 +1,142 @@
+"""Reading a log file: bounded-memory line reading and chain verification that never raises.
+
+Every defect in the bytes (a missing newline, an over-long line, invalid UTF-8, deep nesting,
+a claimed length, a broken chain) comes back as a :class:`CorruptLogError` value naming the
+byte offset; nothing else escapes from a scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from ._chain import _KEYS, MAX_RECORD_BYTES, Chain, ChainBreak, parse_line
+from ._codec import CodecError, decode
+from ._errors import CorruptLogError
+from ._fs import FileSystem
+from ._records import GENESIS, Record
+
+CHUNK = 1 << 20
+
+
+class Tail(NamedTuple):
+    """Where a scan stopped."""
+
+    records: int
+    """Valid records read in this scan."""
+    seq: int
+    """``seq`` of the last valid record (0 when none)."""
+    hash: str
+    """Hash of the last valid record (:data:`GENESIS` when none)."""
+    end: int
+    """Byte offset just after the last valid record."""
+    size: int
+    """Bytes the scan looked at (``end`` unless there is damage)."""
+    damage: CorruptLogError | None
+
+
+def iter_lines(fs: FileSystem, fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, line)`` for the bytes in ``[start, end)``, newline included.
+
+    A final piece without a newline is yielded as is. A line longer than
+    :data:`MAX_RECORD_BYTES` is yielded truncated to ``MAX_RECORD_BYTES + 1`` bytes (without a
+    newline) and ends the iteration, so memory stays bounded whatever the file holds.
+    """
+    buf, base, i, pos = b"", start, 0, start
+    while True:
+        newline = buf.find(b"\n", i)
+        if newline >= 0:
+            yield base + i, buf[i : newline + 1]
+            i = newline + 1
+            continue
+        if len(buf) - i > MAX_RECORD_BYTES:
+            yield base + i, buf[i : i + MAX_RECORD_BYTES + 1]
+            return
+        chunk = fs.pread(fd, min(CHUNK, end - pos), pos) if pos < end else b""
+        if not chunk:
+            if i < len(buf):
+                yield base + i, buf[i:]
+            return
+        pos += len(chunk)
+        buf, base, i = buf[i:] + chunk, base + i, 0
+
+
+def walk(
+    fs: FileSystem,
+    fd: int,
+    chain: Chain,
+    where: str,
+    *,
+    start: int = 0,
+    seq: int = 0,
+    prev: str = GENESIS,
+    end: int | None = None,
+) -> Iterator[tuple[int, int, Record]]:
+    """Yield ``(offset, length, record)`` for each valid record from byte ``start``.
+
+    ``start`` must follow record ``seq`` whose hash is ``prev``.
+
+    Raises:
+        CorruptLogError: at the first defect, after yielding every record before it.
+    """
+    size = fs.size(fd) if end is None else end
+    for offset, line in iter_lines(fs, fd, start, size):
+        if not line.endswith(b"\n"):
+            reason = (
+                f"record longer than {MAX_RECORD_BYTES} bytes"
+                if len(line) > MAX_RECORD_BYTES
+                else "incomplete final record (no newline)"
+            )
+            raise CorruptLogError(where, offset, reason, seq + 1)
+        result = parse_line(chain, line[:-1], seq + 1, prev)
+        if isinstance(result, ChainBreak):
+            raise CorruptLogError(where, offset, result.reason, seq + 1)
+        yield offset, len(line), result
+        seq, prev = result.seq, result.hash
+
+
+def scan(
+    fs: FileSystem,
+    fd: int,
+    chain: Chain,
+    where: str,
+    *,
+    start: int = 0,
+    seq: int = 0,
+    prev: str = GENESIS,
+    end: int | None = None,
+) -> Tail:
+    """Verify records from byte ``start`` (which follows record ``seq`` with hash ``prev``).
+
+    Stops at the first defect and reports it in :attr:`Tail.damage`; never raises for content.
+    """
+    size = fs.size(fd) if end is None else end
+    count, position = 0, start
+    try:
+        for offset, length, record in walk(
+            fs, fd, chain, where, start=start, seq=seq, prev=prev, end=size
+        ):
+            count, seq, prev, position = count + 1, record.seq, record.hash, offset + length
+    except CorruptLogError as damage:
+        return Tail(count, seq, prev, position, size, damage)
+    return Tail(count, seq, prev, position, size, None)
+
+
+def looks_like_record_after(fs: FileSystem, fd: int, start: int, end: int) -> int | None:
+    """Offset of the first line in ``[start, end)`` after the first one that has a record's shape.
+
+    Used to tell a torn tail (nothing but debris after the damage) from damage in the middle
+    of the log (records follow it), which must never be cut off.
+    """
+    lines = iter_lines(fs, fd, start, end)
+    next(lines, None)  # the damaged line itself
+    for offset, line in lines:
+        if not line.endswith(b"\n"):
+            return None
+        try:
+            obj = decode(line[:-1])
+        except CodecError:
+            continue
+        if isinstance(obj, dict) and obj.keys() == _KEYS:
+            return offset
+    return None
