@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ._clock import FakeClock, SequentialIds
 from ._fs import OsFileSystem
 from ._killswitch import MemoryKillSwitch
+from ._simfs import SimCrash, SimFileSystem
 from ._store import MemoryLogStore
 
 
@@ -114,4 +115,6 @@ __all__ = [
     "MemoryKillSwitch",
     "MemoryLogStore",
     "SequentialIds",
+    "SimCrash",
+    "SimFileSystem",
 ]
