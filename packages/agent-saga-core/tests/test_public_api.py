@@ -13,7 +13,7 @@ EXPECTED = {
     "DenyTools", "Entry", "FakeClock", "FileKillSwitch", "FileLogStore", "Gate", "GateRefused",
     "HaltState", "HaltedError", "IRREVERSIBLE", "Kind", "KillSwitch", "LogError", "LogStore",
     "MaxValue", "MemoryKillSwitch", "MemoryLogStore", "REVERSIBLE", "Record", "RequireApproval",
-    "RollbackReport", "Rule", "Saga", "SagaRolledBack", "SagaStatus", "Semantics",
+    "RecoveredSaga", "RecoveryReport", "RollbackReport", "Rule", "StepRecovery", "recover", "Saga", "SagaRolledBack", "SagaStatus", "Semantics",
     "SequentialIds", "Status", "StepRef", "StoreFailedError", "SystemClock", "ToolCall",
     "Transaction", "VerifyReport", "__version__", "compensator", "current_saga", "default_kit",
     "idempotency_key", "saga_scope", "tool", "tool_spec", "use_kit", "verify_file",

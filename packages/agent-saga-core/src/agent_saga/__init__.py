@@ -24,6 +24,7 @@ from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
 from ._kit import AgentKit, default_kit, saga_scope, use_kit
 from ._manifest import Status
 from ._records import Entry, Kind, Record, SagaStatus
+from ._recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
 from ._report import CompensationFailure, RollbackReport, StepRef
 from ._saga import Saga, current_saga, idempotency_key
 from ._semantics import Semantics
@@ -67,6 +68,8 @@ __all__ = [
     "MemoryLogStore",
     "REVERSIBLE",
     "Record",
+    "RecoveredSaga",
+    "RecoveryReport",
     "RequireApproval",
     "RollbackReport",
     "Rule",
@@ -76,6 +79,7 @@ __all__ = [
     "Semantics",
     "SequentialIds",
     "Status",
+    "StepRecovery",
     "StepRef",
     "StoreFailedError",
     "SystemClock",
@@ -87,6 +91,7 @@ __all__ = [
     "current_saga",
     "default_kit",
     "idempotency_key",
+    "recover",
     "saga_scope",
     "tool",
     "tool_spec",

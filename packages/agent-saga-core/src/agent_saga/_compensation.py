@@ -52,6 +52,7 @@ class CompensatorRegistry:
 
     def __init__(self) -> None:
         self._by_name: dict[str, Callable[..., Any]] = {}
+        self._probes: dict[str, Callable[..., Any]] = {}
         self._lock = threading.Lock()
 
     def register(self, name: str, func: Callable[..., Any]) -> None:
@@ -69,6 +70,24 @@ class CompensatorRegistry:
 
     def get(self, name: str) -> Callable[..., Any] | None:
         return self._by_name.get(name)
+
+    def register_probe(self, tool: str, func: Callable[..., Any]) -> None:
+        """Register the probe of ``tool``: did the call with a given idempotency key land?
+
+        A probe is called like a compensator (the step's arguments it declares, and
+        ``idempotency_key``) and returns ``False`` (did not land), ``None`` (cannot tell) or
+        anything else (landed; a value other than ``True`` is taken as the step's result).
+        """
+        if not callable(func):
+            raise ConfigurationError(f"probe of {tool!r} must be callable, got {func!r}")
+        with self._lock:
+            existing = self._probes.get(tool)
+            if existing is not None and _identity(existing) != _identity(func):
+                raise ConfigurationError(f"tool {tool!r} already has probe {_identity(existing)}")
+            self._probes[tool] = func
+
+    def probe(self, tool: str) -> Callable[..., Any] | None:
+        return self._probes.get(tool)
 
     def names(self) -> list[str]:
         return sorted(self._by_name)

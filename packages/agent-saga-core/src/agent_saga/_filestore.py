@@ -49,7 +49,7 @@ WATERMARK_NAME = "log.synced"
 OWNERS_DIR = "owners"
 LEASES_DIR = "leases"
 REPAIRED = "store.repaired"
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _OS = OsFileSystem()
 
 
@@ -414,7 +414,11 @@ class FileLogStore:
         """
         leases = self.home / LEASES_DIR
         ensure_dir(leases, self._fs)
-        fd = self._fs.open_rw(str(leases / f"{_safe_name(name)}.lock"))
+        try:
+            file_name = _safe_name(name)
+        except ValueError:  # any other name still gets its own lock file
+            file_name = "h-" + hashlib.sha256(name.encode()).hexdigest()[:40]
+        fd = self._fs.open_rw(str(leases / f"{file_name}.lock"))
         if not self._fs.lock(fd, blocking=False):
             self._fs.close(fd)
             return None

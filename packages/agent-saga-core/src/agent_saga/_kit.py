@@ -19,6 +19,7 @@ from ._home import resolve_home
 from ._killswitch import FileKillSwitch, KillSwitch
 from ._manifest import Status, guarantees, status
 from ._records import Entry, Kind
+from ._recovery import RecoveryReport, recover
 from ._runtime import Runtime
 from ._semantics import Semantics, ToolRegistry
 from ._store import LogStore, MemoryLogStore, VerifyReport
@@ -91,6 +92,7 @@ class AgentKit:
         name: str | None = None,
         semantics: Semantics | str | None = None,
         compensate: object = None,
+        probe: Callable[..., Any] | None = None,
     ) -> F: ...
     @overload
     def tool(
@@ -100,6 +102,7 @@ class AgentKit:
         name: str | None = None,
         semantics: Semantics | str | None = None,
         compensate: object = None,
+        probe: Callable[..., Any] | None = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -110,10 +113,17 @@ class AgentKit:
         name: str | None = None,
         semantics: Semantics | str | None = None,
         compensate: object = None,
+        probe: Callable[..., Any] | None = None,
     ) -> F | Callable[[F], F]:
         """Declare a tool; same contract as :func:`agent_saga.tool`."""
         return _declare(
-            func, self.runtime.tools, name=name, semantics=semantics, compensate=compensate
+            func,
+            self.runtime.tools,
+            self.runtime.registry,
+            name=name,
+            semantics=semantics,
+            compensate=compensate,
+            probe=probe,
         )
 
     @overload
@@ -152,6 +162,14 @@ class AgentKit:
     def _control(self, kind: Kind, data: dict[str, Any]) -> None:
         entry = Entry(kind.value, None, data, int(self.runtime.clock.now() * 1000))
         self.runtime.store.append([entry], sync=True)
+
+    def recover(self) -> RecoveryReport:
+        """Finish the rollback of every saga whose owner died (see :mod:`agent_saga` docs).
+
+        Compensators and probes are looked up by name in this kit's registry: import the
+        modules that declare them first.
+        """
+        return recover(self.runtime)
 
     def verify(self) -> VerifyReport:
         """Re-verify the whole log as stored now."""

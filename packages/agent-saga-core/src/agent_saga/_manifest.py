@@ -76,8 +76,15 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
     ]
     if durable:
         before.append("intent of COMPENSABLE and IRREVERSIBLE steps fsynced before the effect")
+    probes = sorted(
+        spec.name
+        for spec in tools
+        if spec.semantics is not Semantics.REVERSIBLE and runtime.registry.probe(spec.name)
+    )
     after = [
         "on failure, committed steps compensated in reverse order, each at most once per process",
+        "a saga whose process died is finished by `agent-saga recover` (or kit.recover()) once "
+        "its owner's lock is released; each recovered saga gets a terminal record",
         "a failed compensation is recorded and the saga ends needs_human",
         "every record hash-chained; verify reports the first bad offset",
     ]
@@ -86,8 +93,10 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
     not_claimed = [
         "a step whose tool raised is treated as having had no effect and is not compensated",
         "records of IRREVERSIBLE steps prove an attempt, not that the effect can be undone",
-        "a process that dies mid-transaction leaves its saga running in the log; "
-        "this version does not finish its rollback from another process",
+        "after a crash, a step whose outcome was not logged is compensated only if its tool's "
+        "probe says it landed; with no probe it is escalated to a human",
+        "compensators must be idempotent per idempotency key: recovery re-runs one whose "
+        "outcome a crash left unlogged",
         "the hash chain alone does not detect removal of the newest records or a full re-hash "
         "of the log (no signed checkpoints yet)",
         "compensators run even while halted: the kill switch stops new effects, not undo",
@@ -114,7 +123,11 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         "guaranteed_after": after,
         "gate": {"rules": runtime.gate.describe(), "irreversible": "refused"},
         "kill_switch": runtime.kill_switch.describe(),
-        "compensators": {"registered": runtime.registry.names(), "tools": tool_rows},
+        "compensators": {
+            "registered": runtime.registry.names(),
+            "probes": probes,
+            "tools": tool_rows,
+        },
         "not_claimed": not_claimed,
     }
 

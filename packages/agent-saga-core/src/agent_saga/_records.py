@@ -33,6 +33,9 @@ class Kind(enum.StrEnum):
     COMP_FAILED = "compensation.failed"
     SAVEPOINT_BEGIN = "savepoint.begin"
     SAVEPOINT_ROLLBACK = "savepoint.rollback"
+    RECOVERY_BEGIN = "recovery.begin"
+    RECOVERY_ESCALATED = "recovery.escalated"
+    STEP_PROBED = "step.probed"
     HALT = "control.halt"
     RESUME = "control.resume"
 

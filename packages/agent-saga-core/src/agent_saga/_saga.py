@@ -97,16 +97,20 @@ class Saga:
     def _entry(self, kind: Kind, data: dict[str, JSONValue]) -> Entry:
         return Entry(kind.value, self.id, data, int(self.runtime.clock.now() * 1000))
 
-    def log(self, kind: Kind, data: dict[str, JSONValue], *, durable: bool) -> None:
-        """Append a record of this saga; with ``durable``, return only once it is on disk.
+    def log(
+        self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
+    ) -> None:
+        """Append a record of this saga.
 
-        Non-durable records may be buffered (fast path) and are written, in order, with the
-        next durable record.
+        With ``durable``, return only once it is on stable storage (fsync). With ``flush``, it
+        is written to the store now (it survives the process, not necessarily a power loss).
+        Otherwise it may be buffered (fast path) and written, in order, with the next record
+        that is flushed or durable.
         """
         entry = self._entry(kind, data)
         with self._lock:
             self._pending.append(entry)
-            if not durable and self.runtime.fast_path:
+            if not (durable or flush) and self.runtime.fast_path:
                 return
             batch, self._pending = self._pending, []
             self.runtime.store.append(batch, sync=False)
@@ -238,6 +242,7 @@ class Saga:
                 "result_restorable": is_restorable(stored),
             },
             durable=False,
+            flush=step.spec.durable_intent,
         )
 
     def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
@@ -246,6 +251,7 @@ class Saga:
             Kind.STEP_FAILED,
             {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": _error_info(exc)},
             durable=False,
+            flush=step.spec.durable_intent,
         )
 
     def run_sync(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -346,10 +352,12 @@ class _RollbackState:
             durable=False,
         )
 
-    def _log(self, kind: Kind, data: dict[str, JSONValue], *, durable: bool) -> None:
+    def _log(
+        self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
+    ) -> None:
         # During a rollback a log failure must not stop the remaining compensations.
         try:
-            self.saga.log(kind, data, durable=durable)
+            self.saga.log(kind, data, durable=durable, flush=flush)
         except LogError as exc:
             self.log_errors.append(f"{kind.value}: {exc}")
 
@@ -386,7 +394,10 @@ class _RollbackState:
     def step_done(self, step: _Step) -> None:
         self.compensated.append(step.ref)
         self._log(
-            Kind.COMP_DONE, {"ordinal": step.ref.ordinal, "tool": step.ref.tool}, durable=False
+            Kind.COMP_DONE,
+            {"ordinal": step.ref.ordinal, "tool": step.ref.tool},
+            durable=False,
+            flush=step.spec.durable_intent,
         )
 
     def step_failed(self, step: _Step, exc: BaseException) -> None:
@@ -395,6 +406,7 @@ class _RollbackState:
             Kind.COMP_FAILED,
             {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": _error_info(exc)},
             durable=False,
+            flush=step.spec.durable_intent,
         )
 
     def finish(self, terminal: bool) -> RollbackReport:

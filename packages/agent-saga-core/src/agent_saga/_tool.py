@@ -7,7 +7,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
 
-from ._compensation import compensation_ref
+from ._compensation import (
+    DEFAULT_REGISTRY,
+    CompensatorRegistry,
+    check_compensator_fits,
+    compensation_ref,
+)
 from ._errors import ConfigurationError
 from ._saga import current_saga, validate_callable_compensation
 from ._semantics import Semantics, ToolRegistry, ToolSpec
@@ -26,6 +31,7 @@ def make_spec(
     name: str | None,
     semantics: Semantics | str | None,
     compensate: object,
+    probe: Callable[..., Any] | None = None,
 ) -> ToolSpec:
     """Validate a tool declaration; every mistake is a :class:`ConfigurationError` here."""
     if not callable(func):
@@ -47,6 +53,12 @@ def make_spec(
     signature = inspect.signature(func)
     if ref is not None:
         validate_callable_compensation(signature.parameters, ref)
+    if probe is not None:
+        if not callable(probe):
+            raise ConfigurationError(f"probe= must be callable, got {type(probe).__name__}")
+        if semantics is Semantics.REVERSIBLE:
+            raise ConfigurationError("a REVERSIBLE tool needs no probe: its effect is local")
+        check_compensator_fits(probe, signature.parameters)
     tool_name = name or f"{func.__module__}.{func.__qualname__}".removeprefix("__main__.")
     return ToolSpec(tool_name, func, semantics, ref, signature, inspect.iscoroutinefunction(func))
 
@@ -98,6 +110,7 @@ def tool(
     name: str | None = None,
     semantics: Semantics | str | None = None,
     compensate: object = None,
+    probe: Callable[..., Any] | None = None,
 ) -> F: ...
 @overload
 def tool(
@@ -105,6 +118,7 @@ def tool(
     name: str | None = None,
     semantics: Semantics | str | None = None,
     compensate: object = None,
+    probe: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -115,6 +129,7 @@ def tool(
     name: str | None = None,
     semantics: Semantics | str | None = None,
     compensate: object = None,
+    probe: Callable[..., Any] | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a function (sync or async) as a tool whose calls are gated, logged and undoable.
 
@@ -127,20 +142,36 @@ def tool(
             ``compensate`` is given and IRREVERSIBLE otherwise; it is never guessed from a name.
         compensate: a compensator's registered name (recoverable after a crash) or a callable
             (in-process only).
+        probe: answers, after a crash, whether the call with a given ``idempotency_key``
+            landed (``False``: no; ``None``: cannot tell; anything else: yes, and a value other
+            than ``True`` is the call's result). Registered under the tool's name, so recovery
+            in another process finds it once the declaring module is imported.
     """
-    return _declare(func, DEFAULT_TOOLS, name=name, semantics=semantics, compensate=compensate)
+    return _declare(
+        func,
+        DEFAULT_TOOLS,
+        DEFAULT_REGISTRY,
+        name=name,
+        semantics=semantics,
+        compensate=compensate,
+        probe=probe,
+    )
 
 
 def _declare(
     func: F | None,
     registry: ToolRegistry,
+    compensators: CompensatorRegistry,
     *,
     name: str | None,
     semantics: Semantics | str | None,
     compensate: object,
+    probe: Callable[..., Any] | None = None,
 ) -> F | Callable[[F], F]:
     def decorate(target: F) -> F:
-        spec = make_spec(target, name=name, semantics=semantics, compensate=compensate)
+        spec = make_spec(target, name=name, semantics=semantics, compensate=compensate, probe=probe)
+        if probe is not None:
+            compensators.register_probe(spec.name, probe)
         registry.add(spec)
         return cast(F, wrap(spec))
 
