@@ -150,7 +150,7 @@ def check(home: Path, ledger: Ledger, acked: dict[str, str]) -> None:
     committed_keys = {
         r.data["idempotency_key"]
         for r in _records(home)
-        if r.kind == "step.intent" and ends.get(r.saga) == SagaStatus.COMMITTED.value
+        if r.kind == "step.intent" and ends.get(r.saga or "") == SagaStatus.COMMITTED.value
     }
     assert not (refunds & committed_keys), "a committed saga's charge was refunded"
     assert charges - committed_keys <= refunds, (
