@@ -10,10 +10,17 @@ DEFAULT_HOME = ".agent-saga"
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
-    """The agent-saga home: ``home`` if given, else ``$AGENT_SAGA_HOME``, else ``./.agent-saga``."""
+    """The agent-saga home.
+
+    In order: ``home`` if given; ``$AGENT_SAGA_HOME``; ``home`` in the project's configuration
+    (``agent-saga.toml`` or ``[tool.agent-saga]`` in ``pyproject.toml``); ``./.agent-saga``.
+    """
     if home is not None:
         return Path(home)
     env = os.environ.get(HOME_ENV)
     if env:
         return Path(env)
-    return Path.cwd() / DEFAULT_HOME
+    from ._config import find_config  # deferred: only a call without a home reads files
+
+    configured = find_config().home
+    return configured if configured is not None else Path.cwd() / DEFAULT_HOME
