@@ -49,7 +49,7 @@ def test_demo_then_inspect_then_tamper(tmp_path: Path) -> None:
     replay = agent_saga("replay", saga_id, cwd=tmp_path)
     assert replay.returncode == 0, replay.stderr
     assert "refused by max_value" in replay.stdout
-    assert "payments.refund (by name) -> compensated" in replay.stdout
+    assert "demo.payments.refund (by name) -> compensated" in replay.stdout
     assert "final status  rolled_back" in replay.stdout
 
     again = agent_saga("demo", cwd=tmp_path)

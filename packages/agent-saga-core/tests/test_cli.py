@@ -207,7 +207,7 @@ def test_replay_shows_a_refusal_with_rule_and_reason(tmp_path: Path) -> None:
     (saga_id,) = saga_ids(home)
     result = run(home, "replay", saga_id)
     assert "refused by max_value: amount=31900 exceeds the cap of 500.0" in result.stdout
-    assert "payments.refund (by name) -> compensated" in result.stdout
+    assert "demo.payments.refund (by name) -> compensated" in result.stdout
 
 
 def test_unknown_and_ambiguous_ids_are_one_line_usage_errors(tmp_path: Path) -> None:

@@ -5,8 +5,10 @@ cap and is refused with a reason it can act on, corrects itself and is charged o
 hotel booking fails; the transaction rolls back, refunding and releasing in reverse order.
 
 The services are in-memory fakes with counters (the witnesses: "charged once, refunded once").
-Tools and compensators are declared at module level under stable names, so importing this
-module twice or running the demo twice in one process registers nothing new. The compensators
+Tools and compensators are declared at module level under stable names in a ``demo.`` namespace
+(``demo.payments.charge``, ``demo.payments.refund``, ...), so running the demo twice in one
+process registers nothing new, and a process that also declares its own ``payments.refund``
+(a README example, the user's code) does not collide with the demo's. The compensators
 reach the services of the run in progress through a context variable; outside a run they raise.
 """
 
@@ -28,7 +30,7 @@ from .._gate import MaxValue
 from .._kit import AgentKit
 from .._records import SagaStatus
 from .._semantics import Semantics
-from .._tool import tool
+from .._tool import tool, tool_spec
 from ._logfile import log_path, verify_log
 
 CHARGE_CAP = 500.0
@@ -138,36 +140,40 @@ def _running(world: TravelWorld) -> Iterator[None]:
 # -- the tools and their compensators, under stable names -------------------------------------
 
 
-@compensator("airline.release")
+@compensator("demo.airline.release")
 def release_seat(result: dict[str, str]) -> None:
     _world().airline.release(result)
 
 
-@compensator("payments.refund")
+@compensator("demo.payments.refund")
 def refund_charge(result: dict[str, Any], idempotency_key: str) -> None:
     _world().payments.refund(result, idempotency_key)
 
 
-@compensator("hotel.cancel")
+@compensator("demo.hotel.cancel")
 def cancel_hotel(result: dict[str, Any]) -> None:
     _world().hotels.cancel(result)
 
 
-@tool(name="airline.reserve", semantics=Semantics.COMPENSABLE, compensate="airline.release")
+@tool(
+    name="demo.airline.reserve", semantics=Semantics.COMPENSABLE, compensate="demo.airline.release"
+)
 def reserve_flight(flight: str, passenger: str, idempotency_key: str = "") -> dict[str, str]:
-    """Hold a seat; released by ``airline.release``."""
+    """Hold a seat; released by ``demo.airline.release``."""
     return _world().airline.reserve(flight, passenger, idempotency_key)
 
 
-@tool(name="payments.charge", semantics=Semantics.COMPENSABLE, compensate="payments.refund")
+@tool(
+    name="demo.payments.charge", semantics=Semantics.COMPENSABLE, compensate="demo.payments.refund"
+)
 def charge_card(amount: float, currency: str, card: str, idempotency_key: str = "") -> Any:
-    """Charge a card once per idempotency key; undone by ``payments.refund``."""
+    """Charge a card once per idempotency key; undone by ``demo.payments.refund``."""
     return _world().payments.charge(amount, currency, card, idempotency_key)
 
 
-@tool(name="hotel.book", semantics=Semantics.COMPENSABLE, compensate="hotel.cancel")
+@tool(name="demo.hotel.book", semantics=Semantics.COMPENSABLE, compensate="demo.hotel.cancel")
 def book_hotel(hotel: str, nights: int) -> dict[str, Any]:
-    """Book a room; cancelled by ``hotel.cancel``."""
+    """Book a room; cancelled by ``demo.hotel.cancel``."""
     return _world().hotels.book(hotel, nights)
 
 
@@ -179,25 +185,26 @@ class PlannedCall:
     """One call the agent makes, and how it corrects the call if the gate refuses it."""
 
     tool: Callable[..., Any]
-    name: str
     kwargs: dict[str, Any]
     fix: dict[str, Any] | None = None
     fix_note: str = ""
 
 
 PLAN = (
-    PlannedCall(
-        reserve_flight, "airline.reserve", {"flight": "AS-101 LIS-AMS", "passenger": "Ada Lovelace"}
-    ),
+    PlannedCall(reserve_flight, {"flight": "AS-101 LIS-AMS", "passenger": "Ada Lovelace"}),
     PlannedCall(
         charge_card,
-        "payments.charge",
         {"amount": 31900, "currency": "EUR", "card": "visa-4242"},
         fix={"amount": 319.0},
         fix_note="it sent cents; retries with amount=319.0",
     ),
-    PlannedCall(book_hotel, "hotel.book", {"hotel": "Canal View", "nights": 2}),
+    PlannedCall(book_hotel, {"hotel": "Canal View", "nights": 2}),
 )
+
+
+def _tool_name(func: Callable[..., Any]) -> str:
+    spec = tool_spec(func)
+    return spec.name if spec is not None else func.__name__
 
 
 class _Story:
@@ -214,7 +221,7 @@ class _Story:
         args = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
         self.console.print(
             Text(f"  {self.calls} agent     ", style="bold").append(
-                f"{planned.name}({args})", style=""
+                f"{_tool_name(planned.tool)}({args})", style=""
             )
         )
         return planned.tool(**kwargs)
@@ -244,7 +251,7 @@ def run_demo(console: Console, home: Path, *, command_prefix: str = "agent-saga 
     """
     story = _Story(console)
     world = TravelWorld(Airline(story.say), Payments(story.say), Hotels(story.say))
-    cap = MaxValue(CHARGE_CAP, path="amount", tools=frozenset({"payments.charge"}))
+    cap = MaxValue(CHARGE_CAP, path="amount", tools=frozenset({"demo.payments.charge"}))
     saga_id = ""
     outcome: SagaRolledBack | None = None
     with AgentKit(home=home, rules=[cap]) as kit, _running(world):
