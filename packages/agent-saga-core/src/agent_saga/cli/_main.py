@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +130,7 @@ def demo(settings: Settings) -> None:
     """
     from ._demo import run_demo
 
-    hint = f"--home {settings.home} " if settings.home_given else ""
+    hint = f"--home {shlex.quote(str(settings.home))} " if settings.home_given else ""
     code = run_demo(settings.console, settings.home, command_prefix=f"agent-saga {hint}")
     if code:
         raise SystemExit(code)
