@@ -98,7 +98,10 @@ class _Group(click.Group):
     "--home",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="The agent-saga home (log, kill switch). Default: $AGENT_SAGA_HOME, else ./.agent-saga.",
+    help=(
+        "The agent-saga home (log, kill switch). Default: $AGENT_SAGA_HOME, then 'home' in "
+        "agent-saga.toml or [tool.agent-saga], else ./.agent-saga."
+    ),
 )
 @click.option("--no-color", is_flag=True, help="Plain text output (NO_COLOR is honoured too).")
 @click.version_option(__version__, prog_name="agent-saga")
