@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from agent_saga import default_kit, use_kit
+from agent_saga import AgentKit, use_kit
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
@@ -32,7 +32,7 @@ def test_readme_has_python_blocks() -> None:
 
 def test_readme_blocks_run_and_print_what_they_claim(tmp_path: Path) -> None:
     namespace: dict[str, object] = {"__name__": "readme"}
-    kit = default_kit()  # the default store in the test's own home
+    kit = AgentKit()  # the default durable store, in this test's own home ($AGENT_SAGA_HOME)
     with use_kit(kit):
         for code, expected in python_blocks():
             buffer = io.StringIO()
@@ -42,6 +42,7 @@ def test_readme_blocks_run_and_print_what_they_claim(tmp_path: Path) -> None:
                 assert buffer.getvalue() == expected, code
     assert kit.verify().ok
     assert (tmp_path / "home" / "log.jsonl").exists()
+    kit.close()
 
 
 def test_readme_names_the_two_commands() -> None:

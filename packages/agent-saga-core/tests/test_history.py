@@ -224,7 +224,7 @@ def test_saga_less_events_halt_refused_start_resume(kit: AgentKit) -> None:
     assert history.sagas == ()
     assert [(e.kind, e.reason, e.rule, e.saga_name) for e in history.events] == [
         ("control.halt", "incident 42", None, None),
-        ("gate.refused", "halted: incident 42", "kill_switch", "blocked"),
+        ("gate.refused", "incident 42", "kill_switch", "blocked"),
         ("control.resume", None, None, None),
     ]
     assert history.records == 3

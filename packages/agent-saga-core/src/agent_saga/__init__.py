@@ -18,8 +18,16 @@ from ._errors import (
     SagaRolledBack,
     StoreFailedError,
 )
-from ._filestore import FileLogStore, verify_file
+from ._filestore import FileLogStore, read_log, verify_file
 from ._gate import Allow, Decision, Deny, DenyTools, Gate, MaxValue, RequireApproval, Rule, ToolCall
+from ._history import (
+    CompensationState,
+    SagaView,
+    StepOutcome,
+    StepView,
+    build_history,
+    find_saga,
+)
 from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
 from ._kit import AgentKit, default_kit, saga_scope, use_kit
 from ._manifest import Status
@@ -44,6 +52,7 @@ __all__ = [
     "ArgumentsRefused",
     "COMPENSABLE",
     "CompensationFailure",
+    "CompensationState",
     "CompensatorRegistry",
     "ConfigurationError",
     "CorruptLogError",
@@ -76,21 +85,27 @@ __all__ = [
     "Saga",
     "SagaRolledBack",
     "SagaStatus",
+    "SagaView",
     "Semantics",
     "SequentialIds",
     "Status",
+    "StepOutcome",
     "StepRecovery",
     "StepRef",
+    "StepView",
     "StoreFailedError",
     "SystemClock",
     "ToolCall",
     "Transaction",
     "VerifyReport",
     "__version__",
+    "build_history",
     "compensator",
     "current_saga",
     "default_kit",
+    "find_saga",
     "idempotency_key",
+    "read_log",
     "recover",
     "saga_scope",
     "tool",

@@ -45,6 +45,7 @@ class HaltedError(GateRefused):
 
     def __init__(self, tool: str, reason: str) -> None:
         super().__init__(tool, "kill_switch", reason)
+        self.args = (f"{tool}: halted: {reason}",)
 
 
 class SagaRolledBack(AgentSagaError):

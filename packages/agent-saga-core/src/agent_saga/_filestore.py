@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import threading
@@ -479,11 +480,34 @@ def _write_fully(fs: FileSystem, fd: int, data: bytes, offset: int | None = None
     return done
 
 
+def _batch_boundary(path: Path, fd: int, fs: FileSystem) -> int:
+    """The log's size at a moment no writer is mid-batch (a shared lock on ``log.lock``).
+
+    Writers hold ``log.lock`` exclusively for a whole batch, so the size read under the shared
+    lock ends on a record boundary; the bytes before it never change. The lock is released at
+    once: readers never hold up writers for longer than a ``stat``.
+    """
+    lock_path = path.parent / LOCK_NAME
+    if fs is not _OS or not lock_path.exists():
+        return fs.size(fd)
+    lock_fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_SH)
+        return fs.size(fd)
+    finally:
+        os.close(lock_fd)
+
+
+def _open_for_reading(path: Path, fs: FileSystem) -> int:
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC) if fs is _OS else fs.open_rw(str(path))
+
+
 def iter_log(
     path: Path, chain: Chain | None = None, fs: FileSystem = _OS
 ) -> Iterator[tuple[int, Record]]:
     """``(offset, record)`` for each record of the log at ``path``, verified while read.
 
+    Read-only: creates nothing, repairs nothing, takes no lock a writer waits on for long.
     Memory stays bounded by the maximum record size whatever the file holds.
 
     Raises:
@@ -491,12 +515,24 @@ def iter_log(
     """
     if not fs.exists(str(path)):
         return
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if fs is _OS else fs.open_rw(str(path))
+    fd = _open_for_reading(path, fs)
     try:
-        for offset, _, record in walk(fs, fd, chain or Chain(), str(path)):
+        end = _batch_boundary(path, fd, fs)
+        for offset, _, record in walk(fs, fd, chain or Chain(), str(path), end=end):
             yield offset, record
     finally:
         fs.close(fd)
+
+
+def read_log(path: str | os.PathLike[str], *, key: bytes | None = None) -> Iterator[Record]:
+    """The verified records of a log file, read-only (see :func:`iter_log`).
+
+    ``path`` is the log file or the agent-saga home holding ``log.jsonl``.
+    """
+    target = Path(path)
+    if target.is_dir():
+        target = target / LOG_NAME
+    return (record for _, record in iter_log(target, Chain(key)))
 
 
 def verify_file(path: Path, chain: Chain | None = None, fs: FileSystem = _OS) -> VerifyReport:
@@ -504,11 +540,11 @@ def verify_file(path: Path, chain: Chain | None = None, fs: FileSystem = _OS) ->
     if not fs.exists(str(path)):
         return VerifyReport(True, 0, None, GENESIS)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if fs is _OS else fs.open_rw(str(path))
+        fd = _open_for_reading(path, fs)
     except OSError as exc:
         return VerifyReport(False, 0, CorruptLogError(str(path), 0, f"unreadable: {exc}"), GENESIS)
     try:
-        tail = scan(fs, fd, chain or Chain(), str(path))
+        tail = scan(fs, fd, chain or Chain(), str(path), end=_batch_boundary(path, fd, fs))
     except OSError as exc:
         error = CorruptLogError(str(path), 0, f"unreadable: {exc}")
         return VerifyReport(False, 0, error, GENESIS)

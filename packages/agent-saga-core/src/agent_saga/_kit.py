@@ -155,9 +155,9 @@ class AgentKit:
         self._control(Kind.HALT, {"reason": reason})
 
     def resume(self) -> None:
-        """Release the kill switch."""
-        self.runtime.kill_switch.resume()
+        """Release the kill switch (after its record is durable, so no release goes unlogged)."""
         self._control(Kind.RESUME, {})
+        self.runtime.kill_switch.resume()
 
     def _control(self, kind: Kind, data: dict[str, Any]) -> None:
         entry = Entry(kind.value, None, data, int(self.runtime.clock.now() * 1000))

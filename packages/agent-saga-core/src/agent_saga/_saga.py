@@ -174,7 +174,7 @@ class Saga:
         spec, ref = step.spec, step.ref
         halt = self.runtime.kill_switch.state()
         if halt.halted:
-            self._refuse(ref, jsonable_args, "kill_switch", f"halted: {halt.reason}")
+            self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
         call = ToolCall(spec.name, spec.semantics, step.args, self.id, ref.ordinal)
         decision = self.runtime.gate.evaluate(call)
         if isinstance(decision, Deny):

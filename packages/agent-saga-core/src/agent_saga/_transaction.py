@@ -58,14 +58,14 @@ class Transaction:
         name = self.name or "transaction"
         halt = runtime.kill_switch.state()
         if halt.halted:
-            reason = f"halted: {halt.reason}"
+            reason = halt.reason
             entry = Entry(
                 Kind.GATE_REFUSED.value,
                 None,
                 {"saga_name": name, "rule": "kill_switch", "reason": reason, "tool": None},
                 int(runtime.clock.now() * 1000),
             )
-            runtime.store.append([entry], sync=False)
+            runtime.store.append([entry], sync=True)
             raise HaltedError(f"transaction {name!r}", reason)
         saga = Saga(runtime, runtime.ids.new_id(), name)
         saga.begin()
