@@ -56,6 +56,7 @@ def test_sinks_satisfy_the_protocol(tmp_path: Path) -> None:
 def test_kit_on_a_sink_rolls_back_and_survives_restart(tmp_path: Path) -> None:
     sink = SqliteSink(tmp_path / "edge.sqlite")
     undone: list[int] = []
+
     def back(result: int) -> None:
         undone.append(result)
 
