@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
+from json import loads as _loads
 from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non-ASCII
 from typing import Any, NamedTuple
 
-from ._codec import CodecError, canonical, decode
+from ._codec import CodecError, canonical
 from ._records import GENESIS, RECORD_VERSION, Entry, Record
 
 MAX_RECORD_BYTES = 4 * 1024 * 1024
 """Records larger than this are refused on write and treated as corrupt on read."""
 
 _KEYS = frozenset({"data", "hash", "kind", "prev", "saga", "seq", "ts", "v"})
-_HEX = frozenset("0123456789abcdef")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def _tail(kind: str, prev: str, saga: str | None, seq: int, ts: int) -> bytes:
@@ -54,6 +56,13 @@ class Chain:
     @property
     def keyed(self) -> bool:
         return self.key is not None
+
+    def hasher(self, prev_hex: bytes) -> Any:
+        """A hash object already fed the previous record's hash (for incremental hashing)."""
+        prev = bytes.fromhex(prev_hex.decode("ascii"))
+        if self.key is None:
+            return hashlib.sha256(prev)
+        return hmac.new(self.key, prev, hashlib.sha256)
 
     def digest(self, prev: str, body: bytes) -> str:
         message = bytes.fromhex(prev) + body
@@ -91,9 +100,12 @@ def parse_line(chain: Chain, line: bytes, expect_seq: int, expect_prev: str) -> 
     if len(line) >= MAX_RECORD_BYTES:
         return ChainBreak(f"record longer than {MAX_RECORD_BYTES} bytes")
     try:
-        obj = decode(line)
-    except CodecError as exc:
-        return ChainBreak(f"not valid JSON: {exc}")
+        # The fast C parser is enough here: the bytes must also equal the record's canonical
+        # encoding (checked below), which a duplicate key, a NaN or any non-canonical spelling
+        # cannot pass.
+        obj = _loads(line)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return ChainBreak(f"not valid JSON: {str(exc)[:200]}")
     if not isinstance(obj, dict):
         return ChainBreak("not a JSON object")
     return check_object(chain, obj, expect_seq, expect_prev, stored=line)
@@ -119,11 +131,11 @@ def check_object(
         return ChainBreak("kind must be a string and saga a string or null")
     if not isinstance(data, dict):
         return ChainBreak("data must be an object")
-    if not _is_hex64(prev) or not _is_hex64(digest):
-        return ChainBreak("prev and hash must be 64 lowercase hex digits")
+    if not _is_hex64(digest):
+        return ChainBreak("hash must be 64 lowercase hex digits")
     if seq != expect_seq:
         return ChainBreak(f"seq {seq} where {expect_seq} was expected")
-    if prev != expect_prev:
+    if prev != expect_prev:  # expect_prev is known-good hex, so this also checks the form
         return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
     try:
         data_bytes = canonical(data)
@@ -137,8 +149,47 @@ def check_object(
     return Record(seq, ts, kind, saga, data, prev, digest)
 
 
+_TAIL = re.compile(
+    rb',"kind":"(?:[^"\\\x00-\x1f]|\\.)*","prev":"([0-9a-f]{64})",'
+    rb'"saga":(?:null|"(?:[^"\\\x00-\x1f]|\\.)*"),"seq":(0|[1-9][0-9]{0,18}),'
+    rb'"ts":-?(?:0|[1-9][0-9]{0,18}),"v":1\}'
+)
+_HASH_FIELD = b',"hash":"'
+
+
+def check_line_fast(
+    chain: Chain, line: bytes, expect_seq: int, expect_prev: bytes
+) -> tuple[int, bytes] | ChainBreak:
+    """Check a stored line's framing, chain position and hash without decoding ``data``.
+
+    ``expect_prev`` is the previous record's hash as ASCII hex bytes. The hash covers the
+    stored bytes, so any change to them is caught here; the fields after ``data`` must be in
+    their canonical form. Reading a record (:func:`parse_line`) additionally checks that
+    ``data`` is canonical JSON. Returns ``(seq, hash as ASCII hex bytes)``.
+    """
+    cut = line.rfind(_HASH_FIELD)  # the top-level field: inside strings quotes are escaped
+    if cut < 9 or not line.startswith(b'{"data":{'):
+        return ChainBreak("not a record")
+    found = _TAIL.fullmatch(line, cut + 74)
+    if found is None or line[cut + 73 : cut + 74] != b'"':
+        return ChainBreak("record fields are not in canonical form")
+    seq = int(found.group(2))
+    if seq != expect_seq:
+        return ChainBreak(f"seq {seq} where {expect_seq} was expected")
+    if found.group(1) != expect_prev:
+        return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
+    view = memoryview(line)
+    hasher = chain.hasher(expect_prev)
+    hasher.update(view[:cut])
+    hasher.update(view[cut + 74 :])
+    computed = hasher.hexdigest().encode()
+    if computed != line[cut + 9 : cut + 73]:
+        return ChainBreak("hash does not match the record's contents")
+    return seq, computed
+
+
 def _is_hex64(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
+    return type(value) is str and len(value) == 64 and _HEX64.fullmatch(value) is not None
 
 
-__all__ = ["GENESIS", "Chain", "ChainBreak", "check_object", "parse_line"]
+__all__ = ["GENESIS", "Chain", "ChainBreak", "check_line_fast", "check_object", "parse_line"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from ._chain import _KEYS, MAX_RECORD_BYTES, Chain, ChainBreak, parse_line
+from ._chain import _KEYS, MAX_RECORD_BYTES, Chain, ChainBreak, check_line_fast, parse_line
 from ._codec import CodecError, decode
 from ._errors import CorruptLogError
 from ._fs import FileSystem
@@ -108,18 +108,37 @@ def scan(
 ) -> Tail:
     """Verify records from byte ``start`` (which follows record ``seq`` with hash ``prev``).
 
-    Stops at the first defect and reports it in :attr:`Tail.damage`; never raises for content.
+    Checks framing, ``seq``, the ``prev`` links and every hash over the stored bytes (see
+    :func:`check_line_fast`); stops at the first defect and reports it in
+    :attr:`Tail.damage`. Never raises for content.
     """
     size = fs.size(fd) if end is None else end
-    count, position = 0, start
-    try:
-        for offset, length, record in walk(
-            fs, fd, chain, where, start=start, seq=seq, prev=prev, end=size
-        ):
-            count, seq, prev, position = count + 1, record.seq, record.hash, offset + length
-    except CorruptLogError as damage:
-        return Tail(count, seq, prev, position, size, damage)
-    return Tail(count, seq, prev, position, size, None)
+    count, position, last = 0, start, prev.encode("ascii")
+    pending, read_to = b"", start
+
+    def broken(reason: str) -> Tail:
+        damage = CorruptLogError(where, position, reason, seq + 1)
+        return Tail(count, seq, last.decode(), position, size, damage)
+
+    while read_to < size:
+        chunk = fs.pread(fd, min(CHUNK, size - read_to), read_to)
+        if not chunk:
+            break
+        read_to += len(chunk)
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()  # the piece after the last newline (usually empty)
+        for line in lines:
+            if len(line) >= MAX_RECORD_BYTES:
+                return broken(f"record longer than {MAX_RECORD_BYTES} bytes")
+            result = check_line_fast(chain, line, seq + 1, last)
+            if isinstance(result, ChainBreak):
+                return broken(result.reason)
+            count, (seq, last), position = count + 1, result, position + len(line) + 1
+        if len(pending) > MAX_RECORD_BYTES:
+            return broken(f"record longer than {MAX_RECORD_BYTES} bytes")
+    if pending or position < size:
+        return broken("incomplete final record (no newline)")
+    return Tail(count, seq, last.decode(), position, size, None)
 
 
 def looks_like_record_after(fs: FileSystem, fd: int, start: int, end: int) -> int | None:
