@@ -290,6 +290,20 @@ def test_a_deleted_row_or_a_changed_hash_column_is_found(
     assert "missing" in error.reason
 
 
+def test_sync_refuses_when_an_unflushed_record_is_gone(
+    pg_url: str, schema: str, store: PostgresLogStore
+) -> None:
+    # What a server crash before the WAL flush would leave: the commit acknowledged without
+    # sync is not there when the flush comes.
+    store.append([entry(1)], sync=False)
+    sql_exec(pg_url, "DELETE FROM {s}.records WHERE seq = 1", schema)
+    with pytest.raises(StoreFailedError, match="no longer stored"):
+        store.sync()
+    with pytest.raises(StoreFailedError):
+        store.append([entry(2)], sync=True)
+    assert store.health()[0].startswith("log store failed")
+
+
 def test_facts_and_health_come_from_the_server(
     pg_url: str, schema: str, store: PostgresLogStore
 ) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ._errors import StoreFailedError
 from ._killswitch import HaltState
-from ._pgsession import (
+from ._pgfleet import (
     DEFAULT_SCHEMA,
     PgSession,
     check_schema_name,
@@ -25,7 +25,7 @@ from ._pgsession import (
 if TYPE_CHECKING:
     from psycopg.sql import Composed
 
-    from ._pgsession import PgConnection
+    from ._pgfleet import PgConnection
 
 _NOT_HALTED = HaltState(halted=False)
 

@@ -6,8 +6,10 @@ Durability protocol (what is true when a call returns):
   canonical bytes :meth:`Chain.seal` produced, so verification is byte-exact.
 * ``append`` seals and inserts a batch in one transaction holding a transaction-scoped advisory
   lock, so writers on any host continue one chain from its current tail; ``seq`` is the primary
-  key, global and gap-free (an aborted transaction inserts nothing). That transaction commits
-  with ``synchronous_commit = off``, so the lock is not held across the WAL flush.
+  key, global and gap-free (an aborted transaction inserts nothing). The transaction first takes
+  a share lock on this owner's row, so once another host has declared the owner dead (deleted
+  its expired row) no append of that owner can commit. It commits with
+  ``synchronous_commit = off``, so the lock is not held across the WAL flush.
 * ``append(..., sync=True)`` and ``sync()`` then commit a write (this owner's heartbeat) with
   ``synchronous_commit = on``, which returns only once the server has flushed its WAL up to that
   commit, and so past every record appended before it; the same statement checks that the last
@@ -22,23 +24,26 @@ psycopg is imported inside the functions that need it, so importing this module 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._chain import Chain, ChainBreak, parse_line
 from ._errors import ConfigurationError, CorruptLogError, StoreFailedError
-from ._pgsession import (
+from ._pgfleet import (
     DEFAULT_SCHEMA,
+    FleetOwner,
+    OwnerExpired,
     PgSession,
+    PostgresLease,
     check_schema_name,
     display_url,
+    durability_problems,
     ensure_schema,
     lock_key,
     one_line,
     require_psycopg,
+    server_settings,
 )
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
@@ -46,44 +51,31 @@ from ._store import VerifyReport
 if TYPE_CHECKING:
     from psycopg.sql import Composed
 
-    from ._pgsession import PgConnection
+    from ._pgfleet import PgConnection
 
 DEFAULT_OWNER_TTL = 15.0
 _PAGE = 1000
-_DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply", "local"})
 
 
-def _queries(schema: str) -> dict[str, Composed]:
+def _queries(schema: str, owner_id: str) -> dict[str, Composed]:
     from psycopg import sql
 
     text = {
-        "tail": "SELECT seq, hash FROM {s}.records ORDER BY seq DESC LIMIT 1",
-        "insert": "INSERT INTO {s}.records (seq, hash, line) VALUES (%s, %s, %s)",
+        # One message, one snapshot per statement: the tail is read once the lock is granted.
+        "begin": "BEGIN; SET LOCAL synchronous_commit = off;"
+        " SELECT 1 FROM {s}.owners WHERE owner_id = {o} AND expires_at > clock_timestamp()"
+        " FOR KEY SHARE; SELECT pg_advisory_xact_lock({k});"
+        " SELECT seq, hash FROM {s}.records ORDER BY seq DESC LIMIT 1",
+        "insert": "INSERT INTO {s}.records (seq, hash, line) VALUES ",
+        "last": "SELECT seq, hash, line FROM {s}.records ORDER BY seq DESC LIMIT 1",
         "page": "SELECT seq, hash, line FROM {s}.records WHERE seq > %s ORDER BY seq LIMIT %s",
-        "register": "INSERT INTO {s}.owners (owner_id, host, pid, expires_at)"
-        " VALUES (%s, %s, %s, clock_timestamp() + make_interval(secs => %s))",
-        "beat": "UPDATE {s}.owners SET expires_at = clock_timestamp() + make_interval(secs => %s)"
-        " WHERE owner_id = %s AND expires_at > clock_timestamp()"
-        " RETURNING (SELECT hash FROM {s}.records WHERE seq = %s)",
-        "alive": "WITH gone AS (DELETE FROM {s}.owners WHERE owner_id = %(o)s"
-        " AND expires_at <= clock_timestamp() RETURNING 1)"
-        " SELECT EXISTS (SELECT 1 FROM {s}.owners WHERE owner_id = %(o)s)"
-        " AND NOT EXISTS (SELECT 1 FROM gone)",
-        "take": "INSERT INTO {s}.leases (name, holder, token, expires_at)"
-        " VALUES (%s, %s, %s, clock_timestamp() + make_interval(secs => %s))"
-        " ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token,"
-        " expires_at = EXCLUDED.expires_at WHERE leases.expires_at <= clock_timestamp()"
-        " RETURNING token",
-        "give_back": "DELETE FROM {s}.leases WHERE name = %s AND token = %s",
-        "drop_owner": "DELETE FROM {s}.owners WHERE owner_id = %s",
-        "drop_leases": "DELETE FROM {s}.leases WHERE holder = %s",
     }
-    ident = sql.Identifier(schema)
-    return {name: sql.SQL(q).format(s=ident) for name, q in text.items()}
-
-
-class _OwnerLost(Exception):
-    pass
+    names = {
+        "s": sql.Identifier(schema),
+        "o": sql.Literal(owner_id),
+        "k": sql.Literal(lock_key(schema, "append")),
+    }
+    return {name: sql.SQL(q).format(**names) for name, q in text.items()}
 
 
 class _NotSent(Exception):
@@ -127,14 +119,13 @@ class PostgresLogStore:
         if owner_ttl <= 0:
             raise ConfigurationError("owner_ttl must be positive")
         self.schema = check_schema_name(schema)
-        self._ttl = owner_ttl
         self.where = f"{display_url(url)} schema {schema}"
         self._chain = Chain(key)
-        self._q = _queries(schema)
-        self._append_key = lock_key(schema, "append")
-        self.owner_id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(6).hex()}"
         self._main = PgSession(url, connect_timeout)  # appends, reads, leases
         self._flusher = PgSession(url, connect_timeout)  # flushes and heartbeats
+        self._owner = FleetOwner(self._main, self._flusher, schema, owner_ttl)
+        self.owner_id = self._owner.id
+        self._q = _queries(schema, self.owner_id)
         self._sync_cond = threading.Condition()
         self._failed: BaseException | None = None
         self._closed = False
@@ -147,8 +138,7 @@ class PostgresLogStore:
                 conn = self._main.connection()
                 ensure_schema(conn, schema)
                 self._check_tail(conn)
-                host, pid = socket.gethostname(), os.getpid()
-                conn.execute(self._q["register"], (self.owner_id, host, pid, owner_ttl))
+                self._owner.register(conn)
             self._flusher.query("SELECT 1")
         except psycopg.Error as exc:
             self._close_sessions()
@@ -179,7 +169,7 @@ class PostgresLogStore:
                     out = self._insert(self._main.connection(), entries)
                 except _NotSent:
                     out = self._insert(self._main.connection(), entries)
-            except (_OwnerLost, _NotSent, psycopg.Error) as exc:
+            except (OwnerExpired, _NotSent, psycopg.Error) as exc:
                 self._fail(exc)
                 raise StoreFailedError(f"{self.where}: append failed: {exc}") from exc
             if out:
@@ -190,32 +180,45 @@ class PostgresLogStore:
         return out
 
     def _insert(self, conn: PgConnection, entries: Sequence[Entry]) -> list[Record]:
+        """Two round trips: open, fence, lock and read the tail; then insert and commit.
+
+        The statements travel as literals in the simple protocol, several to a message, each
+        with its own snapshot, so the tail is read after the lock is granted.
+        """
         import psycopg
+        from psycopg import sql
 
         out: list[Record] = []
         committing = False
         try:
-            with conn.pipeline(), conn.transaction():
-                conn.execute("SET LOCAL synchronous_commit = off")
-                fence = conn.execute(self._q["beat"], (self._ttl, self.owner_id, 0))
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
-                tail = conn.execute(self._q["tail"]).fetchone()
-                if fence.rowcount != 1:
-                    raise _OwnerLost(f"owner {self.owner_id} expired; reopen the store")
-                seq, prev = (int(tail[0]), str(tail[1])) if tail else (0, GENESIS)
-                rows: list[tuple[int, str, bytes]] = []
-                for entry in entries:
-                    seq += 1
-                    record, line = self._chain.seal(entry, seq, prev)
-                    out.append(record)
-                    rows.append((seq, record.hash, line[:-1]))
-                    prev = record.hash
-                if rows:
-                    conn.cursor().executemany(self._q["insert"], rows)
-                committing = True
-        except psycopg.OperationalError as exc:
-            if not committing and conn.broken:
-                raise _NotSent(str(exc)) from exc
+            cursor = conn.execute(self._q["begin"], prepare=False)
+            fenced = [cursor.rowcount]
+            while cursor.nextset():
+                fenced.append(cursor.rowcount)
+            tail = cursor.fetchone()
+            if fenced[2] != 1:  # BEGIN, SET, the owner row, the lock, the tail
+                raise OwnerExpired(f"owner {self.owner_id} expired; reopen the store")
+            seq, prev = (int(tail[0]), str(tail[1])) if tail else (0, GENESIS)
+            rows: list[sql.Composable] = []
+            for entry in entries:
+                seq += 1
+                record, line = self._chain.seal(entry, seq, prev)
+                out.append(record)
+                values = (seq, record.hash, line[:-1])
+                rows.append(sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Literal, values))))
+                prev = record.hash
+            if not rows:
+                conn.execute("ROLLBACK")
+                return out
+            committing = True
+            insert = self._q["insert"] + sql.SQL(", ").join(rows) + sql.SQL("; COMMIT")
+            conn.execute(insert, prepare=False)
+        except BaseException as exc:
+            if conn.broken:
+                if not committing and isinstance(exc, psycopg.OperationalError):
+                    raise _NotSent(str(exc)) from exc
+            elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
             raise
         return out
 
@@ -251,18 +254,16 @@ class PostgresLogStore:
     def _flush(self, upto: tuple[int, str]) -> None:
         """Commit a heartbeat synchronously; the record ``upto`` must still be stored."""
         seq, digest = upto
-        rows = self._flusher.query(self._q["beat"], (self._ttl, self.owner_id, seq))
-        if not rows:
-            raise _OwnerLost(f"owner {self.owner_id} expired; reopen the store")
-        if seq and rows[0][0] != digest:
+        stored = self._owner.beat(seq)
+        if seq and stored != digest:
             raise StoreFailedError(f"record {seq} appended by this store is no longer stored")
 
     def _heartbeat(self) -> None:
         """Refresh the owner row every third of its ttl; a broken connection is replaced."""
-        while not self._stop.wait(self._ttl / 3):
+        while not self._stop.wait(self._owner.ttl / 3):
             try:
                 self._flush((0, GENESIS))
-            except _OwnerLost as exc:
+            except OwnerExpired as exc:
                 self._fail(exc)
                 return
             except Exception as exc:
@@ -291,10 +292,7 @@ class PostgresLogStore:
     # -- reading ------------------------------------------------------------------------------
 
     def _check_tail(self, conn: PgConnection) -> None:
-        from psycopg import sql
-
-        query = sql.SQL("SELECT seq, hash, line FROM {s}.records ORDER BY seq DESC LIMIT 1")
-        row = conn.execute(query.format(s=sql.Identifier(self.schema))).fetchone()
+        row = conn.execute(self._q["last"]).fetchone()
         if row is None:
             return
         seq, digest, line = int(row[0]), str(row[1]), bytes(row[2])
@@ -365,32 +363,9 @@ class PostgresLogStore:
     # -- facts --------------------------------------------------------------------------------
 
     def _settings(self) -> dict[str, str]:
-        query = (
-            "SELECT current_setting('server_version'), current_setting('fsync'),"
-            " current_setting('full_page_writes'),"
-            " (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit')"
-        )
-        row = self._query(query)[0]
-        effective = self._flusher.query("SHOW synchronous_commit")[0]
-        return {
-            "server_version": str(row[0]),
-            "fsync": str(row[1]),
-            "full_page_writes": str(row[2]),
-            "server_synchronous_commit": str(row[3]),
-            "flush_synchronous_commit": str(effective[0]),
-        }
-
-    @staticmethod
-    def _unsafe(settings: dict[str, str]) -> list[str]:
-        problems = []
-        if settings["fsync"] != "on":
-            problems.append("server has fsync=off: committed records may be lost in a crash")
-        if settings["full_page_writes"] != "on":
-            problems.append("server has full_page_writes=off: a power loss may tear pages")
-        if settings["flush_synchronous_commit"] not in _DURABLE_COMMIT:
-            commit = settings["flush_synchronous_commit"]
-            problems.append(f"flush connection has synchronous_commit={commit}")
-        return problems
+        if self._closed:
+            raise StoreFailedError(f"{self.where}: store is closed")
+        return server_settings(self._main, self._flusher)
 
     def health(self) -> list[str]:
         """Problems that make the store unfit to log an effect now; never raises."""
@@ -402,7 +377,7 @@ class PostgresLogStore:
         if self._beat_error is not None:
             problems.append(f"owner heartbeat failing: {one_line(self._beat_error)}")
         try:
-            problems.extend(self._unsafe(self._settings()))
+            problems.extend(durability_problems(self._settings()))
         except (psycopg.Error, StoreFailedError) as exc:
             problems.append(f"PostgreSQL server cannot be read ({self.where}): {one_line(exc)}")
         return problems
@@ -416,7 +391,7 @@ class PostgresLogStore:
             "where": self.where,
             "group_commit": True,
             "multi_process": "transaction-scoped advisory lock per batch; any host",
-            "owner_liveness": f"heartbeat row, ttl {self._ttl:g} s",
+            "owner_liveness": f"heartbeat row, ttl {self._owner.ttl:g} s",
             "leases": "row with expiry, taken by INSERT ... ON CONFLICT",
             "verified_on_open": "tail record only",
             "keyed_chain": self._chain.keyed,
@@ -425,7 +400,7 @@ class PostgresLogStore:
             settings = self._settings()
         except (psycopg.Error, StoreFailedError) as exc:
             return {**facts, "durable": False, "survives": [], "unreadable": str(exc)}
-        durable = not self._unsafe(settings)
+        durable = not durability_problems(settings)
         survives = ["process crash", "server crash", "power loss (server fsync)"] if durable else []
         return {**facts, **settings, "durable": durable, "survives": survives}
 
@@ -437,44 +412,30 @@ class PostgresLogStore:
         An expired owner row is deleted here, which fences it: its later appends fail. When the
         server cannot be read, the owner is reported alive (nothing is proven gone).
         """
-        import psycopg
-
         if owner_id == self.owner_id:
-            return not self._closed and not isinstance(self._failed, _OwnerLost)
-        try:
-            rows = self._query(self._q["alive"], {"o": owner_id})
-        except (psycopg.Error, StoreFailedError):
+            return not self._closed and not isinstance(self._failed, OwnerExpired)
+        if self._closed:
             return True
-        return bool(rows and rows[0][0])
+        return self._owner.alive(owner_id)
 
     def lease(self, name: str, *, ttl: float) -> PostgresLease | None:
         """Take lease ``name`` for ``ttl`` seconds (server clock), or ``None`` if it is held.
 
         Exactly one of many racing callers on any host gets it; it is free again when released,
-        when ``ttl`` has passed, or when this store is closed. The grant is committed durably.
+        when ``ttl`` has passed, or when this store is closed. The grant is durable on return.
 
         Raises:
-            StoreFailedError: the server cannot be reached.
+            StoreFailedError: the store is closed or failed, or the server cannot be reached.
         """
         import psycopg
 
         if ttl <= 0:
             raise ValueError("ttl must be positive")
-        token = os.urandom(16).hex()
+        self._check_usable()
         try:
-            with self._main.lock:
-                self._check_usable()
-                conn = self._main.connection()
-                row = conn.execute(self._q["take"], (name, self.owner_id, token, ttl)).fetchone()
+            return self._owner.take(name, ttl)
         except psycopg.Error as exc:
             raise StoreFailedError(f"{self.where}: cannot take lease {name!r}: {exc}") from exc
-        return PostgresLease(name, token, self) if row is not None else None
-
-    def _give_back(self, name: str, token: str) -> None:
-        import psycopg
-
-        with contextlib.suppress(psycopg.Error, StoreFailedError):  # else it ends at expiry
-            self._query(self._q["give_back"], (name, token))
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -495,12 +456,8 @@ class PostgresLogStore:
             self._beater.join()
             with self._main.lock:
                 self._closed = True
-                try:
-                    conn = self._main.connection()
-                    conn.execute(self._q["drop_leases"], (self.owner_id,))
-                    conn.execute(self._q["drop_owner"], (self.owner_id,))
-                except (psycopg.Error, StoreFailedError):
-                    pass  # the owner row expires instead
+                with contextlib.suppress(psycopg.Error, StoreFailedError):  # else it expires
+                    self._owner.retire(self._main.connection())
             self._close_sessions()
 
     def _close_sessions(self) -> None:
@@ -512,20 +469,6 @@ class PostgresLogStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class PostgresLease:
-    """A lease row held by one store; :meth:`release` is idempotent and never raises."""
-
-    def __init__(self, name: str, token: str, store: PostgresLogStore) -> None:
-        self.name = name
-        self._token = token
-        self._store: PostgresLogStore | None = store
-
-    def release(self) -> None:
-        if self._store is not None:
-            self._store._give_back(self.name, self._token)
-            self._store = None
 
 
 def _prev_field(line: bytes) -> str:
