@@ -1,0 +1,169 @@
+"""What a durable append to the PostgreSQL log store costs, against floors measured in the same run.
+
+Prints, for 1 writer and for 8 writers (each with its own connections, in threads):
+  * floor: one-row INSERT committed with synchronous_commit = on (the least a durable commit
+    to this server costs);
+  * hold-lock: the chain continued under a transaction-scoped advisory lock held across a
+    synchronous commit (every writer waits for every other writer's WAL flush);
+  * head-row: the same with SELECT ... FOR UPDATE on a single head row instead of the lock
+    (hold-lock and head-row write a fixed line: the cost of the locking protocol alone);
+  * store: PostgresLogStore.append(sync=True) (lock released at an asynchronous commit, then a
+    synchronous heartbeat commit, so concurrent writers share WAL flushes);
+  * store sync=False: append without waiting for the flush.
+
+Each line gives the p50 latency of one append and the throughput, with ratios to the floor.
+The server is AGENT_SAGA_TEST_PG_URL, or a throwaway cluster started from local binaries.
+
+Usage: uv run python bench/durability_pg.py [--appends N] [--url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+
+import psycopg
+from agent_saga import Entry
+from agent_saga._pgstore import PostgresLogStore
+from agent_saga.testing_postgres import postgres_server, scratch_schema
+from psycopg import sql
+
+LINE = b'{"data":{"amount":250,"tool":"payments.charge"},"kind":"step.intent"}' * 3
+Step = Callable[[int], None]
+
+
+Maker = Callable[[int], tuple[Step, Callable[[], None]]]
+
+
+def run(writers: int, appends: int, make: Maker) -> tuple[float, float]:
+    """Run ``appends`` steps split over ``writers`` threads; returns (p50 ms, appends/s)."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    steps = [make(w) for w in range(writers)]
+    barrier = threading.Barrier(writers + 1)
+
+    def work(step: Step) -> None:
+        mine = []
+        barrier.wait()
+        for i in range(appends // writers):
+            start = time.perf_counter()
+            step(i)
+            mine.append(time.perf_counter() - start)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=work, args=(step,)) for step, _ in steps]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    for _, close in steps:
+        close()
+    return statistics.median(latencies) * 1e3, len(latencies) / elapsed
+
+
+def raw_maker(url: str, schema: str, mode: str) -> Maker:
+    ident = sql.Identifier(schema)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
+        conn.execute(
+            sql.SQL("CREATE TABLE {}.r (seq bigint PRIMARY KEY, hash text, line bytea)").format(
+                ident
+            )
+        )
+        conn.execute(sql.SQL("CREATE TABLE {}.head (id int PRIMARY KEY, seq bigint)").format(ident))
+        conn.execute(sql.SQL("INSERT INTO {}.head VALUES (1, 0)").format(ident))
+    insert = sql.SQL("INSERT INTO {}.r VALUES (%s, 'h', %s)").format(ident)
+    tail = sql.SQL("SELECT coalesce(max(seq), 0) FROM {}.r").format(ident)
+    head = sql.SQL("SELECT seq FROM {}.head WHERE id = 1 FOR UPDATE").format(ident)
+    bump = sql.SQL("UPDATE {}.head SET seq = %s WHERE id = 1").format(ident)
+    counter = iter(range(1, 10**9))
+    counter_lock = threading.Lock()
+
+    def make(_: int) -> tuple[Step, Callable[[], None]]:
+        conn = psycopg.connect(url, autocommit=True)
+
+        def floor(_: int) -> None:
+            with counter_lock:
+                seq = next(counter)
+            conn.execute(insert, (seq, LINE))
+
+        def hold_lock(_: int) -> None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(42)")
+                row = conn.execute(tail).fetchone()
+                conn.execute(insert, ((row[0] if row else 0) + 1, LINE))
+
+        def head_row(_: int) -> None:
+            with conn.transaction():
+                row = conn.execute(head).fetchone()
+                seq = (row[0] if row else 0) + 1
+                conn.execute(insert, (seq, LINE))
+                conn.execute(bump, (seq,))
+
+        steps = {"floor": floor, "hold-lock": hold_lock, "head-row": head_row}
+        return steps[mode], conn.close
+
+    return make
+
+
+def store_maker(
+    url: str, schema: str, sync: bool
+) -> Callable[[int], tuple[Step, Callable[[], None]]]:
+    def make(writer: int) -> tuple[Step, Callable[[], None]]:
+        store = PostgresLogStore(url, schema=schema)
+
+        def step(i: int) -> None:
+            store.append([Entry("step.intent", f"s{writer}", {"i": i}, i)], sync=sync)
+
+        return step, store.close
+
+    return make
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--appends", type=int, default=800, help="appends per measurement")
+    parser.add_argument("--url", default=os.environ.get("AGENT_SAGA_TEST_PG_URL"))
+    args = parser.parse_args()
+    with ExitStack() as stack:
+        url = args.url or stack.enter_context(postgres_server())
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT current_setting('server_version'), current_setting('fsync'),"
+                " current_setting('wal_sync_method')"
+            ).fetchone()
+        print(f"PostgreSQL {row[0] if row else '?'}, fsync={row[1] if row else '?'},", end=" ")
+        print(f"wal_sync_method={row[2] if row else '?'}; {args.appends} appends per line")
+        floors: dict[int, tuple[float, float]] = {}
+        for writers in (1, 8):
+            print(f"-- {writers} writer(s): p50 per append, appends/s, vs floor")
+            cases: list[tuple[str, Callable[[str], Maker]]] = [
+                ("floor", lambda s: raw_maker(url, s, "floor")),
+                ("hold-lock", lambda s: raw_maker(url, s, "hold-lock")),
+                ("head-row", lambda s: raw_maker(url, s, "head-row")),
+                ("store", lambda s: store_maker(url, s, True)),
+                ("store sync=False", lambda s: store_maker(url, s, False)),
+            ]
+            for name, maker in cases:
+                with scratch_schema(url) as schema:
+                    p50, rate = run(writers, args.appends, maker(schema))
+                if name == "floor":
+                    floors[writers] = (p50, rate)
+                base_p50, base_rate = floors[writers]
+                print(
+                    f"  {name:17} {p50:7.3f} ms {rate:7.0f}/s"
+                    f"   p50 x{p50 / base_p50:5.2f}  throughput x{rate / base_rate:5.2f}"
+                )
+
+
+if __name__ == "__main__":
+    main()
