@@ -318,3 +318,27 @@ def test_codec_is_strict() -> None:
     assert to_jsonable({1: "a"}) == {"$repr": "{1: 'a'}", "$type": "dict"}
     assert to_jsonable((1, {2, 3})) == [1, [2, 3]]
     assert decode(canonical(2**80)) == 2**80
+
+
+def test_concurrent_processes_and_threads_keep_one_chain(home: Path) -> None:
+    code = (
+        "import sys, threading\n"
+        "from agent_saga import FileLogStore, Entry\n"
+        "store = FileLogStore(sys.argv[1])\n"
+        "def work(t):\n"
+        "    for i in range(50):\n"
+        "        store.append([Entry('p', None, {'p': sys.argv[2], 't': t, 'i': i}, 0)],"
+        " sync=i % 3 == 0)\n"
+        "threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "store.close()\n"
+    )
+    FileLogStore(home).close()
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(home), str(p)]) for p in range(4)]
+    assert [p.wait() for p in procs] == [0, 0, 0, 0]
+    report = verify_file(home / "log.jsonl")
+    assert report.ok, report.error
+    assert report.records == 4 * 4 * 50
+    with FileLogStore(home) as store:
+        seen = {(r.data["p"], r.data["t"], r.data["i"]) for r in store.records()}
+    assert len(seen) == 800

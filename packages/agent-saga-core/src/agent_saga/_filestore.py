@@ -38,6 +38,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ._chain import Chain
+from ._codec import CodecError
 from ._errors import ConfigurationError, CorruptLogError, StoreFailedError
 from ._fs import NETWORK_FS_TYPES, FileSystem, OsFileSystem
 from ._logscan import looks_like_record_after, scan, walk
@@ -143,8 +144,9 @@ class FileLogStore:
         self._lock_fd = fs.open_rw(str(self.home / LOCK_NAME))
         self.owner_id = f"{os.getpid()}-{os.urandom(6).hex()}"
         self._owner_fd = self._hold_owner_lock()
-        self._lock = threading.Lock()
-        self._sync_cond = threading.Condition()
+        self._mutex = threading.Lock()
+        self._queue: list[_Ticket] = []
+        self._leader_active = False
         self._failed: BaseException | None = None
         self._closed = False
         self._seq, self._prev, self._end = 0, GENESIS, 0
@@ -157,7 +159,6 @@ class FileLogStore:
             raise
         self._fs.unlock(self._lock_fd)
         self._written = self._synced = self._end
-        self._syncing = False
 
     def _open_durably(self, name: str, *, append: bool) -> int:
         path = str(self.home / name)
@@ -236,38 +237,101 @@ class FileLogStore:
     # -- writing ------------------------------------------------------------------------------
 
     def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
-        """Seal and write ``entries`` as one batch; with ``sync``, return only once durable."""
-        with self._lock:
-            self._check_usable()
-            self._fs.lock(self._lock_fd, blocking=True)
-            try:
-                self._catch_up()
-                out = self._append_locked(entries)
-            finally:
-                self._fs.unlock(self._lock_fd)
-            self._written = self._end
-        if sync:
-            self._sync_to(self._written)
-        return out
+        """Seal and write ``entries`` as one batch; with ``sync``, return only once durable.
 
-    def _append_locked(self, entries: Sequence[Entry]) -> list[Record]:
-        out: list[Record] = []
-        lines: list[bytes] = []
-        seq, prev = self._seq, self._prev
-        for entry in entries:
-            seq += 1
-            record, line = self._chain.seal(entry, seq, prev)
-            out.append(record)
-            lines.append(line)
-            prev = record.hash
-        self._write_all(b"".join(lines))
-        self._seq, self._prev = seq, prev
-        return out
+        Group commit: callers queue their batches; the caller at the head of the queue leads.
+        The leader takes the file lock once, seals and writes every queued batch in one write,
+        fsyncs once if any of them asked for it, then wakes each follower exactly once (and the
+        next head, which leads the batch that queued meanwhile). A batch whose entries cannot
+        be encoded fails alone; a write or fsync error fails the store.
+        """
+        ticket = _Ticket(entries, sync)
+        with self._mutex:
+            self._check_usable()
+            self._queue.append(ticket)
+            lead = not self._leader_active
+            self._leader_active = True
+        if not lead:
+            ticket.wait()
+        if not ticket.done:
+            self._lead()
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.records
 
     def sync(self) -> None:
         """Make every record appended so far durable."""
-        self._check_usable()
-        self._sync_to(self._written)
+        if self._synced < self._written or self._failed is not None:
+            self.append([], sync=True)
+
+    def _lead(self) -> None:
+        """Write and (if asked) fsync everything queued, then hand over leadership."""
+        with self._mutex:
+            batch, self._queue = self._queue, []
+        error: Exception | None = None
+        try:
+            if self._failed is not None:
+                raise StoreFailedError(
+                    f"{self.path}: store failed ({self._failed}); reopen it to re-verify from disk"
+                )
+            self._fs.lock(self._lock_fd, blocking=True)
+            try:
+                self._catch_up()
+                lines = [line for ticket in batch for line in self._seal(ticket)]
+                if lines:
+                    self._write_all(b"".join(lines))
+            finally:
+                self._fs.unlock(self._lock_fd)
+            self._written = self._end
+            wants_sync = any(t.sync and t.error is None for t in batch)
+            if wants_sync and self._synced < self._written:
+                self._fsync()
+        except (StoreFailedError, CorruptLogError) as exc:
+            error = exc
+        with self._mutex:
+            successor = self._queue[0] if self._queue else None
+            self._leader_active = successor is not None
+        for ticket in batch:
+            if error is not None and ticket.error is None:
+                ticket.error = error
+            ticket.finish()
+        if successor is not None:
+            successor.wake()
+
+    def _fsync(self) -> None:
+        upto = self._written
+        try:
+            self._fs.fsync(self._fd)
+            self._write_watermark(upto)
+        except OSError as exc:  # never retried: the kernel may have dropped the dirty pages
+            self._fail(exc)
+            raise StoreFailedError(f"fsync of {self.path} failed: {exc}") from exc
+        self._synced = max(self._synced, upto)
+
+    def _seal(self, ticket: _Ticket) -> list[bytes]:
+        seq, prev = self._seq, self._prev
+        lines: list[bytes] = []
+        try:
+            for entry in ticket.entries:
+                seq += 1
+                record, line = self._chain.seal(entry, seq, prev)
+                ticket.records.append(record)
+                lines.append(line)
+                prev = record.hash
+        except CodecError as exc:  # this batch only: nothing of it is written
+            ticket.error, ticket.records = exc, []
+            return []
+        self._seq, self._prev = seq, prev
+        return lines
+
+    def _append_locked(self, entries: Sequence[Entry]) -> list[Record]:
+        """Seal and write while already holding the file lock (used when opening)."""
+        ticket = _Ticket(entries, sync=False)
+        lines = self._seal(ticket)
+        if ticket.error is not None:
+            raise ticket.error
+        self._write_all(b"".join(lines))
+        return ticket.records
 
     def _write_all(self, data: bytes) -> None:
         try:
@@ -276,36 +340,9 @@ class FileLogStore:
             self._fail(exc)
             raise StoreFailedError(f"write to {self.path} failed: {exc}") from exc
 
-    def _sync_to(self, target: int) -> None:
-        with self._sync_cond:
-            while self._synced < target:
-                if self._failed is not None:
-                    raise StoreFailedError(f"{self.path}: store failed: {self._failed}")
-                if self._syncing:
-                    self._sync_cond.wait()
-                    continue
-                self._syncing = True
-                upto = self._written
-                self._sync_cond.release()
-                try:
-                    self._fs.fsync(self._fd)
-                except OSError as exc:
-                    self._fail(exc)
-                finally:
-                    self._sync_cond.acquire()
-                    self._syncing = False
-                    self._sync_cond.notify_all()
-                if self._failed is None:
-                    self._synced = max(self._synced, upto)
-                    self._write_watermark(self._synced)
-            if self._failed is not None:
-                raise StoreFailedError(f"{self.path}: store failed: {self._failed}")
-
     def _write_watermark(self, offset: int) -> None:
-        try:
-            self._fs.pwrite(self._mark_fd, _encode_watermark(offset), 0)
-        except OSError as exc:  # the watermark only narrows repair; losing it is not fatal
-            self._fail(exc)
+        """Record the synced length (not fsynced: after a power loss it can only lag)."""
+        self._fs.pwrite(self._mark_fd, _encode_watermark(offset), 0)
 
     def _fail(self, exc: BaseException) -> None:
         if self._failed is None:
@@ -431,7 +468,7 @@ class FileLogStore:
             return
         try:
             if self._failed is None and self._synced < self._written:
-                self._sync_to(self._written)
+                self.sync()
         finally:
             self._closed = True
             owner_path = str(self.home / OWNERS_DIR / f"{self.owner_id}.lock")
@@ -451,6 +488,33 @@ class FileLogStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Ticket:
+    """One caller's batch in the group-commit queue; its caller sleeps until woken once."""
+
+    __slots__ = ("_gate", "done", "entries", "error", "records", "sync")
+
+    def __init__(self, entries: Sequence[Entry], sync: bool) -> None:
+        self.entries = entries
+        self.sync = sync
+        self.done = False
+        self.error: Exception | None = None
+        self.records: list[Record] = []
+        self._gate = threading.Lock()
+        self._gate.acquire()
+
+    def wait(self) -> None:
+        """Sleep until :meth:`finish` (batch written) or :meth:`wake` (lead the next batch)."""
+        self._gate.acquire()
+
+    def finish(self) -> None:
+        self.done = True
+        if self._gate.locked():
+            self._gate.release()
+
+    def wake(self) -> None:
+        self._gate.release()
 
 
 class FileLease:
