@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -244,3 +245,76 @@ def test_two_recovery_workers_claim_a_saga_once(world: Path, home: Path) -> None
 def _only_saga(kit: AgentKit) -> str:
     (saga,) = {r.saga for r in kit.store.records() if r.saga}
     return saga
+
+
+def cli(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "agent-saga"
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [str(script), "--home", str(home), "--no-color", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        check=False,
+    )
+
+
+def test_cli_recover_imports_the_users_compensators(world: Path, home: Path) -> None:
+    assert run_agent(world, "kill-after-two") == -9
+    code_dir = world.parent / "code"
+    first = cli(home, "recover", "--import", "rt_tools", cwd=code_dir)
+    assert first.returncode == 0, first.stderr
+    assert "rolled_back" in first.stdout
+    assert "#2 rt.charge  compensated" in first.stdout
+    again = cli(home, "recover", "--import", "rt_tools", cwd=code_dir)
+    assert again.returncode == 0
+    assert again.stdout.strip() == "nothing to recover"
+    assert count(world, "refund") == 1
+
+
+def test_cli_recover_without_compensators_exits_3_and_names_them(world: Path, home: Path) -> None:
+    assert run_agent(world, "kill-after-two") == -9
+    result = cli(home, "recover", cwd=world.parent)
+    assert result.returncode == 3
+    assert "needs_human" in result.stdout
+    assert "rt.refund" in result.stdout
+    assert "needs a human" in result.stderr
+    assert count(world, "refund") == 0
+
+
+def test_cli_recover_reads_imports_from_configuration(world: Path, home: Path) -> None:
+    assert run_agent(world, "kill-after-two") == -9
+    code_dir = world.parent / "code"
+    (code_dir / "agent-saga.toml").write_text('imports = ["rt_tools"]\n')
+    result = cli(home, "recover", "--json", cwd=code_dir)
+    assert result.returncode == 0, result.stderr
+    assert '"status": "rolled_back"' in result.stdout
+
+
+def test_cli_recover_unimportable_module_is_a_one_line_error(home: Path, world: Path) -> None:
+    assert run_agent(world, "kill-after-two") == -9
+    result = cli(home, "recover", "--import", "no_such_module_here")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: cannot import 'no_such_module_here'")
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_recover_watch_recovers_as_crashes_happen(world: Path, home: Path) -> None:
+    assert run_agent(world, "kill-after-two") == -9  # creates the home and log
+    code_dir = world.parent / "code"
+    script = Path(sys.executable).parent / "agent-saga"
+    watcher = subprocess.Popen(
+        [str(script), "--home", str(home), "recover", "--watch", "--interval", "0.2",
+         "--import", "rt_tools"],
+        cwd=code_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert run_agent(world, "kill-after-two") == -9
+        deadline = time.monotonic() + 20
+        while count(world, "refund") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert count(world, "refund") == 2
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)

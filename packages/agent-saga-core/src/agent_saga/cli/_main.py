@@ -32,6 +32,7 @@ from .._records import SagaStatus
 from .._version import __version__
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import log_path, read_history, require_home, require_log, verify_log
+from ._recover import recover
 from ._render import make_console, render_replay, render_sagas, render_status, render_verify
 
 EPILOG = """\b
@@ -41,6 +42,7 @@ Exit codes:
      corrupt, status is not ready, the demo or a write failed
   2  bad input: a bad or missing option, an unknown or ambiguous saga id,
      no agent-saga home or no log at the given path
+  3  recover: at least one saga needs a human
 """
 
 
@@ -273,3 +275,6 @@ def guarantees(settings: Settings, raw: bool) -> None:
         click.echo(json.dumps(manifest, sort_keys=True, ensure_ascii=False))
     else:
         settings.console.print_json(data=manifest, sort_keys=True)
+
+
+main.add_command(recover)
