@@ -45,6 +45,7 @@ from ._pgfleet import (
     require_psycopg,
     server_settings,
 )
+from ._pgkillswitch import PostgresKillSwitch
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
 
@@ -436,6 +437,10 @@ class PostgresLogStore:
             return self._owner.take(name, ttl)
         except psycopg.Error as exc:
             raise StoreFailedError(f"{self.where}: cannot take lease {name!r}: {exc}") from exc
+
+    def kill_switch(self) -> PostgresKillSwitch:
+        """The fleet's kill switch: a row in this store's schema on the same server."""
+        return PostgresKillSwitch(self._main.url, schema=self.schema, timeout=self._main.timeout)
 
     # -- closing --------------------------------------------------------------------------------
 
