@@ -54,6 +54,25 @@ REPAIRED = "store.repaired"
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _OS = OsFileSystem()
 
+FILE_CRASH_MODEL = {
+    "process_crash": (
+        "Every record written before the crash is kept, durable records and step outcomes "
+        "alike; records of REVERSIBLE steps still buffered in the crashed process are lost "
+        "(their effects were local to it). Unfinished sagas are finished by agent-saga recover."
+    ),
+    "power_loss": (
+        "Every record acknowledged as durable is kept: the intent of each COMPENSABLE and "
+        "IRREVERSIBLE step, each compensation intent and each terminal record. An outcome "
+        "written after its intent may be lost; recovery then probes the tool or escalates. A "
+        "torn tail beyond the synced part is repaired, its bytes kept in a .broken file. "
+        "Assumes fsync reaches stable storage and the disk has powersafe overwrite."
+    ),
+    "disk_loss": (
+        "Everything: the file store keeps one copy. Replicate the home, or use the PostgreSQL "
+        "store on a replicated server, to survive it."
+    ),
+}
+
 
 def _safe_name(name: str) -> str:
     """A lock-file name component; refuses anything that could leave its directory."""
@@ -406,7 +425,7 @@ class FileLogStore:
             "path": str(self.path),
             "durable": True,
             "survives": ["process crash", "power loss (when fsync reaches stable storage)"],
-            "lost_with": ["the disk (no replication)"],
+            "crash_model": FILE_CRASH_MODEL,
             "fsync": "F_FULLFSYNC" if os.uname().sysname == "Darwin" else "fsync",
             "directory_fsync_on_create": True,
             "group_commit": True,

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ._chain import Chain, ChainBreak, parse_line
 from ._errors import CorruptLogError, StoreFailedError
 from ._records import GENESIS, Entry, Record
-from ._store import Lease, VerifyReport
+from ._store import MEMORY_CRASH_MODEL, Lease, VerifyReport
 
 T = TypeVar("T")
 
@@ -119,6 +119,16 @@ class SqliteSink:
 
     def describe(self) -> dict[str, object]:
         return {"sink": "sqlite", "path": str(self.path), "durable": True, "synchronous": "FULL"}
+
+
+SINK_CRASH_MODEL = {
+    "process_crash": "Every acknowledged record: append returns only after the sink stored it.",
+    "power_loss": (
+        "Every acknowledged record, as far as the sink's commit is durable (the SQLite sink "
+        "commits with synchronous=FULL)."
+    ),
+    "disk_loss": "Whatever the sink's storage keeps; the SQLite sink keeps one copy.",
+}
 
 
 class SinkLogStore:
@@ -227,6 +237,7 @@ class SinkLogStore:
             **sink,
             "durable": durable,
             "survives": ["process crash", "power loss"] if durable else [],
+            "crash_model": SINK_CRASH_MODEL if durable else MEMORY_CRASH_MODEL,
             "keyed_chain": self._chain.keyed,
         }
 

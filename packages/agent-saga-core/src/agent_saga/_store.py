@@ -88,6 +88,13 @@ class _MemoryLease:
             self._held.discard(self.name)
 
 
+MEMORY_CRASH_MODEL = {
+    "process_crash": "Nothing: the memory store lives and dies with its process.",
+    "power_loss": "Nothing: the memory store lives and dies with its process.",
+    "disk_loss": "Nothing was on disk.",
+}
+
+
 class MemoryLogStore:
     """A hash-chained log held in memory; nothing survives the process.
 
@@ -149,6 +156,7 @@ class MemoryLogStore:
             "kind": self.kind,
             "durable": False,
             "survives": [],
+            "crash_model": MEMORY_CRASH_MODEL,
             "keyed_chain": self._chain.keyed,
         }
 

@@ -1,0 +1,40 @@
+"""docs/guarantees.md and the stores' computed crash models say the same thing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agent_saga import AgentKit, FileLogStore, LogStore, MemoryLogStore
+from agent_saga._sink import MemorySink, SinkLogStore, SqliteSink
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "guarantees.md"
+
+
+def crash_models(tmp_path: Path) -> dict[str, dict[str, str]]:
+    stores: dict[str, LogStore] = {
+        "file": FileLogStore(tmp_path / "file"),
+        "memory": MemoryLogStore(),
+        "sqlite sink": SinkLogStore(SqliteSink(tmp_path / "s.sqlite")),
+        "memory sink": SinkLogStore(MemorySink()),
+    }
+    try:
+        models = {name: store.describe()["crash_model"] for name, store in stores.items()}
+        return {name: dict(model) for name, model in models.items() if isinstance(model, dict)}
+    finally:
+        for store in stores.values():
+            store.close()
+
+
+@pytest.mark.parametrize("event", ["process_crash", "power_loss", "disk_loss"])
+def test_every_crash_model_sentence_is_in_the_doc(tmp_path: Path, event: str) -> None:
+    text = DOC.read_text()
+    for name, model in crash_models(tmp_path).items():
+        assert model[event] in text, f"{name} / {event} is not stated in docs/guarantees.md"
+
+
+def test_manifest_carries_the_crash_model(tmp_path: Path) -> None:
+    with AgentKit(home=tmp_path / "home") as kit:
+        store = kit.guarantees()["store"]
+    assert set(store["crash_model"]) == {"process_crash", "power_loss", "disk_loss"}
+    assert any("powersafe overwrite" in a for a in store["assumes"])
