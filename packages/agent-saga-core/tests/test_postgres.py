@@ -317,6 +317,10 @@ def test_facts_and_health_come_from_the_server(
     assert facts["fsync"] == fsync
     assert facts["flush_synchronous_commit"] == "on"
     assert facts["durable"] is (fsync == "on")
+    crash_model = facts["crash_model"]
+    assert isinstance(crash_model, dict)
+    assert set(crash_model) == {"process_crash", "power_loss", "disk_loss"}
+    assert crash_model["power_loss"].startswith("Every record" if fsync == "on" else "No record")
     password = conninfo_to_dict(pg_url).get("password")
     assert not password or f":{password}@" not in str(facts)
     if fsync == "on":
@@ -341,7 +345,9 @@ def test_a_stopped_server_is_reported_and_refused_never_raised() -> None:
     problems = store.health()
     assert len(problems) == 1
     assert problems[0].startswith("PostgreSQL server cannot be read")
-    assert store.describe()["durable"] is False
+    facts = store.describe()
+    assert facts["durable"] is False
+    assert str(facts["crash_model"]).count("No record is sure to survive") == 1
     assert not store.verify().ok
     assert store.owner_alive("someone-else")  # nothing is proven gone
     with pytest.raises(StoreFailedError):

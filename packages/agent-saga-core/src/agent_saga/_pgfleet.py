@@ -209,7 +209,8 @@ def server_settings(main: PgSession, flusher: PgSession) -> dict[str, str]:
     row = main.query(
         "SELECT current_setting('server_version'), current_setting('fsync'),"
         " current_setting('full_page_writes'),"
-        " (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit')"
+        " (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'),"
+        " current_setting('synchronous_standby_names')"
     )[0]
     effective = flusher.query("SHOW synchronous_commit")[0]
     return {
@@ -218,6 +219,7 @@ def server_settings(main: PgSession, flusher: PgSession) -> dict[str, str]:
         "full_page_writes": str(row[2]),
         "server_synchronous_commit": str(row[3]),
         "flush_synchronous_commit": str(effective[0]),
+        "synchronous_standby_names": str(row[4]),
     }
 
 

@@ -57,6 +57,34 @@ if TYPE_CHECKING:
 DEFAULT_OWNER_TTL = 15.0
 _PAGE = 1000
 
+_PROCESS_CRASH = (
+    "Every record whose append returned: it is committed on the server. The dead process's "
+    "unfinished sagas are recovered by any host once its owner heartbeat expires."
+)
+_POWER_LOSS = {
+    True: "Every record acknowledged as durable (append with sync=True, or sync()) survives a "
+    "power loss of the server: it flushed its WAL past the record. Records appended without "
+    "sync since the last flush may be lost, and no later record survives without them. "
+    "Assumes the server's fsync reaches stable storage.",
+    False: "No record is sure to survive: the server runs with fsync or full_page_writes off, "
+    "or its settings could not be read.",
+}
+_DISK_LOSS = {
+    True: "Every record acknowledged as durable: the server's synchronous standbys hold it too.",
+    False: "Nothing, unless the server's storage is replicated: it has no synchronous standby, "
+    "so the log is on its disk alone.",
+}
+
+
+def _crash_model(settings: dict[str, str] | None) -> dict[str, str]:
+    durable = settings is not None and not durability_problems(settings)
+    standby = settings is not None and bool(settings["synchronous_standby_names"])
+    return {
+        "process_crash": _PROCESS_CRASH,
+        "power_loss": _POWER_LOSS[durable],
+        "disk_loss": _DISK_LOSS[durable and standby],
+    }
+
 
 def _queries(schema: str, owner_id: str) -> dict[str, Composed]:
     from psycopg import sql
@@ -400,10 +428,18 @@ class PostgresLogStore:
         try:
             settings = self._settings()
         except (psycopg.Error, StoreFailedError) as exc:
-            return {**facts, "durable": False, "survives": [], "unreadable": str(exc)}
+            unreadable = {"durable": False, "survives": [], "unreadable": one_line(exc)}
+            return {**facts, **unreadable, "crash_model": _crash_model(None)}
         durable = not durability_problems(settings)
         survives = ["process crash", "server crash", "power loss (server fsync)"] if durable else []
-        return {**facts, **settings, "durable": durable, "survives": survives}
+        crash_model = _crash_model(settings)
+        return {
+            **facts,
+            **settings,
+            "durable": durable,
+            "survives": survives,
+            "crash_model": crash_model,
+        }
 
     # -- owners and leases ------------------------------------------------------------------
 
