@@ -288,6 +288,7 @@ class FileLogStore:
         with self._mutex:
             batch, self._queue = self._queue, []
         error: Exception | None = None
+        interrupted: BaseException | None = None
         try:
             if self._failed is not None:
                 raise StoreFailedError(
@@ -307,6 +308,10 @@ class FileLogStore:
                 self._fsync()
         except (StoreFailedError, CorruptLogError) as exc:
             error = exc
+        except BaseException as exc:  # interrupted mid-batch: the file may hold part of it
+            self._fail(exc)
+            interrupted = exc
+            error = StoreFailedError(f"{self.path}: the writing thread was interrupted: {exc!r}")
         with self._mutex:
             successor = self._queue[0] if self._queue else None
             self._leader_active = successor is not None
@@ -316,6 +321,8 @@ class FileLogStore:
             ticket.finish()
         if successor is not None:
             successor.wake()
+        if interrupted is not None:
+            raise interrupted
 
     def _fsync(self) -> None:
         upto = self._written
