@@ -1,18 +1,21 @@
 """SIGKILL harness: real child processes killed at random points, then recovered.
 
-Children (two at a time, sharing one home) run transactions of three COMPENSABLE steps that
-fail half of the time; they are killed after a random 0-30 ms, in forward execution, in a
-rollback or in a recovery pass of their own. Then recovery runs (in a child that may itself be
-killed, then to completion in the parent). The witnesses live outside the killed processes:
+Children (two at a time, sharing one log) run transactions of three COMPENSABLE steps that fail
+three times in four; once they have opened their kit they are killed after a random 0-30 ms, in
+forward execution, in a rollback or in a recovery pass of their own. Then two recovery workers
+race (each in its own process), and the parent checks. The witnesses live outside the killed
+processes:
 
-* a ledger directory where every effect is a file created once per idempotency key, plus a
-  journal line per call;
+* a ledger directory where every effect is a file created once per idempotency key;
 * acknowledgements the children send over a pipe only after a transaction returned (its
   terminal record is durable by then).
 
 Invariants checked after every round: the log verifies; every acknowledged outcome is in the
-log; every saga is settled; every charge of a saga that did not commit is refunded exactly once,
-and no charge of a committed saga is refunded; nothing is refunded that was never charged.
+log; every saga is settled and none needs a human; every charge of a saga that did not commit is
+refunded exactly once, and no charge of a committed saga is refunded; nothing is refunded that
+was never charged; the racing recovery workers never recovered the same saga.
+
+The same harness runs on the file store (500 kills) and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -20,26 +23,32 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import select
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
+import pytest
 from agent_saga import (
     AgentKit,
     CompensatorRegistry,
     FileLogStore,
-    Record,
+    LogStore,
     SagaRolledBack,
     SagaStatus,
 )
 
-KILLS = 500
-ROUNDS_PER_HOME = 20
+FILE_KILLS = 500
+PG_KILLS = 60
+ROUNDS_PER_LOG = 20
+PG_OWNER_TTL = 0.3
+PG_LEASE_TTL = 1.0
 
 
 class Ledger:
-    """Effects as files: ``<action>@<key>`` created once; every call appends to ``journal``."""
+    """Effects as files: ``<action>@<key>``, created once whatever the number of calls."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -47,23 +56,34 @@ class Ledger:
     def effect(self, action: str, key: str) -> None:
         with contextlib.suppress(FileExistsError):
             os.close(os.open(self.root / f"{action}@{key}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        fd = os.open(self.root / "journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            os.write(fd, f"{action} {key}\n".encode())
-        finally:
-            os.close(fd)
 
     def keys(self, action: str) -> set[str]:
         prefix = f"{action}@"
         return {p.name[len(prefix) :] for p in self.root.iterdir() if p.name.startswith(prefix)}
 
 
-def make_kit(home: Path, ledger: Ledger) -> AgentKit:
-    registry = CompensatorRegistry()
-    kit = AgentKit(home=home, registry=registry)
+class Backend:
+    """Where the log lives: the file store in ``home``, or a PostgreSQL schema per ``home``."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url
+        self.owner_ttl = PG_OWNER_TTL if url else 0.0
+        self.lease_ttl = PG_LEASE_TTL if url else 60.0
+        """A killed recovery worker's claim lapses after this on PostgreSQL (at once on files)."""
+
+    def store(self, home: Path) -> LogStore:
+        if self.url is None:
+            return FileLogStore(home)
+        from agent_saga._pgstore import PostgresLogStore
+
+        return PostgresLogStore(self.url, schema=home.name, owner_ttl=self.owner_ttl)
+
+
+def make_kit(backend: Backend, home: Path, ledger: Ledger) -> AgentKit:
+    kit = AgentKit(home=home, store=backend.store(home), registry=CompensatorRegistry())
 
     @kit.compensator("kh.refund")
-    def refund(idempotency_key: str, result: dict[str, str] | None = None) -> None:
+    def refund(idempotency_key: str) -> None:
         ledger.effect("refund", idempotency_key.removesuffix("/compensate"))
 
     def charged(idempotency_key: str, amount: int) -> bool:
@@ -78,12 +98,11 @@ def make_kit(home: Path, ledger: Ledger) -> AgentKit:
     return kit
 
 
-def agent(home: Path, ledger: Ledger, ack_fd: int, seed: int) -> None:
+def agent(kit: AgentKit, ack_fd: int, seed: int, lease_ttl: float) -> None:
     """A child's whole life: transactions until it is killed."""
     rng = random.Random(seed)
-    kit = make_kit(home, ledger)
     if rng.random() < 0.2:
-        kit.recover()  # a child may die during recovery too
+        kit.recover(lease_ttl=lease_ttl)  # a child may die during recovery too
     for n in range(10_000):
         fail_at = rng.choice([None, 1, 2, 3])
         try:
@@ -97,17 +116,22 @@ def agent(home: Path, ledger: Ledger, ack_fd: int, seed: int) -> None:
             os.write(ack_fd, f"{exc.saga_id} {exc.report.status.value}\n".encode())
 
 
-def spawn(home: Path, ledger: Ledger, seed: int, *, recovery_only: bool = False) -> tuple[int, int]:
+def spawn(
+    backend: Backend, home: Path, ledger: Ledger, seed: int, *, recovery_only: bool = False
+) -> tuple[int, int]:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns into pytest
         code = 0
         try:
             os.close(read_fd)
+            kit = make_kit(backend, home, ledger)
+            os.write(write_fd, b"ready -\n")
             if recovery_only:
-                make_kit(home, ledger).recover()
+                for saga in kit.recover(lease_ttl=backend.lease_ttl).recovered:
+                    os.write(write_fd, f"{saga.saga_id} recovered\n".encode())
             else:
-                agent(home, ledger, write_fd, seed)
+                agent(kit, write_fd, seed, backend.lease_ttl)
         except BaseException:
             code = 1
         finally:
@@ -116,77 +140,116 @@ def spawn(home: Path, ledger: Ledger, seed: int, *, recovery_only: bool = False)
     return pid, read_fd
 
 
-def reap(pid: int, read_fd: int) -> list[tuple[str, str]]:
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+def wait_ready(read_fd: int) -> None:
+    """Block until the child has opened its kit (so the kill lands in real work)."""
+    ready, _, _ = select.select([read_fd], [], [], 30)
+    assert ready, "a child did not start within 30 s"
+    assert os.read(read_fd, 8) == b"ready -\n"
+
+
+def collect(pid: int, read_fd: int, *, kill: bool) -> list[tuple[str, str]]:
+    if kill:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
     chunks = []
     while chunk := os.read(read_fd, 65536):
         chunks.append(chunk)
     os.close(read_fd)
+    if not kill:
+        assert os.waitstatus_to_exitcode(status) == 0, "a recovery worker failed"
     lines = b"".join(chunks).decode().splitlines()
-    return [tuple(line.split()) for line in lines if len(line.split()) == 2]  # type: ignore[misc]
+    return [(p[0], p[1]) for p in (line.split() for line in lines) if len(p) == 2]
 
 
-def check(home: Path, ledger: Ledger, acked: dict[str, str]) -> None:
-    kit = make_kit(home, ledger)
+def race_recovery(backend: Backend, home: Path, ledger: Ledger) -> None:
+    """Two recovery workers at once: every saga is recovered by at most one of them."""
+    time.sleep(backend.owner_ttl + 0.2 if backend.owner_ttl else 0)
+    workers = [spawn(backend, home, ledger, 0, recovery_only=True) for _ in range(2)]
+    for _, read_fd in workers:
+        wait_ready(read_fd)
+    first, second = ({s for s, _ in collect(pid, fd, kill=False)} for pid, fd in workers)
+    assert not first & second, f"recovered twice: {first & second}"
+
+
+def check(backend: Backend, home: Path, ledger: Ledger, acked: dict[str, str]) -> None:
+    kit = make_kit(backend, home, ledger)
     try:
-        report = kit.recover()
+        report = kit.recover(lease_ttl=backend.lease_ttl)
         assert report.needs_human == (), report.needs_human
         verified = kit.verify()
         assert verified.ok, verified.error
-        ends = {
-            r.saga: r.data["status"]
-            for r in kit.store.records()
-            if r.kind == "saga.end" and r.saga is not None
-        }
-        begun = {r.saga for r in kit.store.records() if r.kind == "saga.begin"}
+        records = list(kit.store.records())
     finally:
         kit.close()
+    ends = {r.saga: r.data["status"] for r in records if r.kind == "saga.end" and r.saga}
+    begun = {r.saga for r in records if r.kind == "saga.begin"}
     for saga_id, status in acked.items():
         assert ends.get(saga_id) == status, f"acknowledged {saga_id} {status} lost"
-    assert begun <= set(ends), f"unsettled sagas: {begun - set(ends)}"
+    assert begun <= set(ends), f"unsettled sagas: {begun - set(ends)}; {report}"
     charges, refunds = ledger.keys("charge"), ledger.keys("refund")
     assert refunds <= charges, f"refunded but never charged: {refunds - charges}"
-    committed_keys = {
+    committed = {
         r.data["idempotency_key"]
-        for r in _records(home)
+        for r in records
         if r.kind == "step.intent" and ends.get(r.saga or "") == SagaStatus.COMMITTED.value
     }
-    assert not (refunds & committed_keys), "a committed saga's charge was refunded"
-    assert charges - committed_keys <= refunds, (
-        f"charges left unrefunded: {sorted(charges - committed_keys - refunds)[:3]}"
-    )
+    assert not refunds & committed, "a committed saga's charge was refunded"
+    left = charges - committed - refunds
+    assert not left, f"charges left unrefunded: {sorted(left)[:3]}"
 
 
-def _records(home: Path) -> Iterator[Record]:
-    with FileLogStore(home) as store:
-        yield from store.records()
-
-
-def test_sigkill_harness(tmp_path: Path) -> None:
+def run_harness(backend: Backend, tmp_path: Path, kills_wanted: int, homes: Iterator[Path]) -> int:
     rng = random.Random(20261130)
     kills, rounds = 0, 0
-    home = ledger_dir = None
+    home = ledger_dir = tmp_path
     acked: dict[str, str] = {}
-    while kills < KILLS:
-        if rounds % ROUNDS_PER_HOME == 0:
-            home = tmp_path / f"home{rounds}"
-            ledger_dir = tmp_path / f"ledger{rounds}"
+    while kills < kills_wanted:
+        if rounds % ROUNDS_PER_LOG == 0:
+            home = next(homes)
+            ledger_dir = tmp_path / f"ledger-{home.name}"
             ledger_dir.mkdir()
             acked = {}
-        assert home is not None
-        assert ledger_dir is not None
         ledger = Ledger(ledger_dir)
-        children = [spawn(home, ledger, rng.randrange(2**32)) for _ in range(2)]
+        children = [spawn(backend, home, ledger, rng.randrange(2**32)) for _ in range(2)]
+        for _, read_fd in children:
+            wait_ready(read_fd)
         time.sleep(rng.uniform(0, 0.03))
         for pid, read_fd in children:
-            acked.update(dict(reap(pid, read_fd)))
+            acked.update(dict(collect(pid, read_fd, kill=True)))
             kills += 1
         if rng.random() < 0.3:  # kill a recovery pass mid-way
-            pid, read_fd = spawn(home, ledger, 0, recovery_only=True)
+            time.sleep(backend.owner_ttl + 0.1 if backend.url else 0)
+            pid, read_fd = spawn(backend, home, ledger, 0, recovery_only=True)
+            wait_ready(read_fd)
             time.sleep(rng.uniform(0, 0.01))
-            reap(pid, read_fd)
+            collect(pid, read_fd, kill=True)
             kills += 1
-        check(home, ledger, acked)
+            if backend.url:  # its claims lapse by time on PostgreSQL
+                time.sleep(backend.lease_ttl)
+        race_recovery(backend, home, ledger)
+        check(backend, home, ledger, acked)
         rounds += 1
-    assert kills >= KILLS
+    return kills
+
+
+def test_sigkill_harness_file_store(tmp_path: Path) -> None:
+    homes = (tmp_path / f"home{n}" for n in range(10_000))
+    assert run_harness(Backend(), tmp_path, FILE_KILLS, homes) >= FILE_KILLS
+
+
+def test_sigkill_harness_postgres(tmp_path: Path) -> None:
+    from agent_saga.testing_postgres import PostgresUnavailable, postgres_server, scratch_schema
+
+    with ExitStack() as stack:
+        try:
+            url = stack.enter_context(postgres_server())
+        except PostgresUnavailable as exc:
+            if os.environ.get("CI"):
+                pytest.fail(f"CI must run this harness against PostgreSQL: {exc}")
+            pytest.skip(str(exc))
+
+        def homes() -> Iterator[Path]:
+            while True:
+                yield tmp_path / stack.enter_context(scratch_schema(url))
+
+        assert run_harness(Backend(url), tmp_path, PG_KILLS, homes()) >= PG_KILLS

@@ -12,6 +12,7 @@ from typing import Any, TypeVar, overload
 
 from ._clock import Clock, IdSource, RandomIds, SystemClock
 from ._compensation import DEFAULT_REGISTRY, CompensatorRegistry
+from ._config import find_config, store_setting
 from ._errors import ConfigurationError
 from ._filestore import FileLogStore
 from ._gate import Gate, Rule
@@ -19,7 +20,7 @@ from ._home import resolve_home
 from ._killswitch import FileKillSwitch, KillSwitch
 from ._manifest import Status, guarantees, status
 from ._records import Entry, Kind
-from ._recovery import RecoveryReport, recover
+from ._recovery import LEASE_TTL, RecoveryReport, recover
 from ._runtime import Runtime
 from ._semantics import Semantics, ToolRegistry
 from ._store import LogStore, MemoryLogStore, VerifyReport
@@ -39,9 +40,11 @@ class AgentKit:
 
     Args:
         home: the agent-saga home (log, kill switch).
-        store: ``None``/``"file"`` (durable file store), ``"memory"``, or a :class:`LogStore`.
+        store: ``"file"`` (the durable file store), ``"memory"``, a ``postgresql://`` URL
+            (fleet mode; needs the ``postgres`` extra) or a :class:`LogStore`. ``None`` means
+            ``$AGENT_SAGA_STORE``, else ``store`` in the project configuration, else ``"file"``.
         rules: gate rules; every call must pass all of them.
-        kill_switch: defaults to the ``HALT`` file in the home.
+        kill_switch: defaults to the ``HALT`` file in the home (a row beside a PostgreSQL log).
         clock, ids: time and saga-id sources (inject fakes in tests).
         registry: compensators by name (defaults to the process-wide registry).
         fast_path: buffer REVERSIBLE steps' records until the next durable record.
@@ -66,10 +69,14 @@ class AgentKit:
     ) -> None:
         self.home: Path = resolve_home(home)
         clock = clock or SystemClock()
+        if store is None:
+            store = store_setting(find_config())
+        opened = _open_store(store, self.home, chain_key)
+        self._own_switch = kill_switch is None
         self.runtime = Runtime(
-            store=_open_store(store, self.home, chain_key),
+            store=opened,
             gate=Gate(rules),
-            kill_switch=kill_switch or FileKillSwitch(self.home),
+            kill_switch=kill_switch or default_switch(opened, self.home),
             clock=clock,
             ids=ids or RandomIds(clock),
             registry=registry or DEFAULT_REGISTRY,
@@ -163,13 +170,15 @@ class AgentKit:
         entry = Entry(kind.value, None, data, int(self.runtime.clock.now() * 1000))
         self.runtime.store.append([entry], sync=True)
 
-    def recover(self) -> RecoveryReport:
-        """Finish the rollback of every saga whose owner died (see :mod:`agent_saga` docs).
+    def recover(self, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport:
+        """Finish the rollback of every saga whose owner died (see ``docs/guarantees.md``).
 
         Compensators and probes are looked up by name in this kit's registry: import the
-        modules that declare them first.
+        modules that declare them first. ``lease_ttl`` bounds how long a saga stays claimed by
+        a recovery worker that died mid-way on stores whose leases expire by time (PostgreSQL);
+        on the file store a dead worker's claim ends with its process.
         """
-        return recover(self.runtime)
+        return recover(self.runtime, lease_ttl=lease_ttl)
 
     def verify(self) -> VerifyReport:
         """Re-verify the whole log as stored now."""
@@ -184,8 +193,13 @@ class AgentKit:
         return guarantees(self.runtime, self.runtime.tools.specs(), __version__)
 
     def close(self) -> None:
-        """Flush and close the store."""
-        self.runtime.store.close()
+        """Flush and close the store (and the kill switch, when this kit opened it)."""
+        try:
+            self.runtime.store.close()
+        finally:
+            close_switch = getattr(self.runtime.kill_switch, "close", None)
+            if self._own_switch and callable(close_switch):
+                close_switch()
 
     def __enter__(self) -> AgentKit:
         return self
@@ -199,9 +213,25 @@ def _open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> 
         return FileLogStore(home, key=key)
     if store == "memory":
         return MemoryLogStore(key=key)
+    if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
+        from ._pgstore import PostgresLogStore  # psycopg is imported only when asked for
+
+        return PostgresLogStore(store, key=key)
     if isinstance(store, LogStore):
         return store
-    raise ConfigurationError(f"store must be 'file', 'memory' or a LogStore, got {store!r}")
+    raise ConfigurationError(
+        f"store must be 'file', 'memory', a postgresql:// URL or a LogStore, got {store!r}"
+    )
+
+
+def default_switch(store: LogStore, home: Path) -> KillSwitch:
+    """A fleet's kill switch is a row beside its PostgreSQL log; otherwise the HALT file."""
+    if store.kind == "postgres":
+        from ._pgstore import PostgresLogStore
+
+        if isinstance(store, PostgresLogStore):
+            return store.kill_switch()
+    return FileKillSwitch(home)
 
 
 _default_lock = threading.Lock()

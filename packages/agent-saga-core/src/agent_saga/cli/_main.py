@@ -22,10 +22,11 @@ from typing import Any
 import click
 from rich.console import Console
 
+from .._config import find_config, store_setting
 from .._errors import AgentSagaError, LogError
 from .._history import SagaLookupError, find_saga
 from .._home import resolve_home
-from .._killswitch import FileKillSwitch
+from .._killswitch import FileKillSwitch, KillSwitch
 from .._kit import AgentKit
 from .._manifest import Status
 from .._records import SagaStatus
@@ -125,6 +126,17 @@ def main(ctx: click.Context, home: Path | None, no_color: bool) -> None:
 pass_settings = click.make_pass_decorator(Settings)
 
 
+def kill_switch_for(home: Path) -> KillSwitch:
+    """The switch agents read: a row beside a PostgreSQL log (fleet mode), else the HALT file."""
+    store = store_setting(find_config())
+    if store is not None and store.startswith(("postgresql://", "postgres://")):
+        from .._pgkillswitch import PostgresKillSwitch
+
+        return PostgresKillSwitch(store)
+    require_home(home)
+    return FileKillSwitch(home)
+
+
 @main.command()
 @pass_settings
 def demo(settings: Settings) -> None:
@@ -197,8 +209,7 @@ def halt(settings: Settings, reason: str) -> None:
     """
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="'--reason'")
-    require_home(settings.home)
-    switch = FileKillSwitch(settings.home)
+    switch = kill_switch_for(settings.home)
     switch.halt(reason, at=time.time())
     settings.console.print(f"halted: {one_line(reason)}", markup=False)
     try:
@@ -216,8 +227,7 @@ def halt(settings: Settings, reason: str) -> None:
 @pass_settings
 def resume(settings: Settings) -> None:
     """Release the kill switch and record it (refused while the log cannot be written)."""
-    require_home(settings.home)
-    state = FileKillSwitch(settings.home).state()
+    state = kill_switch_for(settings.home).state()
     if not state.halted:
         settings.console.print("not halted; nothing to resume")
         return
@@ -243,7 +253,7 @@ def status(settings: Settings) -> None:
     try:
         kit = AgentKit(home=settings.home)
     except (LogError, OSError) as exc:
-        halt = FileKillSwitch(settings.home).state()
+        halt = kill_switch_for(settings.home).state()
         switch = f"halted: {halt.reason}" if halt.halted else "not halted"
         report = Status(
             False,
