@@ -38,3 +38,11 @@ def test_manifest_carries_the_crash_model(tmp_path: Path) -> None:
         store = kit.guarantees()["store"]
     assert set(store["crash_model"]) == {"process_crash", "power_loss", "disk_loss"}
     assert any("powersafe overwrite" in a for a in store["assumes"])
+
+
+def test_postgres_crash_model_sentences_are_in_the_doc() -> None:
+    from agent_saga._pgstore import _DISK_LOSS, _POWER_LOSS, _PROCESS_CRASH
+
+    text = DOC.read_text()
+    for sentence in (_PROCESS_CRASH, *_POWER_LOSS.values(), *_DISK_LOSS.values()):
+        assert sentence in text
