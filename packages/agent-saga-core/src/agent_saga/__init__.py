@@ -5,6 +5,9 @@ durable before any non-reversible effect; a failure compensates the committed st
 reverse order.
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from ._clock import FakeClock, SequentialIds, SystemClock
 from ._compensation import CompensatorRegistry, compensator
 from ._errors import (
@@ -20,19 +23,10 @@ from ._errors import (
 )
 from ._filestore import FileLogStore, read_log, verify_file
 from ._gate import Allow, Decision, Deny, DenyTools, Gate, MaxValue, RequireApproval, Rule, ToolCall
-from ._history import (
-    CompensationState,
-    SagaView,
-    StepOutcome,
-    StepView,
-    build_history,
-    find_saga,
-)
 from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
 from ._kit import AgentKit, default_kit, saga_scope, use_kit
 from ._manifest import Status
 from ._records import Entry, Kind, Record, SagaStatus
-from ._recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
 from ._report import CompensationFailure, RollbackReport, StepRef
 from ._saga import Saga, current_saga, idempotency_key
 from ._semantics import Semantics
@@ -40,6 +34,42 @@ from ._store import LogStore, MemoryLogStore, VerifyReport
 from ._tool import tool, tool_spec
 from ._transaction import Transaction
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._history import (
+        CompensationState,
+        SagaView,
+        StepOutcome,
+        StepView,
+        build_history,
+        find_saga,
+    )
+    from ._recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
+
+# Loaded on first use: reading history and recovering are not needed to run transactions, and
+# importing agent_saga stays light.
+_LAZY = {
+    "CompensationState": "_history",
+    "SagaView": "_history",
+    "StepOutcome": "_history",
+    "StepView": "_history",
+    "build_history": "_history",
+    "find_saga": "_history",
+    "RecoveredSaga": "_recovery",
+    "RecoveryReport": "_recovery",
+    "StepRecovery": "_recovery",
+    "recover": "_recovery",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agent_saga' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"agent_saga.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 COMPENSABLE = Semantics.COMPENSABLE
 IRREVERSIBLE = Semantics.IRREVERSIBLE

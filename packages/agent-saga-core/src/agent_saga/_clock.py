@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from datetime import UTC, datetime
 from typing import Protocol
 
 
@@ -91,4 +90,6 @@ class SequentialIds:
 
 def format_ts(ts: float) -> str:
     """Render a record timestamp for people (UTC, millisecond precision)."""
+    from datetime import UTC, datetime  # only people need this, not the engine
+
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ._semantics import Semantics
 
@@ -51,9 +51,8 @@ def strictest(first: Decision, second: Decision) -> Decision:
     return second if second.rank > first.rank else first
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    """A call as the gate sees it, before it runs."""
+class ToolCall(NamedTuple):
+    """A call as the gate sees it, before it runs (immutable)."""
 
     tool: str
     semantics: Semantics

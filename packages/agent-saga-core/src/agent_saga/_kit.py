@@ -8,11 +8,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._clock import Clock, IdSource, RandomIds, SystemClock
 from ._compensation import DEFAULT_REGISTRY, CompensatorRegistry
-from ._config import find_config, store_setting
 from ._errors import ConfigurationError
 from ._filestore import FileLogStore
 from ._gate import Gate, Rule
@@ -20,13 +19,15 @@ from ._home import resolve_home
 from ._killswitch import FileKillSwitch, KillSwitch
 from ._manifest import Status, guarantees, status
 from ._records import Entry, Kind
-from ._recovery import LEASE_TTL, RecoveryReport, recover
 from ._runtime import Runtime
 from ._semantics import Semantics, ToolRegistry
 from ._store import LogStore, MemoryLogStore, VerifyReport
 from ._tool import DEFAULT_TOOLS, _declare
 from ._transaction import Transaction
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._recovery import RecoveryReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,6 +71,8 @@ class AgentKit:
         self.home: Path = resolve_home(home)
         clock = clock or SystemClock()
         if store is None:
+            from ._config import find_config, store_setting  # reads files: only when needed
+
             store = store_setting(find_config())
         opened = _open_store(store, self.home, chain_key)
         self._own_switch = kill_switch is None
@@ -170,7 +173,7 @@ class AgentKit:
         entry = Entry(kind.value, None, data, int(self.runtime.clock.now() * 1000))
         self.runtime.store.append([entry], sync=True)
 
-    def recover(self, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport:
+    def recover(self, *, lease_ttl: float = 300.0) -> RecoveryReport:
         """Finish the rollback of every saga whose owner died (see ``docs/guarantees.md``).
 
         Compensators and probes are looked up by name in this kit's registry: import the
@@ -178,6 +181,8 @@ class AgentKit:
         a recovery worker that died mid-way on stores whose leases expire by time (PostgreSQL);
         on the file store a dead worker's claim ends with its process.
         """
+        from ._recovery import recover  # recovery is not needed to run transactions
+
         return recover(self.runtime, lease_ttl=lease_ttl)
 
     def verify(self) -> VerifyReport:
