@@ -31,6 +31,7 @@ from ._runtime import Runtime
 from ._semantics import Semantics, ToolSpec
 
 _HOST = os.uname().nodename
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 _CURRENT: ContextVar[Saga | None] = ContextVar("agent_saga_current", default=None)
 
 
@@ -63,7 +64,7 @@ class _Step:
 
 
 class _Prepared:
-    __slots__ = ("call_args", "call_kwargs", "compensation", "step")
+    __slots__ = ("call_args", "call_kwargs", "compensation", "intent", "step")
 
     def __init__(
         self,
@@ -71,11 +72,14 @@ class _Prepared:
         call_kwargs: dict[str, Any],
         call_args: tuple[Any, ...],
         compensation: Callable[..., Any] | None,
+        intent: Entry | None,
     ) -> None:
         self.step = step
         self.call_kwargs = call_kwargs
         self.call_args = call_args
         self.compensation = compensation
+        self.intent = intent
+        """A fast-path intent not yet buffered: it joins the buffer with the step's outcome."""
 
 
 class Saga:
@@ -91,11 +95,11 @@ class Saga:
         self._steps: list[_Step] = []
         self._ordinal = 0
         self._savepoints = 0
+        self._now = runtime.clock.now
+        self._fast_path = runtime.fast_path
+        self._key_prefix = hashlib.sha256(f"{saga_id}\x00".encode())
 
     # -- logging ---------------------------------------------------------------------------
-
-    def _entry(self, kind: Kind, data: dict[str, JSONValue]) -> Entry:
-        return Entry(kind.value, self.id, data, int(self.runtime.clock.now() * 1000))
 
     def log(
         self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
@@ -107,10 +111,10 @@ class Saga:
         Otherwise it may be buffered (fast path) and written, in order, with the next record
         that is flushed or durable.
         """
-        entry = self._entry(kind, data)
+        entry = Entry(kind, self.id, data, int(self._now() * 1000))
         with self._lock:
             self._pending.append(entry)
-            if not (durable or flush) and self.runtime.fast_path:
+            if not (durable or flush) and self._fast_path:
                 return
             batch, self._pending = self._pending, []
             self.runtime.store.append(batch, sync=False)
@@ -143,7 +147,7 @@ class Saga:
         with self._lock:
             self._ordinal += 1
             ordinal = self._ordinal
-        key = str(kwargs.get("idempotency_key") or idempotency_key(self.id, ordinal, spec.name))
+        key = kwargs.get("idempotency_key") or self._step_key(ordinal, spec.name)
         call_kwargs = dict(kwargs)
         if spec.accepts_idempotency_key and "idempotency_key" not in kwargs:
             call_kwargs["idempotency_key"] = key
@@ -155,19 +159,26 @@ class Saga:
         step = _Step(ref, spec, named)
         jsonable_args = to_jsonable(named)
         compensation = self._gate(step, jsonable_args)
-        self.log(
-            Kind.STEP_INTENT,
-            {
-                "ordinal": ordinal,
-                "tool": spec.name,
-                "semantics": spec.semantics.value,
-                "args": jsonable_args,
-                "compensation": spec.compensation.describe() if spec.compensation else None,
-                "idempotency_key": step.ref.idempotency_key,
-            },
-            durable=spec.durable_intent,
-        )
-        return _Prepared(step, call_kwargs, args, compensation)
+        intent: dict[str, JSONValue] = {
+            "ordinal": ordinal,
+            "tool": spec.name,
+            "semantics": spec.semantics_value,
+            "args": jsonable_args,
+            "compensation": spec.compensation_json,
+            "idempotency_key": key,
+        }
+        if self._fast_path and not spec.durable_intent:
+            # Buffered either way: it joins the buffer together with the outcome, in order.
+            entry = Entry(Kind.STEP_INTENT, self.id, intent, int(self._now() * 1000))
+            return _Prepared(step, call_kwargs, args, compensation, entry)
+        self.log(Kind.STEP_INTENT, intent, durable=spec.durable_intent)
+        return _Prepared(step, call_kwargs, args, compensation, None)
+
+    def _step_key(self, ordinal: int, tool: str) -> str:
+        """:func:`idempotency_key` of this saga's step, from a pre-hashed saga id."""
+        hasher = self._key_prefix.copy()
+        hasher.update(f"{ordinal}\x00{tool}".encode())
+        return f"as1-{hasher.hexdigest()[:32]}"
 
     def _gate(self, step: _Step, jsonable_args: JSONValue) -> Callable[..., Any] | None:
         """Decide on the call; returns the resolved compensator. Raises on any refusal."""
@@ -233,13 +244,15 @@ class Saga:
         stored = to_jsonable(result)
         with self._lock:
             self._steps.append(step)
+            if prepared.intent is not None:
+                self._pending.append(prepared.intent)
         self.log(
             Kind.STEP_DONE,
             {
                 "ordinal": step.ref.ordinal,
                 "tool": step.ref.tool,
                 "result": stored,
-                "result_restorable": is_restorable(stored),
+                "result_restorable": type(stored) in _SCALARS or is_restorable(stored),
             },
             durable=False,
             flush=step.spec.durable_intent,
@@ -247,6 +260,9 @@ class Saga:
 
     def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
         step = prepared.step
+        if prepared.intent is not None:
+            with self._lock:
+                self._pending.append(prepared.intent)
         self.log(
             Kind.STEP_FAILED,
             {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": _error_info(exc)},

@@ -39,16 +39,19 @@ class ToolSpec:
     """Everything the engine knows about a wrapped tool. Immutable after construction."""
 
     __slots__ = (
+        "_count",
         "_defaults",
         "_positional",
         "_simple",
         "accepts_idempotency_key",
         "compensation",
+        "compensation_json",
         "durable_intent",
         "func",
         "is_async",
         "name",
         "semantics",
+        "semantics_value",
         "signature",
     )
 
@@ -68,6 +71,8 @@ class ToolSpec:
         self.signature = signature
         self.is_async = is_async
         self.durable_intent = semantics.durable_intent
+        self.semantics_value = semantics.value
+        self.compensation_json = compensation.describe() if compensation is not None else None
         params = signature.parameters
         self.accepts_idempotency_key = "idempotency_key" in params
         # Signatures made only of plain parameters are bound without inspect (hot path).
@@ -76,6 +81,7 @@ class ToolSpec:
             n for n, p in params.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
         )
         self._defaults = {n: p.default for n, p in params.items() if p.default is not p.empty}
+        self._count = len(params)
 
     def __repr__(self) -> str:
         return f"ToolSpec({self.name!r}, {self.semantics.name})"
@@ -88,6 +94,9 @@ class ToolSpec:
         if self._simple and len(args) <= len(self._positional):
             named = dict(self._defaults)
             named.update(zip(self._positional, args, strict=False))
+            if not kwargs and len(named) == self._count:
+                named.pop("idempotency_key", None)
+                return named
             for key, value in kwargs.items():
                 if key in named and key not in self._defaults:
                     raise TypeError(f"multiple values for argument {key!r}")
