@@ -43,7 +43,7 @@ def make_kit(fs: SimFileSystem, world: World) -> AgentKit:
     registry = CompensatorRegistry()
     kit = AgentKit(
         home=HOME,
-        store=FileLogStore(HOME, fs=fs),
+        store=FileLogStore(HOME, fs=fs, preallocate=512),
         kill_switch=MemoryKillSwitch(),
         registry=registry,
     )

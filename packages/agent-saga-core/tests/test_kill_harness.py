@@ -132,8 +132,9 @@ def spawn(
                     os.write(write_fd, f"{saga.saga_id} recovered\n".encode())
             else:
                 agent(kit, write_fd, seed, backend.lease_ttl)
-        except BaseException:
+        except BaseException as exc:
             code = 1
+            os.write(2, f"harness child failed: {exc!r}\n".encode())
         finally:
             os._exit(code)
     os.close(write_fd)

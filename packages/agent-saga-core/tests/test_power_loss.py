@@ -17,6 +17,7 @@ from agent_saga import CorruptLogError, Entry, FileLogStore, StoreFailedError
 from agent_saga.testing import SimFileSystem
 
 TRIALS = 10_000
+PREALLOCATE = 1024  # small, so the trials cross many growth steps
 HOME = "/home"
 
 StoreFactory = Callable[[SimFileSystem], FileLogStore]
@@ -31,7 +32,7 @@ def trial(
     *,
     psow: bool = True,
     fs_class: type[SimFileSystem] = SimFileSystem,
-    open_store: StoreFactory = lambda fs: FileLogStore(HOME, fs=fs),
+    open_store: StoreFactory = lambda fs: FileLogStore(HOME, fs=fs, preallocate=PREALLOCATE),
     ack_first: bool = False,
 ) -> str | None:
     """Run one trial; returns a description of the first violation, or ``None``."""
@@ -109,7 +110,9 @@ class NoTruncation(FileLogStore):
 SEEDED_BUGS: dict[str, dict[str, object]] = {
     "no fsync": {"fs_class": NoFsync},
     "no directory fsync": {"fs_class": NoDirFsync},
-    "no tail truncation": {"open_store": lambda fs: NoTruncation(HOME, fs=fs)},
+    "no tail truncation": {
+        "open_store": lambda fs: NoTruncation(HOME, fs=fs, preallocate=PREALLOCATE)
+    },
     "acknowledge before write": {"ack_first": True},
 }
 

@@ -41,7 +41,7 @@ from ._chain import Chain
 from ._codec import CodecError
 from ._errors import ConfigurationError, CorruptLogError, StoreFailedError
 from ._fs import NETWORK_FS_TYPES, FileSystem, OsFileSystem
-from ._logscan import looks_like_record_after, scan, walk
+from ._logscan import content_end, looks_like_record_after, scan, walk
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
 
@@ -53,6 +53,8 @@ LEASES_DIR = "leases"
 REPAIRED = "store.repaired"
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _OS = OsFileSystem()
+PREALLOCATE = 256 * 1024
+"""Bytes of zeros the log file grows by, so that syncing a record does not change its size."""
 
 FILE_CRASH_MODEL = {
     "process_crash": (
@@ -144,6 +146,7 @@ class FileLogStore:
         key: bytes | None = None,
         fs: FileSystem | None = None,
         allow_network_fs: bool = False,
+        preallocate: int = PREALLOCATE,
     ) -> None:
         self.home = Path(home)
         self.path = self.home / LOG_NAME
@@ -158,7 +161,8 @@ class FileLogStore:
                 "hold across hosts; put AGENT_SAGA_HOME on a local disk or use the PostgreSQL "
                 "store for fleets"
             )
-        self._fd = self._open_durably(LOG_NAME, append=True)
+        self._fd = self._open_durably(LOG_NAME, append=False)
+        self._preallocate = max(1, preallocate)
         self._mark_fd = self._open_durably(WATERMARK_NAME, append=False)
         self._lock_fd = fs.open_rw(str(self.home / LOCK_NAME))
         self.owner_id = f"{os.getpid()}-{os.urandom(6).hex()}"
@@ -178,6 +182,7 @@ class FileLogStore:
             raise
         self._fs.unlock(self._lock_fd)
         self._written = self._synced = self._end
+        self._capacity = self._fs.size(self._fd)
 
     def _open_durably(self, name: str, *, append: bool) -> int:
         path = str(self.home / name)
@@ -193,18 +198,19 @@ class FileLogStore:
     def _open_scan(self) -> None:
         tail = scan(self._fs, self._fd, self._chain, str(self.path))
         watermark = _decode_watermark(self._fs.pread(self._mark_fd, 64, 0))
-        if tail.size < watermark:
+        if tail.damage is None and tail.end < watermark:
             raise CorruptLogError(
-                str(self.path), tail.size,
-                f"log is {tail.size} bytes but {watermark} bytes were synced: records were removed",
+                str(self.path), tail.end,
+                f"log ends at {tail.end} bytes but {watermark} bytes were synced: records "
+                "were removed",
             )  # fmt: skip
         if tail.damage is not None:
             self._repair_or_refuse(tail.damage, tail.end, tail.size, watermark)
         self._seq, self._prev, self._end = tail.seq, tail.hash, tail.end
         if self.repairs:
+            self._capacity = self._fs.size(self._fd)
             self._append_locked([self._repair_entry(self.repairs[-1])])
             self._fs.fsync(self._fd)
-            self._end = self._fs.size(self._fd)
             self._write_watermark(self._end)
 
     def _repair_or_refuse(
@@ -222,7 +228,7 @@ class FileLogStore:
                 str(self.path), damage.offset,
                 f"{damage.reason}, and records follow at offset {follower}", damage.seq,
             )  # fmt: skip
-        discarded = self._fs.pread(self._fd, size - end, end)
+        discarded = self._fs.pread(self._fd, size - end, end).rstrip(b"\x00")
         broken = self._next_broken_path()
         fd = self._fs.open_rw(broken)
         try:
@@ -360,11 +366,27 @@ class FileLogStore:
         return ticket.records
 
     def _write_all(self, data: bytes) -> None:
+        """Write ``data`` at the log's end, inside preallocated space (holding the file lock).
+
+        Records overwrite zero bytes that were written and fsynced beforehand, so syncing them
+        does not change the file's size: the fsync flushes data only, which is cheaper than an
+        append's. The space grows by ``preallocate`` bytes at a time.
+        """
         try:
-            self._end += _write_fully(self._fs, self._fd, data)
+            if self._end + len(data) > self._capacity:
+                self._grow(self._end + len(data))
+            self._end += _write_fully(self._fs, self._fd, data, offset=self._end)
         except OSError as exc:
             self._fail(exc)
             raise StoreFailedError(f"write to {self.path} failed: {exc}") from exc
+
+    def _grow(self, needed: int) -> None:
+        size = self._fs.size(self._fd)
+        target = -(-needed // self._preallocate) * self._preallocate
+        if size < target:
+            _write_fully(self._fs, self._fd, bytes(target - size), offset=size)
+            self._fs.fsync(self._fd)  # the new size is durable before records land in it
+        self._capacity = max(target, size)
 
     def _write_watermark(self, offset: int) -> None:
         """Record the synced length (not fsynced: after a power loss it can only lag)."""
@@ -383,8 +405,12 @@ class FileLogStore:
             )
 
     def _catch_up(self) -> None:
-        """Continue the chain from the current end of file (another process may have appended)."""
+        """Continue the chain from the log's current end (another process may have appended)."""
+        probe = self._fs.pread(self._fd, 1, self._end)
+        if probe == b"\x00":
+            return  # free space: nothing was appended since our last write
         size = self._fs.size(self._fd)
+        self._capacity = size
         if size == self._end:
             return
         if size < self._end:
@@ -436,6 +462,7 @@ class FileLogStore:
             "fsync": "F_FULLFSYNC" if os.uname().sysname == "Darwin" else "fsync",
             "directory_fsync_on_create": True,
             "group_commit": True,
+            "preallocated_bytes": self._preallocate,
             "multi_process": "flock on log.lock per batch; owner lock per open store",
             "torn_tail_repair": "only beyond the synced watermark, with a .broken copy",
             "assumes": ["powersafe overwrite: appending never garbles synced bytes"],
@@ -495,12 +522,26 @@ class FileLogStore:
         try:
             if self._failed is None and self._synced < self._written:
                 self.sync()
+            if self._failed is None:
+                with contextlib.suppress(CorruptLogError, OSError):  # trimming is a courtesy
+                    self._trim()
         finally:
             self._closed = True
             owner_path = str(self.home / OWNERS_DIR / f"{self.owner_id}.lock")
             with contextlib.suppress(OSError):
                 self._fs.unlink(owner_path)
             self._release_files()
+
+    def _trim(self) -> None:
+        """Give back the preallocated space, so a closed log is plain JSON lines."""
+        self._fs.lock(self._lock_fd, blocking=True)
+        try:
+            self._catch_up()
+            if self._fs.size(self._fd) > self._end:
+                self._fs.truncate(self._fd, self._end)
+                self._fs.fsync(self._fd)
+        finally:
+            self._fs.unlock(self._lock_fd)
 
     def _release_files(self) -> None:
         for fd in (self._fd, self._mark_fd, self._lock_fd, self._owner_fd):
@@ -571,19 +612,20 @@ def _write_fully(fs: FileSystem, fd: int, data: bytes, offset: int | None = None
 
 
 def _batch_boundary(path: Path, fd: int, fs: FileSystem) -> int:
-    """The log's size at a moment no writer is mid-batch (a shared lock on ``log.lock``).
+    """Where the log's content ends, read while no writer is mid-batch.
 
-    Writers hold ``log.lock`` exclusively for a whole batch, so the size read under the shared
-    lock ends on a record boundary; the bytes before it never change. The lock is released at
-    once: readers never hold up writers for longer than a ``stat``.
+    Writers hold ``log.lock`` exclusively for a whole batch, so the end found under a shared
+    lock is a record boundary, and the bytes before it never change afterwards (writers only
+    fill the preallocated zeros after it). The lock is held only while the zeros at the end of
+    the file are skipped.
     """
     lock_path = path.parent / LOCK_NAME
     if fs is not _OS or not lock_path.exists():
-        return fs.size(fd)
+        return content_end(fs, fd, fs.size(fd))
     lock_fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_SH)
-        return fs.size(fd)
+        return content_end(fs, fd, fs.size(fd))
     finally:
         os.close(lock_fd)
 

@@ -31,7 +31,8 @@ class Tail(NamedTuple):
     end: int
     """Byte offset just after the last valid record."""
     size: int
-    """Bytes the scan looked at (``end`` unless there is damage)."""
+    """Where the log's bytes end: ``end`` unless there is damage (preallocated zero bytes after
+    the last record are free space, not part of the log)."""
     damage: CorruptLogError | None
 
 
@@ -81,6 +82,10 @@ def walk(
     """
     size = fs.size(fd) if end is None else end
     for offset, line in iter_lines(fs, fd, start, size):
+        if line[:1] == b"\x00":  # the preallocated space after the last record
+            if all_zero(fs, fd, offset, size):
+                return
+            raise CorruptLogError(where, offset, "bytes after the end of the log", seq + 1)
         if not line.endswith(b"\n"):
             reason = (
                 f"record longer than {MAX_RECORD_BYTES} bytes"
@@ -120,6 +125,11 @@ def scan(
         damage = CorruptLogError(where, position, reason, seq + 1)
         return Tail(count, seq, last.decode(), position, size, damage)
 
+    def free_space() -> Tail:
+        if not all_zero(fs, fd, position, size):
+            return broken("bytes after the end of the log (in its preallocated space)")
+        return Tail(count, seq, last.decode(), position, position, None)
+
     while read_to < size:
         chunk = fs.pread(fd, min(CHUNK, size - read_to), read_to)
         if not chunk:
@@ -128,17 +138,47 @@ def scan(
         lines = (pending + chunk).split(b"\n")
         pending = lines.pop()  # the piece after the last newline (usually empty)
         for line in lines:
+            if line[:1] == b"\x00":
+                return free_space()
             if len(line) >= MAX_RECORD_BYTES:
                 return broken(f"record longer than {MAX_RECORD_BYTES} bytes")
             result = check_line_fast(chain, line, seq + 1, last)
             if isinstance(result, ChainBreak):
                 return broken(result.reason)
             count, (seq, last), position = count + 1, result, position + len(line) + 1
+        if pending[:1] == b"\x00":
+            return free_space()
         if len(pending) > MAX_RECORD_BYTES:
             return broken(f"record longer than {MAX_RECORD_BYTES} bytes")
     if pending or position < size:
         return broken("incomplete final record (no newline)")
     return Tail(count, seq, last.decode(), position, size, None)
+
+
+def all_zero(fs: FileSystem, fd: int, start: int, end: int) -> bool:
+    """Whether ``[start, end)`` holds only zero bytes (the log's preallocated free space)."""
+    position = start
+    while position < end:
+        chunk = fs.pread(fd, min(CHUNK, end - position), position)
+        if not chunk:
+            return True
+        if chunk.strip(b"\x00"):
+            return False
+        position += len(chunk)
+    return True
+
+
+def content_end(fs: FileSystem, fd: int, size: int) -> int:
+    """Offset just after the last non-zero byte before ``size`` (the preallocated zeros that
+    follow the log's last record are not content)."""
+    position = size
+    while position > 0:
+        start = max(0, position - CHUNK // 16)
+        chunk = fs.pread(fd, position - start, start).rstrip(b"\x00")
+        if chunk:
+            return start + len(chunk)
+        position = start
+    return 0
 
 
 def looks_like_record_after(fs: FileSystem, fd: int, start: int, end: int) -> int | None:

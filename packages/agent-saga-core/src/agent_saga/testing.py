@@ -67,8 +67,8 @@ class FaultyFileSystem(OsFileSystem):
     Args:
         fail_fsync_at: the n-th ``fsync`` (1-based, counted from construction) raises
             ``OSError(errno_)``; every later one too, as a broken disk would.
-        fail_write_at: the n-th ``write`` raises ``OSError(errno_)``.
-        short_writes: every ``write`` writes at most half of what it is given.
+        fail_write_at: the n-th ``write`` or ``pwrite`` raises ``OSError(errno_)``.
+        short_writes: every ``write`` and ``pwrite`` writes at most half of what it is given.
     """
 
     def __init__(
@@ -95,13 +95,19 @@ class FaultyFileSystem(OsFileSystem):
         super().fsync(fd)
         self.fsyncs.append((fd, self.size(fd)))
 
-    def write(self, fd: int, data: bytes) -> int:
+    def _before_write(self, data: bytes) -> bytes:
         self.write_calls += 1
         if self.fail_write_at is not None and self.write_calls >= self.fail_write_at:
             raise OSError(self.errno, "injected write failure")
         if self.short_writes and len(data) > 1:
-            data = data[: len(data) // 2]
-        return super().write(fd, data)
+            return data[: len(data) // 2]
+        return data
+
+    def write(self, fd: int, data: bytes) -> int:
+        return super().write(fd, self._before_write(data))
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        return super().pwrite(fd, self._before_write(data), offset)
 
     def synced_size(self, fd: int) -> int:
         """The largest size of ``fd``'s file covered by a successful fsync."""
