@@ -13,6 +13,7 @@ compensations) or when the step is gated (named ones), before any effect runs.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 from collections.abc import Callable, Mapping
@@ -157,8 +158,36 @@ def compensation_ref(spec: object) -> CompensationRef | None:
     )
 
 
+_FITS: dict[tuple[Callable[..., Any], frozenset[str]], ConfigurationError | None] = {}
+
+
 def check_compensator_fits(func: Callable[..., Any], tool_params: Mapping[str, object]) -> None:
-    """Raise :class:`ConfigurationError` when ``func`` has a required parameter nobody can fill."""
+    """Raise :class:`ConfigurationError` when ``func`` has a required parameter nobody can fill.
+
+    The answer is remembered per (compensator, tool parameters): steps run this on every call.
+    """
+    key = (func, frozenset(tool_params))
+    try:
+        problem = _FITS[key]
+    except (KeyError, TypeError):  # TypeError: an unhashable callable is checked every time
+        problem = _fit_problem(func, tool_params)
+        with contextlib.suppress(TypeError):
+            _FITS[key] = problem
+    if problem is not None:
+        raise problem
+
+
+def _fit_problem(
+    func: Callable[..., Any], tool_params: Mapping[str, object]
+) -> ConfigurationError | None:
+    try:
+        _check_fits(func, tool_params)
+    except ConfigurationError as exc:
+        return exc
+    return None
+
+
+def _check_fits(func: Callable[..., Any], tool_params: Mapping[str, object]) -> None:
     available = set(tool_params) | {"result", "idempotency_key"}
     try:
         signature = inspect.signature(func)

@@ -117,9 +117,9 @@ class Saga:
             if not (durable or flush) and self._fast_path:
                 return
             batch, self._pending = self._pending, []
-            self.runtime.store.append(batch, sync=False)
-        if durable:
-            self.runtime.store.sync()
+            # Under the saga's lock, so its records keep their order; other sagas still share
+            # the store's group commit.
+            self.runtime.store.append(batch, sync=durable)
 
     def begin(self) -> None:
         self.log(
