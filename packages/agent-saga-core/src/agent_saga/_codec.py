@@ -87,7 +87,7 @@ def to_jsonable(value: Any, _depth: int = 0) -> JSONValue:
     becomes ``{"$repr": "...", "$type": "..."}`` so the record is still written; such a value is
     marked as not restorable (see :func:`is_restorable`).
     """
-    if type(value) is dict and _flat(value):
+    if type(value) is dict and is_flat(value):
         return dict(value)
     if value is None or isinstance(value, bool | int | str):
         if isinstance(value, str) and not _encodable(value):
@@ -123,7 +123,7 @@ def to_jsonable(value: Any, _depth: int = 0) -> JSONValue:
 _SCALARS = frozenset({str, int, bool, type(None)})
 
 
-def _flat(value: dict[Any, Any]) -> bool:
+def is_flat(value: dict[Any, Any]) -> bool:
     """A dict of str keys and plain scalars (the common case) needs no conversion."""
     for key, item in value.items():
         kind = type(item)

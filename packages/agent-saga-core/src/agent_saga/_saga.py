@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
-from ._codec import JSONValue, is_restorable, to_jsonable
+from ._codec import JSONValue, is_flat, is_restorable, to_jsonable
 from ._compensation import CompensationRef, check_compensator_fits, compensator_kwargs
 from ._errors import ArgumentsRefused, GateRefused, HaltedError, LogError
 from ._gate import Deny, RequireApproval, ToolCall
@@ -157,7 +157,8 @@ class Saga:
         except TypeError as exc:
             self._refuse(ref, to_jsonable({"args": args, "kwargs": kwargs}), "signature", str(exc))
         step = _Step(ref, spec, named)
-        jsonable_args = to_jsonable(named)
+        # The dict is ours (bind made it): when it holds plain scalars it is stored as is.
+        jsonable_args = named if is_flat(named) else to_jsonable(named)
         compensation = self._gate(step, jsonable_args)
         intent: dict[str, JSONValue] = {
             "ordinal": ordinal,
@@ -186,8 +187,12 @@ class Saga:
         halt = self.runtime.kill_switch.state()
         if halt.halted:
             self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
-        call = ToolCall(spec.name, spec.semantics, step.args, self.id, ref.ordinal)
-        decision = self.runtime.gate.evaluate(call)
+        gate = self.runtime.gate
+        if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
+            return self._resolve_compensation(step, jsonable_args)  # nothing could refuse it
+        decision = gate.evaluate(
+            ToolCall(spec.name, spec.semantics, step.args, self.id, ref.ordinal)
+        )
         if isinstance(decision, Deny):
             self._refuse(ref, jsonable_args, decision.rule, decision.reason)
         if isinstance(decision, RequireApproval):
@@ -242,21 +247,22 @@ class Saga:
         step = prepared.step
         step.result = result
         stored = to_jsonable(result)
+        done: dict[str, JSONValue] = {
+            "ordinal": step.ref.ordinal,
+            "tool": step.ref.tool,
+            "result": stored,
+            "result_restorable": type(stored) in _SCALARS or is_restorable(stored),
+        }
+        if prepared.intent is not None:  # fast path: intent and outcome join the buffer
+            entry = Entry(Kind.STEP_DONE, self.id, done, int(self._now() * 1000))
+            with self._lock:
+                self._steps.append(step)
+                self._pending.append(prepared.intent)
+                self._pending.append(entry)
+            return
         with self._lock:
             self._steps.append(step)
-            if prepared.intent is not None:
-                self._pending.append(prepared.intent)
-        self.log(
-            Kind.STEP_DONE,
-            {
-                "ordinal": step.ref.ordinal,
-                "tool": step.ref.tool,
-                "result": stored,
-                "result_restorable": type(stored) in _SCALARS or is_restorable(stored),
-            },
-            durable=False,
-            flush=step.spec.durable_intent,
-        )
+        self.log(Kind.STEP_DONE, done, durable=False, flush=step.spec.durable_intent)
 
     def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
         step = prepared.step
