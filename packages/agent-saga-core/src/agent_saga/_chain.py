@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from binascii import hexlify, unhexlify
 from json import loads as _loads
 from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non-ASCII
 from typing import Any, NamedTuple
@@ -59,7 +60,7 @@ class Chain:
 
     def hasher(self, prev_hex: bytes) -> Any:
         """A hash object already fed the previous record's hash (for incremental hashing)."""
-        prev = bytes.fromhex(prev_hex.decode("ascii"))
+        prev = unhexlify(prev_hex)
         if self.key is None:
             return hashlib.sha256(prev)
         return hmac.new(self.key, prev, hashlib.sha256)
@@ -182,7 +183,7 @@ def check_line_fast(
     hasher = chain.hasher(expect_prev)
     hasher.update(view[:cut])
     hasher.update(view[cut + 74 :])
-    computed = hasher.hexdigest().encode()
+    computed = hexlify(hasher.digest())
     if computed != line[cut + 9 : cut + 73]:
         return ChainBreak("hash does not match the record's contents")
     return seq, computed
