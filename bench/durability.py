@@ -5,9 +5,11 @@ Prints:
   * throughput of durable appends with 1, 8 and 64 concurrent writer threads, against a
     minimal group-commit floor (one flusher: one write and one fsync per batch) measured the
     same way (target >= 0.8x at 8 writers);
-  * full verification speed in records per second (target >= 200,000 records/s, small records).
+  * full verification speed in records per second (target >= 200,000 records/s, small records);
+  * the PostgreSQL store's commit latency and throughput against a one-row commit floor (see
+    bench/durability_pg.py; skipped with --no-pg or when no server can be started).
 
-Usage: uv run python bench/durability.py [--quick] [--dir PATH]
+Usage: uv run python bench/durability.py [--quick] [--dir PATH] [--no-pg]
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples, shorter runs")
     parser.add_argument("--dir", type=Path, default=None, help="directory on the disk to test")
+    parser.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL figures")
     args = parser.parse_args()
     n = 300 if args.quick else 2_000
     seconds = 1.0 if args.quick else 3.0
@@ -171,6 +174,22 @@ def main() -> None:
     width = max(len(r[0]) for r in rows)
     for name, value, note in rows:
         print(f"  {name:<{width}}  {value:>14}  {note}")
+    if not args.no_pg:
+        postgres_figures(200 if args.quick else 800)
+
+
+def postgres_figures(appends: int) -> None:
+    """The PostgreSQL store's figures (bench/durability_pg.py), when a server is available."""
+    try:
+        import durability_pg  # the sibling script: python puts bench/ on the path
+        from agent_saga.testing_postgres import PostgresUnavailable
+    except ImportError as exc:
+        print(f"PostgreSQL figures skipped: {exc}")
+        return
+    try:
+        durability_pg.report(appends, os.environ.get("AGENT_SAGA_TEST_PG_URL"))
+    except PostgresUnavailable as exc:
+        print(f"PostgreSQL figures skipped: {exc}")
 
 
 if __name__ == "__main__":

@@ -134,15 +134,20 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=800, help="appends per measurement")
     parser.add_argument("--url", default=os.environ.get("AGENT_SAGA_TEST_PG_URL"))
     args = parser.parse_args()
+    report(args.appends, args.url)
+
+
+def report(appends: int, url_given: str | None) -> None:
+    """Print the figures; starts a throwaway server when no URL is given."""
     with ExitStack() as stack:
-        url = args.url or stack.enter_context(postgres_server())
+        url = url_given or stack.enter_context(postgres_server())
         with psycopg.connect(url) as conn:
             row = conn.execute(
                 "SELECT current_setting('server_version'), current_setting('fsync'),"
                 " current_setting('wal_sync_method')"
             ).fetchone()
         print(f"PostgreSQL {row[0] if row else '?'}, fsync={row[1] if row else '?'},", end=" ")
-        print(f"wal_sync_method={row[2] if row else '?'}; {args.appends} appends per line")
+        print(f"wal_sync_method={row[2] if row else '?'}; {appends} appends per line")
         floors: dict[int, tuple[float, float]] = {}
         for writers in (1, 8):
             print(f"-- {writers} writer(s): p50 per append, appends/s, vs floor")
@@ -155,7 +160,7 @@ def main() -> None:
             ]
             for name, maker in cases:
                 with scratch_schema(url) as schema:
-                    p50, rate = run(writers, args.appends, maker(schema))
+                    p50, rate = run(writers, appends, maker(schema))
                 if name == "floor":
                     floors[writers] = (p50, rate)
                 base_p50, base_rate = floors[writers]
