@@ -4,8 +4,9 @@ Prints:
   * raw append+fsync p50 (200-byte record) and the store's durable append p50 (target <= 1.5x);
   * throughput of durable appends with 1, 8 and 64 concurrent writer threads, against a
     minimal group-commit floor (one flusher: one write and one fsync per batch) measured the
-    same way (target >= 0.8x at 8 writers);
-  * full verification speed in records per second (target >= 200,000 records/s, small records);
+    same way, alternating with it over three rounds (medians; target >= 0.8x at 8 writers);
+  * full verification speed in records per second, best of three passes (target >= 200,000
+    records/s, small records);
   * the PostgreSQL store's commit latency and throughput against a one-row commit floor (see
     bench/durability_pg.py; skipped with --no-pg or when no server can be started).
 
@@ -126,11 +127,14 @@ def verify_rate(home: Path, records: int) -> float:
         for _ in range(records // 1000):
             store.append(batch, sync=False)
         store.sync()
-    start = time.perf_counter()
-    report = verify_file(home / "log.jsonl")
-    elapsed = time.perf_counter() - start
-    assert report.ok, report.error
-    return report.records / elapsed
+    best = 0.0
+    for _ in range(3):  # best of three: noise only ever slows a pass down
+        start = time.perf_counter()
+        report = verify_file(home / "log.jsonl")
+        elapsed = time.perf_counter() - start
+        assert report.ok, report.error
+        best = max(best, report.records / elapsed)
+    return best
 
 
 def ok(passed: bool) -> str:
@@ -156,11 +160,16 @@ def main() -> None:
          f"{ours / raw:.2f}x raw, target <= 1.5x: {ok(ours / raw <= 1.5)}"),
     ]  # fmt: skip
     for writers in (1, 8, 64):
-        floor = GroupCommitFloor(base / f"floor{writers}.log")
-        floor_rate = threaded_rate(writers, seconds, floor.append)
-        floor.close()
-        with FileLogStore(base / f"threads{writers}") as store:
-            rate = threaded_rate(writers, seconds, functools.partial(durable_append, store))
+        # Floor and store alternate, three rounds each, so a noisy neighbour hits both alike.
+        floor_rates, rates = [], []
+        for round_ in range(3):
+            floor = GroupCommitFloor(base / f"floor{writers}-{round_}.log")
+            floor_rates.append(threaded_rate(writers, seconds / 3, floor.append))
+            floor.close()
+            with FileLogStore(base / f"threads{writers}-{round_}") as store:
+                append = functools.partial(durable_append, store)
+                rates.append(threaded_rate(writers, seconds / 3, append))
+        floor_rate, rate = statistics.median(floor_rates), statistics.median(rates)
         target = f", target >= 0.8x: {ok(rate / floor_rate >= 0.8)}" if writers == 8 else ""
         rows.append(
             (f"{writers} writers, durable appends", f"{rate:,.0f}/s",
