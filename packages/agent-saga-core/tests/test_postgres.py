@@ -143,7 +143,11 @@ def test_importing_the_modules_does_not_import_psycopg() -> None:
 def test_missing_psycopg_is_a_configuration_error() -> None:
     probe = (
         "import sys\n"
-        "sys.modules['psycopg'] = None\n"
+        "class NoPsycopg:  # an environment where psycopg is not installed\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'psycopg' or name.startswith('psycopg.'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoPsycopg())\n"
         "from agent_saga import ConfigurationError\n"
         "from agent_saga._pgstore import PostgresLogStore\n"
         "from agent_saga._pgkillswitch import PostgresKillSwitch\n"

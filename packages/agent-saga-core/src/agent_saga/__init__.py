@@ -21,10 +21,11 @@ from ._errors import (
     SagaRolledBack,
     StoreFailedError,
 )
-from ._filestore import FileLogStore, read_log, verify_file
+from ._filestore import FileLogStore
 from ._gate import Allow, Decision, Deny, DenyTools, Gate, MaxValue, RequireApproval, Rule, ToolCall
 from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
 from ._kit import AgentKit, default_kit, saga_scope, use_kit
+from ._logread import read_log, verify_file
 from ._manifest import Status
 from ._records import Entry, Kind, Record, SagaStatus
 from ._report import CompensationFailure, RollbackReport, StepRef

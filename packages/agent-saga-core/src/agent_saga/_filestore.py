@@ -28,8 +28,6 @@ Durability protocol (what is true when a call returns):
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import os
 import threading
@@ -40,19 +38,26 @@ from pathlib import Path
 from ._chain import Chain
 from ._codec import CodecError
 from ._errors import ConfigurationError, CorruptLogError, StoreFailedError
-from ._fs import NETWORK_FS_TYPES, FileSystem, OsFileSystem
-from ._logscan import content_end, looks_like_record_after, scan, walk
+from ._fs import NETWORK_FS_TYPES, FileSystem
+from ._homefiles import (
+    LEASES_DIR,
+    LOCK_NAME,
+    LOG_NAME,
+    OS,
+    OWNERS_DIR,
+    REPAIRED,
+    WATERMARK_NAME,
+    decode_watermark,
+    encode_watermark,
+    ensure_dir,
+    safe_name,
+    write_fully,
+)
+from ._logread import iter_log, verify_file
+from ._logscan import looks_like_record_after, scan
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
 
-LOG_NAME = "log.jsonl"
-LOCK_NAME = "log.lock"
-WATERMARK_NAME = "log.synced"
-OWNERS_DIR = "owners"
-LEASES_DIR = "leases"
-REPAIRED = "store.repaired"
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-_OS = OsFileSystem()
 PREALLOCATE = 256 * 1024
 """Bytes of zeros the log file grows by, so that syncing a record does not change its size."""
 
@@ -74,52 +79,6 @@ FILE_CRASH_MODEL = {
         "store on a replicated server, to survive it."
     ),
 }
-
-
-def _safe_name(name: str) -> str:
-    """A lock-file name component; refuses anything that could leave its directory."""
-    if not name or len(name) > 200 or not set(name) <= _NAME_CHARS or name.startswith("."):
-        raise ValueError(f"invalid lock name {name!r}")
-    return name
-
-
-def fsync_fd(fd: int) -> None:
-    """Flush a file to stable storage (``F_FULLFSYNC`` where ``fsync`` stops at the drive cache)."""
-    _OS.fsync(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a directory's entries (a created or renamed file) durable."""
-    _OS.fsync_dir(str(path))
-
-
-def ensure_dir(path: Path, fs: FileSystem = _OS) -> None:
-    """Create ``path`` and missing parents, fsyncing each parent that gained an entry."""
-    missing: list[Path] = []
-    probe = path
-    while not fs.exists(str(probe)):
-        missing.append(probe)
-        probe = probe.parent
-    for directory in reversed(missing):
-        try:
-            fs.mkdir(str(directory))
-        except FileExistsError:
-            continue
-        fs.fsync_dir(str(directory.parent))
-
-
-def _encode_watermark(offset: int) -> bytes:
-    check = hashlib.sha256(b"agent-saga watermark %d" % offset).hexdigest()[:16]
-    return b"%016x %s\n" % (offset, check.encode())
-
-
-def _decode_watermark(raw: bytes) -> int:
-    """The synced length recorded in ``raw``; 0 when unreadable (that only widens repair)."""
-    try:
-        offset = int(raw[:16], 16)
-    except ValueError:
-        return 0
-    return offset if raw[:34] == _encode_watermark(offset)[:34] else 0
 
 
 class FileLogStore:
@@ -150,7 +109,7 @@ class FileLogStore:
     ) -> None:
         self.home = Path(home)
         self.path = self.home / LOG_NAME
-        self._fs = fs = fs or _OS
+        self._fs = fs = fs or OS
         self._chain = Chain(key)
         self.repairs: list[dict[str, object]] = []
         ensure_dir(self.home, fs)
@@ -197,7 +156,7 @@ class FileLogStore:
 
     def _open_scan(self) -> None:
         tail = scan(self._fs, self._fd, self._chain, str(self.path))
-        watermark = _decode_watermark(self._fs.pread(self._mark_fd, 64, 0))
+        watermark = decode_watermark(self._fs.pread(self._mark_fd, 64, 0))
         if tail.damage is None and tail.end < watermark:
             raise CorruptLogError(
                 str(self.path), tail.end,
@@ -232,7 +191,7 @@ class FileLogStore:
         broken = self._next_broken_path()
         fd = self._fs.open_rw(broken)
         try:
-            _write_fully(self._fs, fd, discarded, offset=0)
+            write_fully(self._fs, fd, discarded, offset=0)
             self._fs.fsync(fd)
         finally:
             self._fs.close(fd)
@@ -375,7 +334,7 @@ class FileLogStore:
         try:
             if self._end + len(data) > self._capacity:
                 self._grow(self._end + len(data))
-            self._end += _write_fully(self._fs, self._fd, data, offset=self._end)
+            self._end += write_fully(self._fs, self._fd, data, offset=self._end)
         except OSError as exc:
             self._fail(exc)
             raise StoreFailedError(f"write to {self.path} failed: {exc}") from exc
@@ -384,13 +343,13 @@ class FileLogStore:
         size = self._fs.size(self._fd)
         target = -(-needed // self._preallocate) * self._preallocate
         if size < target:
-            _write_fully(self._fs, self._fd, bytes(target - size), offset=size)
+            write_fully(self._fs, self._fd, bytes(target - size), offset=size)
             self._fs.fsync(self._fd)  # the new size is durable before records land in it
         self._capacity = max(target, size)
 
     def _write_watermark(self, offset: int) -> None:
         """Record the synced length (not fsynced: after a power loss it can only lag)."""
-        self._fs.pwrite(self._mark_fd, _encode_watermark(offset), 0)
+        self._fs.pwrite(self._mark_fd, encode_watermark(offset), 0)
 
     def _fail(self, exc: BaseException) -> None:
         if self._failed is None:
@@ -446,7 +405,7 @@ class FileLogStore:
             size = self._fs.size(self._fd)
             if size < self._end:
                 problems.append(f"log file shrank to {size} bytes (had {self._end})")
-            if not os.access(self.path, os.W_OK) and self._fs is _OS:
+            if not os.access(self.path, os.W_OK) and self._fs is OS:
                 problems.append(f"log file {self.path} is not writable")
         except OSError as exc:
             problems.append(f"log file cannot be inspected: {exc}")
@@ -484,7 +443,7 @@ class FileLogStore:
         if owner_id == self.owner_id:
             return not self._closed
         try:
-            path = str(self.home / OWNERS_DIR / f"{_safe_name(owner_id)}.lock")
+            path = str(self.home / OWNERS_DIR / f"{safe_name(owner_id)}.lock")
         except ValueError:
             return False
         if not self._fs.exists(path):
@@ -506,7 +465,7 @@ class FileLogStore:
         leases = self.home / LEASES_DIR
         ensure_dir(leases, self._fs)
         try:
-            file_name = _safe_name(name)
+            file_name = safe_name(name)
         except ValueError:  # any other name still gets its own lock file
             file_name = "h-" + hashlib.sha256(name.encode()).hexdigest()[:40]
         fd = self._fs.open_rw(str(leases / f"{file_name}.lock"))
@@ -597,89 +556,3 @@ class FileLease:
             self._fs.unlock(self._fd)
             self._fs.close(self._fd)
             self._fd = None
-
-
-def _write_fully(fs: FileSystem, fd: int, data: bytes, offset: int | None = None) -> int:
-    """Write all of ``data`` (looping over short writes); returns the bytes written."""
-    view, done = memoryview(data), 0
-    while done < len(data):
-        chunk = bytes(view[done:])
-        written = fs.write(fd, chunk) if offset is None else fs.pwrite(fd, chunk, offset + done)
-        if written <= 0:
-            raise OSError(errno.EIO, "write made no progress")
-        done += written
-    return done
-
-
-def _batch_boundary(path: Path, fd: int, fs: FileSystem) -> int:
-    """Where the log's content ends, read while no writer is mid-batch.
-
-    Writers hold ``log.lock`` exclusively for a whole batch, so the end found under a shared
-    lock is a record boundary, and the bytes before it never change afterwards (writers only
-    fill the preallocated zeros after it). The lock is held only while the zeros at the end of
-    the file are skipped.
-    """
-    lock_path = path.parent / LOCK_NAME
-    if fs is not _OS or not lock_path.exists():
-        return content_end(fs, fd, fs.size(fd))
-    lock_fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_SH)
-        return content_end(fs, fd, fs.size(fd))
-    finally:
-        os.close(lock_fd)
-
-
-def _open_for_reading(path: Path, fs: FileSystem) -> int:
-    return os.open(path, os.O_RDONLY | os.O_CLOEXEC) if fs is _OS else fs.open_rw(str(path))
-
-
-def iter_log(
-    path: Path, chain: Chain | None = None, fs: FileSystem = _OS
-) -> Iterator[tuple[int, Record]]:
-    """``(offset, record)`` for each record of the log at ``path``, verified while read.
-
-    Read-only: creates nothing, repairs nothing, takes no lock a writer waits on for long.
-    Memory stays bounded by the maximum record size whatever the file holds.
-
-    Raises:
-        CorruptLogError: at the first record that is incomplete, malformed or off the chain.
-    """
-    if not fs.exists(str(path)):
-        return
-    fd = _open_for_reading(path, fs)
-    try:
-        end = _batch_boundary(path, fd, fs)
-        for offset, _, record in walk(fs, fd, chain or Chain(), str(path), end=end):
-            yield offset, record
-    finally:
-        fs.close(fd)
-
-
-def read_log(path: str | os.PathLike[str], *, key: bytes | None = None) -> Iterator[Record]:
-    """The verified records of a log file, read-only (see :func:`iter_log`).
-
-    ``path`` is the log file or the agent-saga home holding ``log.jsonl``.
-    """
-    target = Path(path)
-    if target.is_dir():
-        target = target / LOG_NAME
-    return (record for _, record in iter_log(target, Chain(key)))
-
-
-def verify_file(path: Path, chain: Chain | None = None, fs: FileSystem = _OS) -> VerifyReport:
-    """Verify the log file at ``path`` from its first byte; never raises on bad content."""
-    if not fs.exists(str(path)):
-        return VerifyReport(True, 0, None, GENESIS)
-    try:
-        fd = _open_for_reading(path, fs)
-    except OSError as exc:
-        return VerifyReport(False, 0, CorruptLogError(str(path), 0, f"unreadable: {exc}"), GENESIS)
-    try:
-        tail = scan(fs, fd, chain or Chain(), str(path), end=_batch_boundary(path, fd, fs))
-    except OSError as exc:
-        error = CorruptLogError(str(path), 0, f"unreadable: {exc}")
-        return VerifyReport(False, 0, error, GENESIS)
-    finally:
-        fs.close(fd)
-    return VerifyReport(tail.damage is None, tail.records, tail.damage, tail.hash)

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from ._filestore import ensure_dir, fsync_dir, fsync_fd
+from ._homefiles import ensure_dir, fsync_dir, fsync_fd
 
 HALT_FILE = "HALT"
 

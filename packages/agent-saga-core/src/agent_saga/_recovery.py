@@ -34,8 +34,8 @@ from ._codec import JSONValue, is_restorable, to_jsonable
 from ._compensation import compensator_kwargs
 from ._history import CompensationState, SagaView, StepOutcome, StepView, sagas
 from ._records import Entry, Kind, Record, SagaStatus
+from ._rollback import run_coroutine
 from ._runtime import Runtime
-from ._saga import _run_coroutine
 
 LEASE_TTL = 300.0
 
@@ -279,7 +279,7 @@ def _call(func: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         async def collect() -> None:
             box.append(await outcome)
 
-        _run_coroutine(collect())
+        run_coroutine(collect())
         return box[0]
     return outcome
 

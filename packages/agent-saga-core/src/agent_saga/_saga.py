@@ -22,11 +22,12 @@ from contextvars import ContextVar
 from typing import Any, NoReturn
 
 from ._codec import JSONValue, is_flat, is_restorable, to_jsonable
-from ._compensation import CompensationRef, check_compensator_fits, compensator_kwargs
-from ._errors import ArgumentsRefused, GateRefused, HaltedError, LogError
+from ._compensation import CompensationRef, check_compensator_fits
+from ._errors import ArgumentsRefused, GateRefused, HaltedError
 from ._gate import Deny, RequireApproval, ToolCall
 from ._records import Entry, Kind, SagaStatus
-from ._report import CompensationFailure, RollbackReport, StepRef
+from ._report import RollbackReport, StepRef
+from ._rollback import RollbackState, error_info, run_coroutine
 from ._runtime import Runtime
 from ._semantics import Semantics, ToolSpec
 
@@ -44,10 +45,6 @@ def idempotency_key(saga_id: str, ordinal: int, tool: str) -> str:
     """The deterministic key of step ``(saga_id, ordinal, tool)``."""
     digest = hashlib.sha256(f"{saga_id}\x00{ordinal}\x00{tool}".encode()).hexdigest()
     return f"as1-{digest[:32]}"
-
-
-def _error_info(exc: BaseException) -> dict[str, JSONValue]:
-    return {"type": type(exc).__qualname__, "message": str(exc)[:2000]}
 
 
 class _Step:
@@ -271,7 +268,7 @@ class Saga:
                 self._pending.append(prepared.intent)
         self.log(
             Kind.STEP_FAILED,
-            {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": _error_info(exc)},
+            {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": error_info(exc)},
             durable=False,
             flush=step.spec.durable_intent,
         )
@@ -322,7 +319,7 @@ class Saga:
         A failing compensation is recorded and the rest still run; the saga then ends
         ``needs_human``. With ``terminal``, the saga's end record is durable on return.
         """
-        state = _RollbackState(self, cause, from_ordinal)
+        state = RollbackState(self, cause, from_ordinal)
         for step in self._to_undo(from_ordinal):
             func = state.begin_step(step)
             if func is None:
@@ -330,7 +327,7 @@ class Saga:
             try:
                 outcome = func(**state.kwargs(step, func))
                 if inspect.isawaitable(outcome):
-                    _run_coroutine(outcome)
+                    run_coroutine(outcome)
             except Exception as exc:
                 state.step_failed(step, exc)
             else:
@@ -341,7 +338,7 @@ class Saga:
         self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
     ) -> RollbackReport:
         """:meth:`rollback` for async transactions: async compensators are awaited."""
-        state = _RollbackState(self, cause, from_ordinal)
+        state = RollbackState(self, cause, from_ordinal)
         for step in self._to_undo(from_ordinal):
             func = state.begin_step(step)
             if func is None:
@@ -355,150 +352,6 @@ class Saga:
             else:
                 state.step_done(step)
         return state.finish(terminal)
-
-
-class _RollbackState:
-    """Bookkeeping shared by the sync and async rollback loops."""
-
-    def __init__(self, saga: Saga, cause: BaseException, from_ordinal: int) -> None:
-        self.saga = saga
-        self.cause = cause
-        self.from_ordinal = from_ordinal
-        self.compensated: list[StepRef] = []
-        self.failed: list[CompensationFailure] = []
-        self.nothing: list[StepRef] = []
-        self.log_errors: list[str] = []
-        self._log(
-            Kind.ROLLBACK_BEGIN,
-            {"cause": _error_info(cause), "from_ordinal": from_ordinal},
-            durable=False,
-        )
-
-    def _log(
-        self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
-    ) -> None:
-        # During a rollback a log failure must not stop the remaining compensations.
-        try:
-            self.saga.log(kind, data, durable=durable, flush=flush)
-        except LogError as exc:
-            self.log_errors.append(f"{kind.value}: {exc}")
-
-    def begin_step(self, step: _Step) -> Callable[..., Any] | None:
-        """Mark ``step`` as being compensated; returns its compensator, or ``None`` if none."""
-        step.compensated = True
-        ref = step.spec.compensation
-        if ref is None:
-            self.nothing.append(step.ref)
-            return None
-        func = self._resolve(ref)
-        self._log(
-            Kind.COMP_INTENT,
-            {
-                "ordinal": step.ref.ordinal,
-                "tool": step.ref.tool,
-                "compensation": ref.describe(),
-                "idempotency_key": _comp_key(step),
-            },
-            durable=step.spec.durable_intent,
-        )
-        if func is None:
-            self.step_failed(step, LookupError(f"compensator {ref.name!r} is not registered"))
-        return func
-
-    def _resolve(self, ref: CompensationRef) -> Callable[..., Any] | None:
-        if ref.name is None:
-            return ref.func
-        return self.saga.runtime.registry.get(ref.name)
-
-    def kwargs(self, step: _Step, func: Callable[..., Any]) -> dict[str, Any]:
-        return compensator_kwargs(func, step.args, step.result, _comp_key(step))
-
-    def step_done(self, step: _Step) -> None:
-        self.compensated.append(step.ref)
-        self._log(
-            Kind.COMP_DONE,
-            {"ordinal": step.ref.ordinal, "tool": step.ref.tool},
-            durable=False,
-            flush=step.spec.durable_intent,
-        )
-
-    def step_failed(self, step: _Step, exc: BaseException) -> None:
-        self.failed.append(CompensationFailure(step.ref, f"{type(exc).__name__}: {exc}"))
-        self._log(
-            Kind.COMP_FAILED,
-            {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": _error_info(exc)},
-            durable=False,
-            flush=step.spec.durable_intent,
-        )
-
-    def finish(self, terminal: bool) -> RollbackReport:
-        status = SagaStatus.NEEDS_HUMAN if self.failed else SagaStatus.ROLLED_BACK
-        if terminal:
-            self.saga.status = status
-            self._log(
-                Kind.SAGA_END,
-                {
-                    "status": status.value,
-                    "cause": _error_info(self.cause),
-                    "compensated": [r.ordinal for r in self.compensated],
-                    "failed": [f.step.ordinal for f in self.failed],
-                },
-                durable=True,
-            )
-        else:
-            self._log(
-                Kind.SAVEPOINT_ROLLBACK,
-                {
-                    "from_ordinal": self.from_ordinal,
-                    "compensated": [r.ordinal for r in self.compensated],
-                    "failed": [f.step.ordinal for f in self.failed],
-                },
-                durable=True,
-            )
-        if self.log_errors and terminal:
-            status = SagaStatus.NEEDS_HUMAN
-            self.saga.status = status
-        return RollbackReport(
-            self.saga.id,
-            status,
-            tuple(self.compensated),
-            tuple(self.failed),
-            tuple(self.nothing),
-            tuple(self.log_errors),
-        )
-
-
-def _comp_key(step: _Step) -> str:
-    return f"{step.ref.idempotency_key}/compensate"
-
-
-def _run_coroutine(awaitable: Any) -> None:
-    """Run an async compensator to completion from sync code, whatever loop is running here."""
-    import asyncio  # deferred: only sync rollbacks of async compensators need it
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(_as_coroutine(awaitable))
-        return
-    # A loop runs in this thread (a sync transaction inside async code): use a fresh thread.
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(_as_coroutine(awaitable))
-        except BaseException as exc:
-            errors.append(exc)
-
-    worker = threading.Thread(target=run, name="agent-saga-compensate")
-    worker.start()
-    worker.join()
-    if errors:
-        raise errors[0]
-
-
-async def _as_coroutine(awaitable: Any) -> None:
-    await awaitable
 
 
 def validate_callable_compensation(spec_params: Mapping[str, object], ref: CompensationRef) -> None:

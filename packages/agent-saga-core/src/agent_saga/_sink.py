@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ._chain import Chain, ChainBreak, parse_line
 from ._errors import CorruptLogError, StoreFailedError
 from ._records import GENESIS, Entry, Record
-from ._store import MEMORY_CRASH_MODEL, Lease, VerifyReport
+from ._store import MEMORY_CRASH_MODEL, InProcessLease, Lease, VerifyReport
 
 T = TypeVar("T")
 
@@ -252,7 +252,7 @@ class SinkLogStore:
             if name in self._leases:
                 return None
             self._leases.add(name)
-        return _SinkLease(name, self._leases, self._lock)
+        return InProcessLease(name, self._leases, self._lock)
 
     def close(self) -> None:
         if self._closed:
@@ -282,14 +282,3 @@ def _as_bytes(value: object) -> bytes:
     if isinstance(value, bytes):
         return value
     return str(value).encode("utf-8", "surrogateescape")
-
-
-class _SinkLease:
-    def __init__(self, name: str, held: set[str], lock: threading.Lock) -> None:
-        self.name = name
-        self._held = held
-        self._lock = lock
-
-    def release(self) -> None:
-        with self._lock:
-            self._held.discard(self.name)

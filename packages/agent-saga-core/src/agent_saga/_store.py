@@ -77,7 +77,9 @@ class Lease(Protocol):
     def release(self) -> None: ...
 
 
-class _MemoryLease:
+class InProcessLease:
+    """A lease among the holders of one in-process set of names (memory and sink stores)."""
+
     def __init__(self, name: str, held: set[str], lock: threading.Lock) -> None:
         self.name = name
         self._held = held
@@ -119,7 +121,7 @@ class MemoryLogStore:
             if name in self._leases:
                 return None
             self._leases.add(name)
-        return _MemoryLease(name, self._leases, self._lock)
+        return InProcessLease(name, self._leases, self._lock)
 
     def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
         with self._lock:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from .._chain import Chain
 from .._errors import CorruptLogError
-from .._filestore import LOCK_NAME, LOG_NAME, iter_log, verify_file
 from .._history import History, build_history
+from .._homefiles import LOCK_NAME, LOG_NAME
+from .._logread import iter_log, verify_file
 from .._store import VerifyReport
 from ._errors import BadInputError, CliError
 

@@ -1,0 +1,83 @@
+"""The log's files in the agent-saga home, and the small helpers every file-backed part shares.
+
+Layout of a home: ``log.jsonl`` (the records), ``log.lock`` (held exclusively by a writer for a
+batch, shared by readers), ``log.synced`` (the synced watermark), ``owners/`` (one lock per open
+store), ``leases/`` (recovery claims), ``HALT`` (the kill switch) and ``log.jsonl.broken.<n>``
+(bytes discarded by a torn-tail repair).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+from pathlib import Path
+
+from ._fs import FileSystem, OsFileSystem
+
+LOG_NAME = "log.jsonl"
+LOCK_NAME = "log.lock"
+WATERMARK_NAME = "log.synced"
+OWNERS_DIR = "owners"
+LEASES_DIR = "leases"
+REPAIRED = "store.repaired"
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+OS = OsFileSystem()
+"""The real file system."""
+
+
+def safe_name(name: str) -> str:
+    """A lock-file name component; refuses anything that could leave its directory."""
+    if not name or len(name) > 200 or not set(name) <= _NAME_CHARS or name.startswith("."):
+        raise ValueError(f"invalid lock name {name!r}")
+    return name
+
+
+def fsync_fd(fd: int) -> None:
+    """Flush a file to stable storage (``F_FULLFSYNC`` where ``fsync`` stops at the drive cache)."""
+    OS.fsync(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a created or renamed file) durable."""
+    OS.fsync_dir(str(path))
+
+
+def ensure_dir(path: Path, fs: FileSystem = OS) -> None:
+    """Create ``path`` and missing parents, fsyncing each parent that gained an entry."""
+    missing: list[Path] = []
+    probe = path
+    while not fs.exists(str(probe)):
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            fs.mkdir(str(directory))
+        except FileExistsError:
+            continue
+        fs.fsync_dir(str(directory.parent))
+
+
+def encode_watermark(offset: int) -> bytes:
+    check = hashlib.sha256(b"agent-saga watermark %d" % offset).hexdigest()[:16]
+    return b"%016x %s\n" % (offset, check.encode())
+
+
+def decode_watermark(raw: bytes) -> int:
+    """The synced length recorded in ``raw``; 0 when unreadable (that only widens repair)."""
+    try:
+        offset = int(raw[:16], 16)
+    except ValueError:
+        return 0
+    return offset if raw[:34] == encode_watermark(offset)[:34] else 0
+
+
+def write_fully(fs: FileSystem, fd: int, data: bytes, offset: int | None = None) -> int:
+    """Write all of ``data`` (looping over short writes); returns the bytes written."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        chunk = bytes(view[done:])
+        written = fs.write(fd, chunk) if offset is None else fs.pwrite(fd, chunk, offset + done)
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        done += written
+    return done

@@ -1,0 +1,171 @@
+"""Compensating a saga's committed steps: the bookkeeping shared by sync and async rollback.
+
+Each step is marked before its compensator runs, so it is compensated at most once in the
+process. A compensation's intent is logged before it runs (durably when the step's intent was),
+its outcome after; a log failure during a rollback is recorded and the remaining compensations
+still run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._codec import JSONValue
+from ._compensation import CompensationRef, compensator_kwargs
+from ._errors import LogError
+from ._records import Kind, SagaStatus
+from ._report import CompensationFailure, RollbackReport, StepRef
+
+if TYPE_CHECKING:
+    from ._saga import Saga, _Step
+
+
+def error_info(exc: BaseException) -> dict[str, JSONValue]:
+    """An exception as records store it."""
+    return {"type": type(exc).__qualname__, "message": str(exc)[:2000]}
+
+
+class RollbackState:
+    """Bookkeeping shared by the sync and async rollback loops."""
+
+    def __init__(self, saga: Saga, cause: BaseException, from_ordinal: int) -> None:
+        self.saga = saga
+        self.cause = cause
+        self.from_ordinal = from_ordinal
+        self.compensated: list[StepRef] = []
+        self.failed: list[CompensationFailure] = []
+        self.nothing: list[StepRef] = []
+        self.log_errors: list[str] = []
+        self._log(
+            Kind.ROLLBACK_BEGIN,
+            {"cause": error_info(cause), "from_ordinal": from_ordinal},
+            durable=False,
+        )
+
+    def _log(
+        self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
+    ) -> None:
+        # During a rollback a log failure must not stop the remaining compensations.
+        try:
+            self.saga.log(kind, data, durable=durable, flush=flush)
+        except LogError as exc:
+            self.log_errors.append(f"{kind.value}: {exc}")
+
+    def begin_step(self, step: _Step) -> Callable[..., Any] | None:
+        """Mark ``step`` as being compensated; returns its compensator, or ``None`` if none."""
+        step.compensated = True
+        ref = step.spec.compensation
+        if ref is None:
+            self.nothing.append(step.ref)
+            return None
+        func = self._resolve(ref)
+        self._log(
+            Kind.COMP_INTENT,
+            {
+                "ordinal": step.ref.ordinal,
+                "tool": step.ref.tool,
+                "compensation": ref.describe(),
+                "idempotency_key": comp_key(step),
+            },
+            durable=step.spec.durable_intent,
+        )
+        if func is None:
+            self.step_failed(step, LookupError(f"compensator {ref.name!r} is not registered"))
+        return func
+
+    def _resolve(self, ref: CompensationRef) -> Callable[..., Any] | None:
+        if ref.name is None:
+            return ref.func
+        return self.saga.runtime.registry.get(ref.name)
+
+    def kwargs(self, step: _Step, func: Callable[..., Any]) -> dict[str, Any]:
+        return compensator_kwargs(func, step.args, step.result, comp_key(step))
+
+    def step_done(self, step: _Step) -> None:
+        self.compensated.append(step.ref)
+        self._log(
+            Kind.COMP_DONE,
+            {"ordinal": step.ref.ordinal, "tool": step.ref.tool},
+            durable=False,
+            flush=step.spec.durable_intent,
+        )
+
+    def step_failed(self, step: _Step, exc: BaseException) -> None:
+        self.failed.append(CompensationFailure(step.ref, f"{type(exc).__name__}: {exc}"))
+        self._log(
+            Kind.COMP_FAILED,
+            {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": error_info(exc)},
+            durable=False,
+            flush=step.spec.durable_intent,
+        )
+
+    def finish(self, terminal: bool) -> RollbackReport:
+        status = SagaStatus.NEEDS_HUMAN if self.failed else SagaStatus.ROLLED_BACK
+        if terminal:
+            self.saga.status = status
+            self._log(
+                Kind.SAGA_END,
+                {
+                    "status": status.value,
+                    "cause": error_info(self.cause),
+                    "compensated": [r.ordinal for r in self.compensated],
+                    "failed": [f.step.ordinal for f in self.failed],
+                },
+                durable=True,
+            )
+        else:
+            self._log(
+                Kind.SAVEPOINT_ROLLBACK,
+                {
+                    "from_ordinal": self.from_ordinal,
+                    "compensated": [r.ordinal for r in self.compensated],
+                    "failed": [f.step.ordinal for f in self.failed],
+                },
+                durable=True,
+            )
+        if self.log_errors and terminal:
+            status = SagaStatus.NEEDS_HUMAN
+            self.saga.status = status
+        return RollbackReport(
+            self.saga.id,
+            status,
+            tuple(self.compensated),
+            tuple(self.failed),
+            tuple(self.nothing),
+            tuple(self.log_errors),
+        )
+
+
+def comp_key(step: _Step) -> str:
+    return f"{step.ref.idempotency_key}/compensate"
+
+
+def run_coroutine(awaitable: Any) -> None:
+    """Run an async compensator to completion from sync code, whatever loop is running here."""
+    import asyncio  # deferred: only sync rollbacks of async compensators need it
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(as_coroutine(awaitable))
+        return
+    # A loop runs in this thread (a sync transaction inside async code): use a fresh thread.
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(as_coroutine(awaitable))
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, name="agent-saga-compensate")
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
+
+
+async def as_coroutine(awaitable: Any) -> None:
+    await awaitable
