@@ -18,6 +18,8 @@ Durability protocol (what is true when a call returns):
   beyond the synced watermark and no record follows it. The discarded bytes are kept in
   ``log.jsonl.broken.<n>``, the log is truncated and fsynced, and a ``store.repaired`` record
   is appended. Any other damage fails closed with :class:`CorruptLogError` naming the offset.
+* Records overwrite zeros preallocated (written and fsynced) ahead of them, so syncing a record
+  does not change the file's size; closing trims the file back to its last record.
 * Each process holds an exclusive lock on ``owners/<owner_id>.lock`` while the store is open,
   so another process can tell a dead owner from a live one.
 * Assumption (stated in the guarantees manifest): the disk has powersafe-overwrite semantics,
@@ -28,57 +30,37 @@ Durability protocol (what is true when a call returns):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ._chain import Chain
 from ._codec import CodecError
 from ._errors import ConfigurationError, CorruptLogError, StoreFailedError
+from ._filelocks import FileLease, hold_owner_lock, owner_alive, take_lease
+from ._filerepair import repair_entry, repair_torn_tail
 from ._fs import NETWORK_FS_TYPES, FileSystem
+from ._groupcommit import Ticket
 from ._homefiles import (
-    LEASES_DIR,
+    FILE_CRASH_MODEL,
     LOCK_NAME,
     LOG_NAME,
     OS,
     OWNERS_DIR,
-    REPAIRED,
     WATERMARK_NAME,
     decode_watermark,
     encode_watermark,
     ensure_dir,
-    safe_name,
     write_fully,
 )
 from ._logread import iter_log, verify_file
-from ._logscan import looks_like_record_after, scan
+from ._logscan import scan
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
 
 PREALLOCATE = 256 * 1024
 """Bytes of zeros the log file grows by, so that syncing a record does not change its size."""
-
-FILE_CRASH_MODEL = {
-    "process_crash": (
-        "Every record written before the crash is kept, durable records and step outcomes "
-        "alike; records of REVERSIBLE steps still buffered in the crashed process are lost "
-        "(their effects were local to it). Unfinished sagas are finished by agent-saga recover."
-    ),
-    "power_loss": (
-        "Every record acknowledged as durable is kept: the intent of each COMPENSABLE and "
-        "IRREVERSIBLE step, each compensation intent and each terminal record. An outcome "
-        "written after its intent may be lost; recovery then probes the tool or escalates. A "
-        "torn tail beyond the synced part is repaired, its bytes kept in a .broken file. "
-        "Assumes fsync reaches stable storage and the disk has powersafe overwrite."
-    ),
-    "disk_loss": (
-        "Everything: the file store keeps one copy. Replicate the home, or use the PostgreSQL "
-        "store on a replicated server, to survive it."
-    ),
-}
 
 
 class FileLogStore:
@@ -125,9 +107,9 @@ class FileLogStore:
         self._mark_fd = self._open_durably(WATERMARK_NAME, append=False)
         self._lock_fd = fs.open_rw(str(self.home / LOCK_NAME))
         self.owner_id = f"{os.getpid()}-{os.urandom(6).hex()}"
-        self._owner_fd = self._hold_owner_lock()
+        self._owner_fd = hold_owner_lock(self._fs, self.home, self.owner_id)
         self._mutex = threading.Lock()
-        self._queue: list[_Ticket] = []
+        self._queue: list[Ticket] = []
         self._leader_active = False
         self._failed: BaseException | None = None
         self._closed = False
@@ -168,55 +150,17 @@ class FileLogStore:
         self._seq, self._prev, self._end = tail.seq, tail.hash, tail.end
         if self.repairs:
             self._capacity = self._fs.size(self._fd)
-            self._append_locked([self._repair_entry(self.repairs[-1])])
+            self._append_locked([repair_entry(self.repairs[-1])])
             self._fs.fsync(self._fd)
             self._write_watermark(self._end)
 
     def _repair_or_refuse(
         self, damage: CorruptLogError, end: int, size: int, watermark: int
     ) -> None:
-        if end < watermark:
-            raise CorruptLogError(
-                str(self.path), damage.offset,
-                f"{damage.reason}, inside the synced part of the log (synced up to {watermark})",
-                damage.seq,
-            )  # fmt: skip
-        follower = looks_like_record_after(self._fs, self._fd, end, size)
-        if follower is not None:
-            raise CorruptLogError(
-                str(self.path), damage.offset,
-                f"{damage.reason}, and records follow at offset {follower}", damage.seq,
-            )  # fmt: skip
-        discarded = self._fs.pread(self._fd, size - end, end).rstrip(b"\x00")
-        broken = self._next_broken_path()
-        fd = self._fs.open_rw(broken)
-        try:
-            write_fully(self._fs, fd, discarded, offset=0)
-            self._fs.fsync(fd)
-        finally:
-            self._fs.close(fd)
-        self._fs.fsync_dir(str(self.home))
-        self._fs.truncate(self._fd, end)
-        self._fs.fsync(self._fd)
+        """Repair a torn tail (see :func:`repair_torn_tail`), or raise for any other damage."""
         self.repairs.append(
-            {
-                "offset": end,
-                "discarded_bytes": len(discarded),
-                "discarded_sha256": hashlib.sha256(discarded).hexdigest(),
-                "broken_file": Path(broken).name,
-                "reason": damage.reason,
-            }
+            repair_torn_tail(self._fs, self._fd, self.home, damage, end, size, watermark)
         )
-
-    def _next_broken_path(self) -> str:
-        n = 1
-        while self._fs.exists(str(self.home / f"{LOG_NAME}.broken.{n}")):
-            n += 1
-        return str(self.home / f"{LOG_NAME}.broken.{n}")
-
-    def _repair_entry(self, repair: dict[str, object]) -> Entry:
-        data = {k: v for k, v in repair.items() if isinstance(v, str | int)}
-        return Entry(REPAIRED, None, dict(data), int(time.time() * 1000))
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -229,7 +173,7 @@ class FileLogStore:
         next head, which leads the batch that queued meanwhile). A batch whose entries cannot
         be encoded fails alone; a write or fsync error fails the store.
         """
-        ticket = _Ticket(entries, sync)
+        ticket = Ticket(entries, sync)
         with self._mutex:
             self._check_usable()
             self._queue.append(ticket)
@@ -299,7 +243,7 @@ class FileLogStore:
             raise StoreFailedError(f"fsync of {self.path} failed: {exc}") from exc
         self._synced = max(self._synced, upto)
 
-    def _seal(self, ticket: _Ticket) -> list[bytes]:
+    def _seal(self, ticket: Ticket) -> list[bytes]:
         seq, prev = self._seq, self._prev
         lines: list[bytes] = []
         try:
@@ -317,7 +261,7 @@ class FileLogStore:
 
     def _append_locked(self, entries: Sequence[Entry]) -> list[Record]:
         """Seal and write while already holding the file lock (used when opening)."""
-        ticket = _Ticket(entries, sync=False)
+        ticket = Ticket(entries, sync=False)
         lines = self._seal(ticket)
         if ticket.error is not None:
             raise ticket.error
@@ -430,49 +374,18 @@ class FileLogStore:
 
     # -- owners and leases ------------------------------------------------------------------
 
-    def _hold_owner_lock(self) -> int:
-        """Hold ``owners/<owner_id>.lock`` until close (the kernel drops it if we die)."""
-        owners = self.home / OWNERS_DIR
-        ensure_dir(owners, self._fs)
-        fd = self._fs.open_rw(str(owners / f"{self.owner_id}.lock"))
-        self._fs.lock(fd, blocking=False)
-        return fd
-
     def owner_alive(self, owner_id: str) -> bool:
         """False when ``owner_id``'s lock file is gone or its lock can be taken (owner dead)."""
         if owner_id == self.owner_id:
             return not self._closed
-        try:
-            path = str(self.home / OWNERS_DIR / f"{safe_name(owner_id)}.lock")
-        except ValueError:
-            return False
-        if not self._fs.exists(path):
-            return False
-        fd = self._fs.open_rw(path)
-        try:
-            if not self._fs.lock(fd, blocking=False):
-                return True
-            self._fs.unlock(fd)
-        finally:
-            self._fs.close(fd)
-        return False
+        return owner_alive(self._fs, self.home, owner_id)
 
     def lease(self, name: str, *, ttl: float) -> FileLease | None:
-        """An exclusive lock on ``leases/<name>.lock``, held until released or the holder dies.
+        """An exclusive lock on ``leases/<name>``, held until released or the holder dies.
 
         ``ttl`` is not needed here: the kernel releases a dead holder's lock at once.
         """
-        leases = self.home / LEASES_DIR
-        ensure_dir(leases, self._fs)
-        try:
-            file_name = safe_name(name)
-        except ValueError:  # any other name still gets its own lock file
-            file_name = "h-" + hashlib.sha256(name.encode()).hexdigest()[:40]
-        fd = self._fs.open_rw(str(leases / f"{file_name}.lock"))
-        if not self._fs.lock(fd, blocking=False):
-            self._fs.close(fd)
-            return None
-        return FileLease(name, fd, self._fs)
+        return take_lease(self._fs, self.home, name)
 
     def close(self) -> None:
         """Sync what was written, then release the file and the owner lock. Idempotent."""
@@ -514,45 +427,3 @@ class FileLogStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _Ticket:
-    """One caller's batch in the group-commit queue; its caller sleeps until woken once."""
-
-    __slots__ = ("_gate", "done", "entries", "error", "records", "sync")
-
-    def __init__(self, entries: Sequence[Entry], sync: bool) -> None:
-        self.entries = entries
-        self.sync = sync
-        self.done = False
-        self.error: Exception | None = None
-        self.records: list[Record] = []
-        self._gate = threading.Lock()
-        self._gate.acquire()
-
-    def wait(self) -> None:
-        """Sleep until :meth:`finish` (batch written) or :meth:`wake` (lead the next batch)."""
-        self._gate.acquire()
-
-    def finish(self) -> None:
-        self.done = True
-        if self._gate.locked():
-            self._gate.release()
-
-    def wake(self) -> None:
-        self._gate.release()
-
-
-class FileLease:
-    """A held lease on the file store; released explicitly or when the process dies."""
-
-    def __init__(self, name: str, fd: int, fs: FileSystem) -> None:
-        self.name = name
-        self._fd: int | None = fd
-        self._fs = fs
-
-    def release(self) -> None:
-        if self._fd is not None:
-            self._fs.unlock(self._fd)
-            self._fs.close(self._fd)
-            self._fd = None

@@ -81,3 +81,23 @@ def write_fully(fs: FileSystem, fd: int, data: bytes, offset: int | None = None)
             raise OSError(errno.EIO, "write made no progress")
         done += written
     return done
+
+
+FILE_CRASH_MODEL = {
+    "process_crash": (
+        "Every record written before the crash is kept, durable records and step outcomes "
+        "alike; records of REVERSIBLE steps still buffered in the crashed process are lost "
+        "(their effects were local to it). Unfinished sagas are finished by agent-saga recover."
+    ),
+    "power_loss": (
+        "Every record acknowledged as durable is kept: the intent of each COMPENSABLE and "
+        "IRREVERSIBLE step, each compensation intent and each terminal record. An outcome "
+        "written after its intent may be lost; recovery then probes the tool or escalates. A "
+        "torn tail beyond the synced part is repaired, its bytes kept in a .broken file. "
+        "Assumes fsync reaches stable storage and the disk has powersafe overwrite."
+    ),
+    "disk_loss": (
+        "Everything: the file store keeps one copy. Replicate the home, or use the PostgreSQL "
+        "store on a replicated server, to survive it."
+    ),
+}
