@@ -41,8 +41,8 @@ def test_manifest_carries_the_crash_model(tmp_path: Path) -> None:
 
 
 def test_postgres_crash_model_sentences_are_in_the_doc() -> None:
-    from agent_saga._pgstore import _DISK_LOSS, _POWER_LOSS, _PROCESS_CRASH
+    from agent_saga._pgsql import DISK_LOSS, POWER_LOSS, PROCESS_CRASH
 
     text = DOC.read_text()
-    for sentence in (_PROCESS_CRASH, *_POWER_LOSS.values(), *_DISK_LOSS.values()):
+    for sentence in (PROCESS_CRASH, *POWER_LOSS.values(), *DISK_LOSS.values()):
         assert sentence in text

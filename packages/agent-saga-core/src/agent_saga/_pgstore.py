@@ -40,12 +40,12 @@ from ._pgfleet import (
     display_url,
     durability_problems,
     ensure_schema,
-    lock_key,
     one_line,
     require_psycopg,
     server_settings,
 )
 from ._pgkillswitch import PostgresKillSwitch
+from ._pgsql import crash_model, queries
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
 
@@ -56,55 +56,6 @@ if TYPE_CHECKING:
 
 DEFAULT_OWNER_TTL = 15.0
 _PAGE = 1000
-
-_PROCESS_CRASH = (
-    "Every record whose append returned: it is committed on the server. The dead process's "
-    "unfinished sagas are recovered by any host once its owner heartbeat expires."
-)
-_POWER_LOSS = {
-    True: "Every record acknowledged as durable (append with sync=True, or sync()) survives a "
-    "power loss of the server: it flushed its WAL past the record. Records appended without "
-    "sync since the last flush may be lost, and no later record survives without them. "
-    "Assumes the server's fsync reaches stable storage.",
-    False: "No record is sure to survive: the server runs with fsync or full_page_writes off, "
-    "or its settings could not be read.",
-}
-_DISK_LOSS = {
-    True: "Every record acknowledged as durable: the server's synchronous standbys hold it too.",
-    False: "Nothing, unless the server's storage is replicated: it has no synchronous standby, "
-    "so the log is on its disk alone.",
-}
-
-
-def _crash_model(settings: dict[str, str] | None) -> dict[str, str]:
-    durable = settings is not None and not durability_problems(settings)
-    standby = settings is not None and bool(settings["synchronous_standby_names"])
-    return {
-        "process_crash": _PROCESS_CRASH,
-        "power_loss": _POWER_LOSS[durable],
-        "disk_loss": _DISK_LOSS[durable and standby],
-    }
-
-
-def _queries(schema: str, owner_id: str) -> dict[str, Composed]:
-    from psycopg import sql
-
-    text = {
-        # One message, one snapshot per statement: the tail is read once the lock is granted.
-        "begin": "BEGIN; SET LOCAL synchronous_commit = off;"
-        " SELECT 1 FROM {s}.owners WHERE owner_id = {o} AND expires_at > clock_timestamp()"
-        " FOR KEY SHARE; SELECT pg_advisory_xact_lock({k});"
-        " SELECT seq, hash FROM {s}.records ORDER BY seq DESC LIMIT 1",
-        "insert": "INSERT INTO {s}.records (seq, hash, line) VALUES ",
-        "last": "SELECT seq, hash, line FROM {s}.records ORDER BY seq DESC LIMIT 1",
-        "page": "SELECT seq, hash, line FROM {s}.records WHERE seq > %s ORDER BY seq LIMIT %s",
-    }
-    names = {
-        "s": sql.Identifier(schema),
-        "o": sql.Literal(owner_id),
-        "k": sql.Literal(lock_key(schema, "append")),
-    }
-    return {name: sql.SQL(q).format(**names) for name, q in text.items()}
 
 
 class _NotSent(Exception):
@@ -154,7 +105,7 @@ class PostgresLogStore:
         self._flusher = PgSession(url, connect_timeout)  # flushes and heartbeats
         self._owner = FleetOwner(self._main, self._flusher, schema, owner_ttl)
         self.owner_id = self._owner.id
-        self._q = _queries(schema, self.owner_id)
+        self._q = queries(schema, self.owner_id)
         self._sync_cond = threading.Condition()
         self._failed: BaseException | None = None
         self._closed = False
@@ -429,16 +380,16 @@ class PostgresLogStore:
             settings = self._settings()
         except (psycopg.Error, StoreFailedError) as exc:
             unreadable = {"durable": False, "survives": [], "unreadable": one_line(exc)}
-            return {**facts, **unreadable, "crash_model": _crash_model(None)}
+            return {**facts, **unreadable, "crash_model": crash_model(None)}
         durable = not durability_problems(settings)
         survives = ["process crash", "server crash", "power loss (server fsync)"] if durable else []
-        crash_model = _crash_model(settings)
+        model = crash_model(settings)
         return {
             **facts,
             **settings,
             "durable": durable,
             "survives": survives,
-            "crash_model": crash_model,
+            "crash_model": model,
         }
 
     # -- owners and leases ------------------------------------------------------------------
