@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
-import pytest
 from agent_saga import (
     AgentKit,
     CompensatorRegistry,
@@ -239,15 +238,10 @@ def test_sigkill_harness_file_store(tmp_path: Path) -> None:
 
 
 def test_sigkill_harness_postgres(tmp_path: Path) -> None:
-    from agent_saga.testing_postgres import PostgresUnavailable, postgres_server, scratch_schema
+    from agent_saga.testing_postgres import scratch_schema, server_for_tests
 
     with ExitStack() as stack:
-        try:
-            url = stack.enter_context(postgres_server())
-        except PostgresUnavailable as exc:
-            if os.environ.get("CI"):
-                pytest.fail(f"CI must run this harness against PostgreSQL: {exc}")
-            pytest.skip(str(exc))
+        url = stack.enter_context(server_for_tests())
 
         def homes() -> Iterator[Path]:
             while True:

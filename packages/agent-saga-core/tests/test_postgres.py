@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +38,10 @@ from agent_saga._pgkillswitch import PostgresKillSwitch
 from agent_saga._pgstore import PostgresLogStore
 from agent_saga.testing import Ledger
 from agent_saga.testing_postgres import (
-    PostgresUnavailable,
     ThrowawayCluster,
     find_bindir,
-    postgres_server,
     scratch_schema,
+    server_for_tests,
 )
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
@@ -51,13 +49,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    with ExitStack() as stack:
-        try:
-            url = stack.enter_context(postgres_server())
-        except PostgresUnavailable as exc:
-            if os.environ.get("CI"):
-                pytest.fail(f"CI must run these tests against PostgreSQL: {exc}")
-            pytest.skip(str(exc))
+    with server_for_tests() as url:
         try:
             psycopg.connect(url, connect_timeout=5).close()
         except psycopg.Error as exc:

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,25 @@ def postgres_server() -> Iterator[str]:
 
 
 @contextmanager
+def server_for_tests() -> Iterator[str]:
+    """:func:`postgres_server` for a pytest test: fails under ``CI``, skips elsewhere.
+
+    CI must run every fleet-mode test against a real server, so a missing one is a failure
+    there; on a developer's machine without PostgreSQL the test is skipped with the reason.
+    """
+    import pytest
+
+    with ExitStack() as stack:
+        try:
+            url = stack.enter_context(postgres_server())
+        except PostgresUnavailable as exc:
+            if os.environ.get("CI"):
+                pytest.fail(f"CI must run this test against PostgreSQL: {exc}")
+            pytest.skip(str(exc))
+        yield url
+
+
+@contextmanager
 def scratch_schema(url: str) -> Iterator[str]:
     """Yield a fresh schema name and drop that schema (and everything in it) afterwards."""
     import psycopg
@@ -178,4 +197,5 @@ __all__ = [
     "ThrowawayCluster",
     "postgres_server",
     "scratch_schema",
+    "server_for_tests",
 ]
