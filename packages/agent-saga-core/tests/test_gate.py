@@ -279,3 +279,26 @@ def test_guarantees_follow_configuration(home: Path) -> None:
         manifest = kit.guarantees()
         assert not any("fsynced" in line for line in manifest["enforced_before_effect"])
         assert not any("buffered" in line for line in manifest["not_claimed"])
+
+
+def test_compensations_still_run_while_halted(home: Path) -> None:
+    """The manifest says the kill switch stops new effects, not undo."""
+    ledger = Ledger()
+    with AgentKit(home=home) as kit:
+
+        def refund(result: int) -> None:
+            ledger.record("refund", str(result))
+
+        @kit.tool(name="ks.charge", compensate=refund)
+        def charge(n: int) -> int:
+            ledger.record("charge", str(n))
+            return n
+
+        with pytest.raises(SagaRolledBack) as info, kit.transaction("t"):
+            charge(1)
+            kit.halt("stop now")
+            charge(2)
+        assert isinstance(info.value.cause, HaltedError)
+        assert ledger.actions() == ["charge", "refund"]
+        assert any("not undo" in line for line in kit.guarantees()["not_claimed"])
+        kit.resume()
