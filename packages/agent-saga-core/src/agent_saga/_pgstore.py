@@ -45,6 +45,7 @@ from ._pgfleet import (
     server_settings,
 )
 from ._pgkillswitch import PostgresKillSwitch
+from ._pgread import checked_records, paged_rows
 from ._pgsql import crash_model, queries
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
     from ._pgfleet import PgConnection
 
 DEFAULT_OWNER_TTL = 15.0
-_PAGE = 1000
 
 
 class _NotSent(Exception):
@@ -285,31 +285,8 @@ class PostgresLogStore:
             return
         raise CorruptLogError(self.where, seq - 1, f"stored tail: {reason}", seq=seq)
 
-    def _pages(self) -> Iterator[tuple[int, str, bytes]]:
-        after = 0
-        while True:
-            rows = self._query(self._q["page"], (after, _PAGE))
-            for seq, digest, line in rows:
-                yield int(seq), str(digest), bytes(line)
-            if len(rows) < _PAGE:
-                return
-            after = int(rows[-1][0])
-
     def _checked(self) -> Iterator[Record]:
-        prev, expect = GENESIS, 1
-        for seq, digest, line in self._pages():
-            index = expect - 1
-            if seq != expect:
-                reason = f"row seq {seq} where {expect} was expected (a record is missing)"
-                raise CorruptLogError(self.where, index, reason, seq=expect)
-            result = parse_line(self._chain, line, expect, prev)
-            if isinstance(result, ChainBreak):
-                raise CorruptLogError(self.where, index, result.reason, seq=expect)
-            if digest != result.hash:
-                reason = "hash column does not match the record"
-                raise CorruptLogError(self.where, index, reason, seq=expect)
-            yield result
-            prev, expect = result.hash, expect + 1
+        return checked_records(paged_rows(self._query, self._q["page"]), self._chain, self.where)
 
     def records(self) -> Iterator[Record]:
         """The records stored now, in ``seq`` order, verified while read.
