@@ -1,0 +1,1 @@
+"""LangChain tools and agent loops inside agent-saga transactions."""

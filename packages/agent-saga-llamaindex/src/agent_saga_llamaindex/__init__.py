@@ -1,0 +1,1 @@
+"""LlamaIndex tools and agents inside agent-saga transactions."""

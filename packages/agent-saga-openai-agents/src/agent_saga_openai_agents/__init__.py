@@ -1,0 +1,1 @@
+"""OpenAI Agents SDK tools and runs inside agent-saga transactions."""

@@ -1,0 +1,1 @@
+"""Shared fixtures for this package's tests."""

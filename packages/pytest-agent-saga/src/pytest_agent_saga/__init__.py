@@ -1,0 +1,1 @@
+"""pytest plugin for agent-saga: isolated homes, scripted tools, chaos runs over every fault point, replay assertions."""
