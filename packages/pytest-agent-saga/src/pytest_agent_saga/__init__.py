@@ -1,1 +1,4 @@
-"""pytest plugin for agent-saga: isolated homes, scripted tools, chaos runs over every fault point, replay assertions."""
+"""pytest plugin for agent-saga.
+
+Isolated homes, scripted tools, chaos runs over every fault point, replay assertions.
+"""
