@@ -105,9 +105,10 @@ def recover(runtime: Runtime, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport
             elsewhere.append(view.id)
             continue
         try:
-            current = sagas(r for r in store.records() if r.saga == view.id)
+            own = [r for r in store.records() if r.saga == view.id]
+            current = sagas(own)
             if current and current[0].status is SagaStatus.RUNNING:
-                recovered.append(_SagaRecovery(runtime, current[0], owner).run())
+                recovered.append(_SagaRecovery(runtime, current[0], owner, len(own)).run())
         finally:
             lease.release()
     return RecoveryReport(tuple(recovered), tuple(live), tuple(elsewhere))
@@ -124,15 +125,22 @@ def _owners(records: list[Record]) -> dict[str, str]:
 
 
 class _SagaRecovery:
-    def __init__(self, runtime: Runtime, view: SagaView, dead_owner: str | None) -> None:
+    def __init__(
+        self, runtime: Runtime, view: SagaView, dead_owner: str | None, written: int
+    ) -> None:
         self.runtime = runtime
         self.view = view
         self.dead_owner = dead_owner
         self.steps: list[StepRecovery] = []
+        self.written = written
+        """Records of this saga in the log so far (the terminal record commits to the count)."""
 
     def log(self, kind: Kind | str, data: dict[str, JSONValue], *, durable: bool) -> None:
+        if kind == Kind.SAGA_END:
+            data["records"] = self.written
         entry = Entry(str(kind), self.view.id, data, int(self.runtime.clock.now() * 1000))
         self.runtime.store.append([entry], sync=durable)
+        self.written += 1
 
     def run(self) -> RecoveredSaga:
         by = self.runtime.store.owner_id

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 from ._codec import JSONValue, is_flat, is_restorable, to_jsonable
 from ._compensation import CompensationRef, check_compensator_fits
 from ._errors import ArgumentsRefused, GateRefused, HaltedError
-from ._gate import Deny, RequireApproval, ToolCall
+from ._gate import Deny, Hold, RequireApproval, ToolCall, commit_all, release_all
 from ._records import Entry, Kind, SagaStatus
 from ._report import RollbackReport, StepRef
 from ._rollback import RollbackState, error_info, run_coroutine
@@ -89,9 +89,12 @@ class Saga:
         self.status = SagaStatus.RUNNING
         self._lock = threading.Lock()
         self._pending: list[Entry] = []
+        self._written = 0
         self._steps: list[_Step] = []
         self._ordinal = 0
         self._savepoints = 0
+        self._holds: list[tuple[int, Hold]] = []
+        """Reservations (budgets) taken for steps, settled when the saga or a savepoint ends."""
         self._now = runtime.clock.now
         self._fast_path = runtime.fast_path
         self._key_prefix = hashlib.sha256(f"{saga_id}\x00".encode())
@@ -110,6 +113,10 @@ class Saga:
         """
         entry = Entry(kind, self.id, data, int(self._now() * 1000))
         with self._lock:
+            if kind is Kind.SAGA_END:
+                # The terminal record commits to how many records of this saga precede it, so
+                # a disclosure that leaves one out cannot verify (see _disclosure.py).
+                data["records"] = self._written + len(self._pending)
             self._pending.append(entry)
             if not (durable or flush) and self._fast_path:
                 return
@@ -117,6 +124,7 @@ class Saga:
             # Under the saga's lock, so its records keep their order; other sagas still share
             # the store's group commit.
             self.runtime.store.append(batch, sync=durable)
+            self._written += len(batch)
 
     def begin(self) -> None:
         self.log(
@@ -136,6 +144,8 @@ class Saga:
         self.log(
             Kind.SAGA_END, {"status": self.status.value, "steps": len(self._steps)}, durable=True
         )
+        if self._holds:
+            self._settle_holds(1, keep=None)
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -187,9 +197,10 @@ class Saga:
         gate = self.runtime.gate
         if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
             return self._resolve_compensation(step, jsonable_args)  # nothing could refuse it
-        decision = gate.evaluate(
-            ToolCall(spec.name, spec.semantics, step.args, self.id, ref.ordinal)
+        call = ToolCall(
+            spec.name, spec.semantics, step.args, self.id, ref.ordinal, spec, self._gate_record
         )
+        decision = gate.evaluate(call)
         if isinstance(decision, Deny):
             self._refuse(ref, jsonable_args, decision.rule, decision.reason)
         if isinstance(decision, RequireApproval):
@@ -199,7 +210,46 @@ class Saga:
                 decision.rule,
                 f"{decision.reason}; no approval channel is configured",
             )
-        return self._resolve_compensation(step, jsonable_args)
+        compensation = self._resolve_compensation(step, jsonable_args)
+        if gate.reservers:  # last: a reservation is taken only for a call that will run
+            holds, refusal = gate.reserve(call)
+            if refusal is not None:
+                self._refuse(ref, jsonable_args, refusal.rule, refusal.reason)
+            with self._lock:
+                self._holds.extend((ref.ordinal, hold) for hold in holds)
+        return compensation
+
+    def _gate_record(self, kind: str, data: dict[str, JSONValue]) -> None:
+        """Lets a rule log into this saga (a validator's vote), buffered with the step."""
+        self.log(Kind(kind), data, durable=False)
+
+    def _release_step(self, ordinal: int) -> None:
+        with self._lock:
+            due = [h for o, h in self._holds if o == ordinal]
+            self._holds = [(o, h) for o, h in self._holds if o != ordinal]
+        errors = release_all(due)
+        if errors:
+            self.log(Kind.HOLD_UNSETTLED, {"errors": list(errors)}, durable=False)
+
+    def _settle_holds(self, from_ordinal: int, keep: set[int] | None) -> None:
+        """Settle the reservations of steps from ``from_ordinal`` on.
+
+        ``keep=None`` commits them all (the saga committed). Otherwise the steps were rolled
+        back: reservations of steps in ``keep`` (whose compensation failed, so the effect
+        stands) are committed, the others released. A settlement that fails leaves the
+        reservation counted against its limit, and is logged.
+        """
+        with self._lock:
+            due = [(o, h) for o, h in self._holds if o >= from_ordinal]
+            self._holds = [(o, h) for o, h in self._holds if o < from_ordinal]
+        spent = [h for o, h in due if keep is None or o in keep]
+        undone = [h for o, h in due if keep is not None and o not in keep]
+        errors = commit_all(spent) + release_all(undone)
+        if errors:
+            try:
+                self.log(Kind.HOLD_UNSETTLED, {"errors": list(errors)}, durable=True)
+            except Exception:  # noqa: S110 - the holds stay counted; nothing to undo
+                pass
 
     def _resolve_compensation(
         self, step: _Step, jsonable_args: JSONValue
@@ -263,6 +313,8 @@ class Saga:
 
     def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
         step = prepared.step
+        if self._holds:  # a step whose tool raised is taken to have had no effect
+            self._release_step(step.ref.ordinal)
         if prepared.intent is not None:
             with self._lock:
                 self._pending.append(prepared.intent)
@@ -332,7 +384,10 @@ class Saga:
                 state.step_failed(step, exc)
             else:
                 state.step_done(step)
-        return state.finish(terminal)
+        report = state.finish(terminal)
+        if self._holds:
+            self._settle_holds(from_ordinal, keep={f.step.ordinal for f in report.failed})
+        return report
 
     async def arollback(
         self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
@@ -351,7 +406,10 @@ class Saga:
                 state.step_failed(step, exc)
             else:
                 state.step_done(step)
-        return state.finish(terminal)
+        report = state.finish(terminal)
+        if self._holds:
+            self._settle_holds(from_ordinal, keep={f.step.ordinal for f in report.failed})
+        return report
 
 
 def validate_callable_compensation(spec_params: Mapping[str, object], ref: CompensationRef) -> None:
