@@ -8,6 +8,7 @@ reverse order.
 import importlib
 from typing import TYPE_CHECKING
 
+from ._adapt import PendingCall, RefusedCall, ToolCallGuard, ToolFailed
 from ._clock import FakeClock, SequentialIds, SystemClock
 from ._compensation import CompensatorRegistry, compensator
 from ._errors import (
@@ -106,10 +107,12 @@ __all__ = [
     "MaxValue",
     "MemoryKillSwitch",
     "MemoryLogStore",
+    "PendingCall",
     "REVERSIBLE",
     "Record",
     "RecoveredSaga",
     "RecoveryReport",
+    "RefusedCall",
     "RequireApproval",
     "RollbackReport",
     "Rule",
@@ -127,6 +130,8 @@ __all__ = [
     "StoreFailedError",
     "SystemClock",
     "ToolCall",
+    "ToolCallGuard",
+    "ToolFailed",
     "Transaction",
     "VerifyReport",
     "__version__",

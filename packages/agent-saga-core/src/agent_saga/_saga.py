@@ -93,6 +93,8 @@ class Saga:
         self._steps: list[_Step] = []
         self._ordinal = 0
         self._savepoints = 0
+        self._doom: tuple[int, Exception] | None = None
+        """A failure no exception carried to the transaction (see :meth:`doom`)."""
         self._holds: list[tuple[int, Hold]] = []
         """Reservations (budgets) taken for steps, settled when the saga or a savepoint ends."""
         self._now = runtime.clock.now
@@ -194,6 +196,10 @@ class Saga:
         halt = self.runtime.kill_switch.state()
         if halt.halted:
             self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
+        if self._doom is not None:
+            cause = self._doom[1]
+            reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
+            self._refuse(ref, jsonable_args, "saga_failed", reason)
         gate = self.runtime.gate
         if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
             return self._resolve_compensation(step, jsonable_args)  # nothing could refuse it
@@ -346,6 +352,26 @@ class Saga:
             raise
         self._done(prepared, result)
         return result
+
+    def doom(self, cause: Exception) -> None:
+        """Mark the saga failed although no exception reached its transaction.
+
+        Agent frameworks turn a tool's exception into text for the model and carry on; their
+        adapters call this so that the transaction rolls back when it ends (raising
+        :class:`SagaRolledBack`) instead of committing. Like a database transaction after an
+        error, every later step is refused. The first cause is kept.
+        """
+        with self._lock:
+            if self._doom is None:
+                self._doom = (self._ordinal, cause)
+
+    def take_doom(self, from_ordinal: int) -> Exception | None:
+        """The doom's cause if it came at or after ``from_ordinal``; the doom is then cleared."""
+        with self._lock:
+            if self._doom is None or self._doom[0] < from_ordinal:
+                return None
+            cause, self._doom = self._doom[1], None
+            return cause
 
     # -- savepoints and rollback -------------------------------------------------------------
 

@@ -4,7 +4,9 @@ Semantics:
 
 * Entering checks the kill switch; a halted start raises :class:`HaltedError` and leaves no
   saga behind (``current_saga()`` is unchanged).
-* Leaving normally writes the durable ``committed`` record before returning.
+* Leaving normally writes the durable ``committed`` record before returning, unless a step
+  failed without an exception reaching the block (:meth:`Saga.doom`, used by framework adapters):
+  then the saga rolls back and :class:`SagaRolledBack` is raised, as if the tool's exception had.
 * Leaving by an exception compensates the committed steps in reverse order and raises
   :class:`SagaRolledBack` (chained to the cause). ``KeyboardInterrupt``, ``SystemExit`` and task
   cancellation still roll back but propagate unchanged, with the report added as a note.
@@ -80,13 +82,16 @@ class Transaction:
 
     # -- leaving ---------------------------------------------------------------------------
 
-    def _leave(self, exc: BaseException | None) -> _Frame | None:
-        """Pop the frame; commit on success. Returns the frame when a rollback is due."""
+    def _leave(self, exc: BaseException | None) -> tuple[_Frame, BaseException] | None:
+        """Pop the frame; commit on success. Returns the frame and cause when a rollback is due."""
         frame = self._frames.pop()
         if frame.token is not None:
             _CURRENT.reset(frame.token)
+        doom = frame.saga.take_doom(frame.from_ordinal)
         if exc is not None:
-            return frame
+            return frame, exc
+        if doom is not None:
+            return frame, doom
         if frame.token is not None:
             frame.saga.commit()
         return None
@@ -94,9 +99,10 @@ class Transaction:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        frame = self._leave(exc)
-        if frame is None or exc is None:
+        due = self._leave(exc)
+        if due is None:
             return
+        frame, exc = due
         cause, inner = _unwrap(exc, frame.saga)
         report = frame.saga.rollback(
             cause, from_ordinal=frame.from_ordinal, terminal=frame.token is not None
@@ -106,9 +112,10 @@ class Transaction:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        frame = self._leave(exc)
-        if frame is None or exc is None:
+        due = self._leave(exc)
+        if due is None:
             return
+        frame, exc = due
         cause, inner = _unwrap(exc, frame.saga)
         report = await frame.saga.arollback(
             cause, from_ordinal=frame.from_ordinal, terminal=frame.token is not None
