@@ -30,11 +30,14 @@ from ._logread import read_log, verify_file
 from ._manifest import Status
 from ._records import Entry, Kind, Record, SagaStatus
 from ._report import CompensationFailure, RollbackReport, StepRef
+from ._risk import EmbeddingRiskScorer, RiskRule, RiskScorer
+from ._rules import AllowTools, AllowValues, DenyValues, Range, RateLimit, require_approval
 from ._saga import Saga, current_saga, idempotency_key
 from ._semantics import Semantics
 from ._store import LogStore, MemoryLogStore, VerifyReport
 from ._tool import tool, tool_spec
 from ._transaction import Transaction
+from ._typecheck import ArgumentTypes
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -81,6 +84,9 @@ __all__ = [
     "AgentKit",
     "AgentSagaError",
     "Allow",
+    "AllowTools",
+    "AllowValues",
+    "ArgumentTypes",
     "ArgumentsRefused",
     "COMPENSABLE",
     "CompensationFailure",
@@ -91,6 +97,8 @@ __all__ = [
     "Decision",
     "Deny",
     "DenyTools",
+    "DenyValues",
+    "EmbeddingRiskScorer",
     "Entry",
     "FakeClock",
     "FileKillSwitch",
@@ -109,11 +117,15 @@ __all__ = [
     "MemoryLogStore",
     "PendingCall",
     "REVERSIBLE",
+    "Range",
+    "RateLimit",
     "Record",
     "RecoveredSaga",
     "RecoveryReport",
     "RefusedCall",
     "RequireApproval",
+    "RiskRule",
+    "RiskScorer",
     "RollbackReport",
     "Rule",
     "Saga",
@@ -143,6 +155,7 @@ __all__ = [
     "idempotency_key",
     "read_log",
     "recover",
+    "require_approval",
     "saga_scope",
     "tool",
     "tool_spec",

@@ -8,11 +8,18 @@ can therefore only make the outcome stricter.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from ._semantics import Semantics
+
+if TYPE_CHECKING:
+    from ._codec import JSONValue
+    from ._semantics import ToolSpec
+
+RecordSink = Callable[[str, "dict[str, JSONValue]"], None]
+"""Appends a record of the given kind to the calling saga's log (votes, for instance)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,10 @@ class ToolCall(NamedTuple):
     args: Mapping[str, Any]
     saga_id: str
     ordinal: int
+    spec: ToolSpec | None = None
+    """The tool's declaration (signature, type hints), when the engine built the call."""
+    record: RecordSink | None = None
+    """Writes a record into the saga's log; ``None`` when the call is evaluated outside a saga."""
 
     def arg(self, path: str, default: Any = None) -> Any:
         """The argument at a dotted path (``"card.amount"``, ``"items.0.qty"``), or ``default``."""
@@ -83,14 +94,50 @@ class Rule(Protocol):
     def evaluate(self, call: ToolCall) -> Decision: ...
 
 
+class Hold(Protocol):
+    """Something a rule set aside for a call (a budget reservation), settled when the saga ends.
+
+    Both methods are idempotent; after either one the other does nothing.
+    """
+
+    def commit(self) -> None:
+        """The effect stands: make the reservation final."""
+        ...
+
+    def release(self) -> None:
+        """The effect was undone or never happened: give the reservation back."""
+        ...
+
+
+@runtime_checkable
+class Reserving(Protocol):
+    """A rule that also reserves something atomically once every rule has allowed the call."""
+
+    @property
+    def name(self) -> str: ...
+
+    def evaluate(self, call: ToolCall) -> Decision: ...
+
+    def reserve(self, call: ToolCall) -> Hold | Deny | None:
+        """Reserve for ``call`` (durably, before the effect); ``Deny`` when it does not fit."""
+        ...
+
+
 class Gate:
-    """The rules every call passes, plus the built-in check that IRREVERSIBLE needs approval."""
+    """The rules every call passes, plus the built-in check that IRREVERSIBLE needs approval.
+
+    Rules that also reserve (budgets) are asked to reserve only after :meth:`evaluate` allowed
+    the call, through :meth:`reserve`; a reservation can refuse the call, never allow it.
+    """
 
     def __init__(self, rules: Iterable[Rule] = ()) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
         for rule in self.rules:
             if not isinstance(rule, Rule):
                 raise TypeError(f"{rule!r} is not a gate rule (needs .name and .evaluate(call))")
+        self.reservers: tuple[Reserving, ...] = tuple(
+            rule for rule in self.rules if isinstance(rule, Reserving)
+        )
 
     def with_rule(self, rule: Rule) -> Gate:
         """A new gate with ``rule`` added (never weaker than this one)."""
@@ -109,11 +156,79 @@ class Gate:
                 return decision
         return decision
 
+    def reserve(self, call: ToolCall) -> tuple[list[Hold], Deny | None]:
+        """Ask every reserving rule to reserve for an allowed call.
+
+        Returns the holds taken, or ``([], Deny)`` when one reservation refused or failed; the
+        holds taken before it are released then. A reserving rule that raises or returns
+        something else than a hold, ``Deny`` or ``None`` refuses the call (fail closed).
+        """
+        holds: list[Hold] = []
+        for rule in self.reservers:
+            try:
+                outcome: object = rule.reserve(call)
+            except Exception as exc:
+                outcome = Deny(rule.name, f"reservation failed: {type(exc).__name__}: {exc}")
+            if outcome is None:
+                continue
+            if isinstance(outcome, Allow | RequireApproval) or not (
+                isinstance(outcome, Deny) or _is_hold(outcome)
+            ):
+                outcome = Deny(rule.name, f"reserve returned {outcome!r}, which is not a hold")
+            if isinstance(outcome, Deny):
+                release_all(holds)
+                return [], outcome
+            holds.append(outcome)  # type: ignore[arg-type]
+        return holds, None
+
+    def health(self) -> list[str]:
+        """Problems reported now by rules that depend on something outside the process."""
+        problems: list[str] = []
+        for rule in self.rules:
+            check = getattr(rule, "health", None)
+            if not callable(check):
+                continue
+            try:
+                found = check()
+            except Exception as exc:
+                found = [f"health check raised {type(exc).__name__}: {exc}"]
+            problems.extend(f"{rule.name}: {problem}" for problem in found)
+        return problems
+
     def describe(self) -> list[dict[str, str]]:
         return [
-            {"name": rule.name, "type": type(rule).__name__, "describes": _describe(rule)}
+            {
+                "name": rule.name,
+                "type": type(rule).__name__,
+                "kind": str(getattr(rule, "kind", "rule")),
+                "describes": _describe(rule),
+            }
             for rule in self.rules
         ]
+
+
+def _is_hold(value: object) -> bool:
+    return callable(getattr(value, "commit", None)) and callable(getattr(value, "release", None))
+
+
+def release_all(holds: Iterable[Hold]) -> list[str]:
+    """Release every hold; returns the errors (a failed release leaves its hold counted)."""
+    return _settle(holds, commit=False)
+
+
+def commit_all(holds: Iterable[Hold]) -> list[str]:
+    """Commit every hold; returns the errors (a failed commit leaves its hold counted)."""
+    return _settle(holds, commit=True)
+
+
+def _settle(holds: Iterable[Hold], *, commit: bool) -> list[str]:
+    errors: list[str] = []
+    for hold in holds:
+        try:
+            hold.commit() if commit else hold.release()
+        except Exception as exc:
+            errors.append(f"{hold!r}: {type(exc).__name__}: {exc}")
+    return errors
 
 
 def _run_rule(rule: Rule, call: ToolCall) -> Decision:

@@ -239,8 +239,14 @@ class _SagaBuilder:
                 self._undo(record, CompensationState.COMPENSATED, None, rollback)
             case Kind.COMP_FAILED:
                 self._undo(record, CompensationState.FAILED, _error(data.get("error")), rollback)
-            case Kind.SAVEPOINT_BEGIN:
-                pass  # the rollback records carry what a reader needs
+            case (
+                Kind.SAVEPOINT_BEGIN
+                | Kind.GATE_VOTE
+                | Kind.HOLD_UNSETTLED
+                | Kind.SELFHEAL_ATTEMPT
+                | Kind.SELFHEAL_ESCALATED
+            ):
+                pass  # the rollback records carry what a reader needs; gate notes are context
             case Kind.SAVEPOINT_ROLLBACK:
                 if rollback is not None:
                     rollback.finished = True

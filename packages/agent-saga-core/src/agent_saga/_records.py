@@ -38,6 +38,12 @@ class Kind(enum.StrEnum):
     STEP_PROBED = "step.probed"
     HALT = "control.halt"
     RESUME = "control.resume"
+    GATE_VOTE = "gate.vote"
+    """One validator's vote on a call (consensus rules)."""
+    HOLD_UNSETTLED = "gate.hold_unsettled"
+    """A reservation (budget) could not be committed or released; it stays counted."""
+    SELFHEAL_ATTEMPT = "selfheal.attempt"
+    SELFHEAL_ESCALATED = "selfheal.escalated"
 
 
 class SagaStatus(enum.StrEnum):

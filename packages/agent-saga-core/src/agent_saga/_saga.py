@@ -13,6 +13,7 @@ A saga's terminal record is durable before the transaction that owns it returns.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
@@ -252,10 +253,9 @@ class Saga:
         undone = [h for o, h in due if keep is not None and o not in keep]
         errors = commit_all(spent) + release_all(undone)
         if errors:
-            try:
+            # The holds stay counted against their limits; a log failure here changes nothing.
+            with contextlib.suppress(Exception):
                 self.log(Kind.HOLD_UNSETTLED, {"errors": list(errors)}, durable=True)
-            except Exception:  # noqa: S110 - the holds stay counted; nothing to undo
-                pass
 
     def _resolve_compensation(
         self, step: _Step, jsonable_args: JSONValue
