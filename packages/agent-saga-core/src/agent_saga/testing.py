@@ -5,9 +5,14 @@ Import from here in tests; nothing in this module is used by the engine itself.
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from ._clock import FakeClock, SequentialIds
 from ._fs import OsFileSystem
@@ -114,13 +119,71 @@ class FaultyFileSystem(OsFileSystem):
         return max((size for f, size in self.fsyncs if f == fd), default=0)
 
 
+class NetworkRefused(AssertionError):
+    """A test tried to reach a host other than this machine."""
+
+
+def _loopback(host: object) -> bool:
+    if not isinstance(host, str):
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@contextmanager
+def loopback_only() -> Iterator[list[str]]:
+    """Within this block, any connection or name lookup beyond 127.0.0.1 / ::1 fails.
+
+    Yields the list of refused destinations, so a test can assert nothing was attempted even
+    where the code under test swallowed the error (SDKs that retry and log). Unix sockets are
+    allowed.
+    """
+    refused: list[str] = []
+    connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+    getaddrinfo = socket.getaddrinfo
+
+    def check(address: Any) -> None:
+        if isinstance(address, tuple) and not _loopback(address[0]):
+            refused.append(str(address[0]))
+            raise NetworkRefused(f"test tried to connect to {address[0]!r}")
+
+    def guarded_connect(self: Any, address: Any) -> None:
+        check(address)
+        connect(self, address)
+
+    def guarded_connect_ex(self: Any, address: Any) -> int:
+        check(address)
+        return connect_ex(self, address)
+
+    def guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None and not _loopback(host if isinstance(host, str) else str(host)):
+            refused.append(str(host))
+            raise NetworkRefused(f"test tried to resolve {host!r}")
+        return getaddrinfo(host, *args, **kwargs)
+
+    socket.socket.connect = guarded_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = guarded_connect_ex  # type: ignore[method-assign]
+    socket.getaddrinfo = guarded_getaddrinfo
+    try:
+        yield refused
+    finally:
+        socket.socket.connect, socket.socket.connect_ex = connect, connect_ex  # type: ignore[method-assign]
+        socket.getaddrinfo = getaddrinfo
+
+
 __all__ = [
     "FakeClock",
     "Ledger",
     "LedgerEvent",
     "MemoryKillSwitch",
     "MemoryLogStore",
+    "NetworkRefused",
     "SequentialIds",
     "SimCrash",
     "SimFileSystem",
+    "loopback_only",
 ]
