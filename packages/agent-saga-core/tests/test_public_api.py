@@ -42,6 +42,7 @@ EXPECTED = {
     "MaxValue",
     "MemoryKillSwitch",
     "MemoryLogStore",
+    "OnRefusal",
     "PendingCall",
     "REVERSIBLE",
     "Range",

@@ -8,7 +8,7 @@ reverse order.
 import importlib
 from typing import TYPE_CHECKING
 
-from ._adapt import PendingCall, RefusedCall, ToolCallGuard, ToolFailed
+from ._adapt import OnRefusal, PendingCall, RefusedCall, ToolCallGuard, ToolFailed
 from ._clock import FakeClock, SequentialIds, SystemClock
 from ._compensation import CompensatorRegistry, compensator
 from ._errors import (
@@ -115,6 +115,7 @@ __all__ = [
     "MaxValue",
     "MemoryKillSwitch",
     "MemoryLogStore",
+    "OnRefusal",
     "PendingCall",
     "REVERSIBLE",
     "Range",
