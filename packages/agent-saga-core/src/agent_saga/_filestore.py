@@ -54,7 +54,7 @@ from ._homefiles import (
     ensure_dir,
     write_fully,
 )
-from ._logread import iter_log, verify_file
+from ._logread import follow_log, iter_log, verify_file
 from ._logscan import scan
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
@@ -334,6 +334,10 @@ class FileLogStore:
     def records(self) -> Iterator[Record]:
         """The records now on disk, verified while read (raises :class:`CorruptLogError`)."""
         return (record for _, record in iter_log(self.path, self._chain, self._fs))
+
+    def follow(self, start: int, seq: int, prev: str) -> Iterator[tuple[int, Record]]:
+        """Records after record ``seq`` ending at byte ``start`` (see :func:`follow_log`)."""
+        return follow_log(self.path, self._chain, self._fs, start, seq, prev)
 
     def verify(self) -> VerifyReport:
         """Re-read and re-verify the whole file from disk."""

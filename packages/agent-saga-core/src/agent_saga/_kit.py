@@ -27,6 +27,8 @@ from ._transaction import Transaction
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._checkpoint import Checkpoint
+    from ._checkpoints import Checkpointer
     from ._recovery import RecoveryReport
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,6 +54,9 @@ class AgentKit:
         chain_key: makes the hash chain keyed (HMAC-SHA-256) for stores this kit opens.
         tools: where the tools this kit declares are listed (the manifest and ``status()`` cover
             them and every tool that has run in this kit's sagas).
+        checkpoints: publish signed checkpoints of a durable log in the background, every
+            ``checkpoint_every`` records or ``checkpoint_interval`` seconds and at
+            :meth:`close` (see ``docs/proofs.md``); ``False`` turns this off.
     """
 
     def __init__(
@@ -67,6 +72,9 @@ class AgentKit:
         fast_path: bool = True,
         chain_key: bytes | None = None,
         tools: ToolRegistry | None = None,
+        checkpoints: bool = True,
+        checkpoint_every: int = 1000,
+        checkpoint_interval: float = 60.0,
     ) -> None:
         self.home: Path = resolve_home(home)
         clock = clock or SystemClock()
@@ -86,6 +94,19 @@ class AgentKit:
             tools=tools or ToolRegistry(),
             fast_path=fast_path,
         )
+        self.checkpointer: Checkpointer | None = None
+        if checkpoints and opened.kind != "memory":
+            from ._checkpoints import Checkpointer  # cryptography loads on the first checkpoint
+
+            poll = 1.0 if isinstance(opened, FileLogStore) else checkpoint_interval
+            self.checkpointer = Checkpointer(
+                self.home,
+                opened,
+                every=checkpoint_every,
+                interval=checkpoint_interval,
+                poll=min(poll, checkpoint_interval),
+            )
+            self.checkpointer.start()
 
     @property
     def store(self) -> LogStore:
@@ -197,9 +218,25 @@ class AgentKit:
         """The versioned, JSON-serialisable manifest of this configuration (see docs)."""
         return guarantees(self.runtime, self.runtime.tools.specs(), __version__)
 
+    def checkpoint(self) -> Checkpoint:
+        """Publish a signed checkpoint of every record so far (``checkpoints/latest.note``).
+
+        Raises:
+            ConfigurationError: checkpoints are off for this kit (or its store is in memory).
+            ForkError: the log no longer extends the latest checkpoint (it was rewritten).
+        """
+        if self.checkpointer is None:
+            raise ConfigurationError("checkpoints are off for this kit")
+        self.runtime.store.sync()
+        return self.checkpointer.checkpoint()
+
     def close(self) -> None:
-        """Flush and close the store (and the kill switch, when this kit opened it)."""
+        """Checkpoint, then flush and close the store (and the kill switch, when this kit
+        opened it)."""
         try:
+            if self.checkpointer is not None:
+                self.runtime.store.sync()
+                self.checkpointer.close()
             self.runtime.store.close()
         finally:
             close_switch = getattr(self.runtime.kill_switch, "close", None)

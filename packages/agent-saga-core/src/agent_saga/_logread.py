@@ -65,6 +65,29 @@ def iter_log(
         fs.close(fd)
 
 
+def follow_log(
+    path: Path, chain: Chain, fs: FileSystem, start: int, seq: int, prev: str
+) -> Iterator[tuple[int, Record]]:
+    """``(next offset, record)`` for each record after record ``seq`` (hash ``prev``), which
+    ends at byte ``start``: how a reader keeps up with a growing log without re-reading it.
+
+    Raises:
+        CorruptLogError: a record after ``start`` is incomplete, malformed or off the chain
+            (including a log rewritten so that record ``seq + 1`` no longer follows ``prev``).
+    """
+    if not fs.exists(str(path)):
+        return
+    fd = _open_for_reading(path, fs)
+    try:
+        end = _batch_boundary(path, fd, fs)
+        for offset, length, record in walk(
+            fs, fd, chain, str(path), start=start, seq=seq, prev=prev, end=end
+        ):
+            yield offset + length, record
+    finally:
+        fs.close(fd)
+
+
 def read_log(path: str | os.PathLike[str], *, key: bytes | None = None) -> Iterator[Record]:
     """The verified records of a log file, read-only (see :func:`iter_log`).
 

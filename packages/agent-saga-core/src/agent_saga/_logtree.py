@@ -1,0 +1,80 @@
+"""The Merkle tree over a log's records, kept up to date by reading only what was appended.
+
+Leaf ``i`` of the tree is record ``seq = i + 1``; its leaf data is the record's 32-byte chain
+hash, which commits to the record's content and to its predecessor. Checkpoints sign this tree's
+root; inclusion proofs show that a disclosed record is leaf ``seq - 1``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+
+from ._errors import CorruptLogError
+from ._filestore import FileLogStore
+from ._merkle import leaf_hash
+from ._merkle_tree import MerkleTree
+from ._records import GENESIS, Record
+from ._store import LogStore
+
+__all__ = ["LogTree", "record_leaf", "tree_of"]
+
+
+def record_leaf(record: Record) -> bytes:
+    """The leaf hash of a record: ``SHA-256(0x00 || chain hash)``."""
+    return leaf_hash(bytes.fromhex(record.hash))
+
+
+def tree_of(records: Iterable[Record]) -> MerkleTree:
+    """The tree over ``records`` (which must start at ``seq`` 1 and be in order)."""
+    return MerkleTree.from_leaf_hashes(record_leaf(r) for r in records)
+
+
+class LogTree:
+    """A :class:`MerkleTree` that follows one store's log.
+
+    :meth:`update` reads the records appended since the last call: from the last byte offset on
+    the file store, by skipping the known prefix on other stores (which re-reads it). Thread-safe.
+    """
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self.tree = MerkleTree()
+        self._offset = 0
+        self._last = GENESIS
+        self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return self.tree.size
+
+    def update(self) -> int:
+        """Take in every record appended so far; returns the tree size.
+
+        Raises:
+            CorruptLogError: the log no longer continues the records already taken in.
+        """
+        with self._lock:
+            for record in self._new_records():
+                self.tree.append(record_leaf(record))
+                self._last = record.hash
+            return self.tree.size
+
+    def _new_records(self) -> Iterator[Record]:
+        size = self.tree.size
+        if isinstance(self.store, FileLogStore):
+            for offset, record in self.store.follow(self._offset, size, self._last):
+                self._offset = offset
+                yield record
+            return
+        for record in self.store.records():
+            if record.seq <= size:
+                if record.seq == size and record.hash != self._last:
+                    raise CorruptLogError(
+                        str(self.store.describe().get("where", self.store.kind)),
+                        record.seq,
+                        "the log no longer holds the records already checkpointed",
+                        record.seq,
+                    )
+                continue
+            yield record
