@@ -5,13 +5,18 @@ Import from here in tests; nothing in this module is used by the engine itself.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import ipaddress
+import os
+import re
 import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ._clock import FakeClock, SequentialIds
@@ -175,6 +180,35 @@ def loopback_only() -> Iterator[list[str]]:
         socket.getaddrinfo = getaddrinfo
 
 
+_BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
+
+
+def run_markdown_examples(path: str | os.PathLike[str]) -> int:
+    """Run every ```python block of a Markdown file in order, in one namespace.
+
+    A python block directly followed by a ```text block must print exactly that text. Returns
+    the number of python blocks run; raises ``AssertionError`` on a mismatch (and whatever a
+    block raises).
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    blocks = _BLOCK.findall(text)
+    namespace: dict[str, object] = {"__name__": "readme"}
+    count = 0
+    for index, (lang, body) in enumerate(blocks):
+        if lang != "python":
+            continue
+        following = blocks[index + 1] if index + 1 < len(blocks) else None
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            exec(compile(body, str(path), "exec"), namespace)  # noqa: S102 - the docs' own code
+        if following is not None and following[0] == "text":
+            assert buffer.getvalue() == following[1], f"{path}: block {count + 1} printed " + repr(
+                buffer.getvalue()
+            )
+        count += 1
+    return count
+
+
 __all__ = [
     "FakeClock",
     "Ledger",
@@ -186,4 +220,5 @@ __all__ = [
     "SimCrash",
     "SimFileSystem",
     "loopback_only",
+    "run_markdown_examples",
 ]
