@@ -1,0 +1,57 @@
+"""Running a LangChain runnable or agent loop inside a transaction, with the saga id on its runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_saga import AgentKit, saga_scope
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+
+SAGA_ID_KEY = "saga_id"
+"""The run-metadata key that carries the saga id (also a ``saga:<id>`` tag)."""
+
+
+def saga_config(saga_id: str, config: RunnableConfig | None = None) -> RunnableConfig:
+    """``config`` with the saga id added to its metadata and tags (callbacks and tracers see it).
+
+    The given config is not modified.
+    """
+    merged = ensure_config(config)
+    merged["metadata"] = {**(merged.get("metadata") or {}), SAGA_ID_KEY: saga_id}
+    tag = f"saga:{saga_id}"
+    tags = list(merged.get("tags") or [])
+    merged["tags"] = tags if tag in tags else [*tags, tag]
+    return merged
+
+
+def invoke_in_saga(
+    runnable: Runnable[Any, Any],
+    input: Any,
+    config: RunnableConfig | None = None,
+    *,
+    name: str | None = None,
+    kit: AgentKit | None = None,
+) -> Any:
+    """Run ``runnable.invoke`` inside a new transaction (of ``kit``, else the default kit).
+
+    The saga commits when the runnable returns, and rolls back (raising
+    :class:`agent_saga.SagaRolledBack`) when it raises or when a wrapped tool failed along the
+    way, even if the loop turned that failure into a message and finished.
+    """
+    transaction = kit.transaction(name) if kit is not None else saga_scope(name)
+    with transaction as saga:
+        return runnable.invoke(input, saga_config(saga.id, config))
+
+
+async def ainvoke_in_saga(
+    runnable: Runnable[Any, Any],
+    input: Any,
+    config: RunnableConfig | None = None,
+    *,
+    name: str | None = None,
+    kit: AgentKit | None = None,
+) -> Any:
+    """:func:`invoke_in_saga` with ``runnable.ainvoke``."""
+    transaction = kit.transaction(name) if kit is not None else saga_scope(name)
+    async with transaction as saga:
+        return await runnable.ainvoke(input, saga_config(saga.id, config))
