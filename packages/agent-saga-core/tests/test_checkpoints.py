@@ -254,7 +254,8 @@ def test_the_kit_checkpoints_every_n_records_in_the_background(home: Path) -> No
             if current is not None and current.size >= 5:
                 break
             time.sleep(0.02)
-        assert current is not None and current.size >= 5
+        assert current is not None
+        assert current.size >= 5
         records = list(kit.store.records())
         assert current.root == tree_of(records[: current.size]).root()
 
@@ -267,7 +268,8 @@ def test_closing_the_kit_checkpoints_the_whole_log(home: Path) -> None:
     verifier = home_verifier(home)
     assert verifier is not None
     latest = CheckpointLog(home).latest([verifier])
-    assert latest is not None and latest.size == len(records)
+    assert latest is not None
+    assert latest.size == len(records)
     assert latest.root == tree_of(records).root()
 
 

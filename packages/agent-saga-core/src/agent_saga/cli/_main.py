@@ -22,6 +22,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from .._audit import snapshot
 from .._config import find_config, store_setting
 from .._errors import AgentSagaError, LogError
 from .._history import SagaLookupError, find_saga
@@ -32,7 +33,9 @@ from .._manifest import Status
 from .._records import SagaStatus
 from .._version import __version__
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
-from ._logfile import log_path, read_history, require_home, require_log, verify_log
+from ._logfile import log_path, read_history, require_home, require_log, shared_lock
+from ._proofs import COMMANDS as PROOF_COMMANDS
+from ._proofs import KEY_HELP, checkpoint_lines
 from ._recover import recover
 from ._render import make_console, render_replay, render_sagas, render_status, render_verify
 
@@ -188,12 +191,29 @@ def replay(settings: Settings, saga_id: str) -> None:
 
 
 @main.command()
+@click.option(
+    "--since",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A checkpoint saved earlier: the log must still extend it (nothing removed or changed).",
+)
+@click.option("--key", default=None, help=KEY_HELP)
 @pass_settings
-def verify(settings: Settings) -> None:
-    """Verify the whole hash chain of the log from disk (exit 1 at the first break)."""
-    report = verify_log(settings.home)
-    render_verify(settings.console, report, log_path(settings.home))
-    if not report.ok:
+def verify(settings: Settings, since: Path | None, key: str | None) -> None:
+    """Verify the hash chain from disk, then the log against its checkpoints.
+
+    The chain alone catches a modified, deleted, inserted, swapped or duplicated record; a
+    checkpoint also catches a truncated tail or a log rewritten from some record on. Exit 1 at
+    the first break or inconsistency.
+    """
+    require_log(settings.home)
+    with shared_lock(settings.home):
+        log = snapshot(settings.home)
+    render_verify(settings.console, log.chain, log_path(settings.home))
+    lines, consistent = checkpoint_lines(settings.home, log, since, key)
+    for line in lines:
+        settings.console.print(one_line(line), markup=False)
+    if not (log.chain.ok and consistent):
         raise SystemExit(EXIT_FAILED)
 
 
@@ -288,3 +308,5 @@ def guarantees(settings: Settings, raw: bool) -> None:
 
 
 main.add_command(recover)
+for _command in PROOF_COMMANDS:
+    main.add_command(_command)

@@ -1,0 +1,193 @@
+"""Commands that prove things about the log: keys, checkpoint, prove, verify-proof, certify.
+
+``verify`` (in :mod:`._main`) uses :func:`checkpoint_lines` to compare the log with the latest
+checkpoint and with one given by ``--since``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .._audit import (
+    LogSnapshot,
+    certify,
+    check_checkpoint,
+    home_verifiers,
+    latest_problem,
+    prove,
+    publish,
+    snapshot,
+)
+from .._certify import CRITICAL
+from .._checkpoint import CheckpointError, open_checkpoint
+from .._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
+from .._note import NoteVerifier
+from .._signing import home_signer, read_verifier
+from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
+from ._logfile import require_home, require_log, shared_lock
+
+if TYPE_CHECKING:
+    from ._main import Settings
+
+KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
+
+
+def _settings() -> Settings:
+    settings: Settings = click.get_current_context().find_root().obj
+    return settings
+
+
+def _verifier(key: str | None) -> NoteVerifier | None:
+    return None if key is None else read_verifier(key)
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    try:
+        path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc}") from exc
+
+
+def checkpoint_lines(
+    home: Path, log: LogSnapshot, since: Path | None, key: str | None
+) -> tuple[list[str], bool]:
+    """Lines describing the log against its checkpoints, and whether all checks passed."""
+    verifiers = home_verifiers(home, _verifier(key))
+    lines: list[str] = []
+    ok = True
+    if since is not None:
+        try:
+            note = since.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInputError(f"cannot read the checkpoint {since}: {exc}") from exc
+        if not verifiers:
+            raise BadInputError("no key to check the checkpoint with: give --key")
+        try:
+            older = open_checkpoint(note, verifiers)
+        except CheckpointError as exc:
+            return [f"checkpoint {since} REJECTED: {exc}"], False
+        problem = check_checkpoint(log.tree, older)
+        if problem is None:
+            lines.append(
+                f"consistent with {since} ({older.size} records): nothing removed or changed"
+            )
+        else:
+            lines.append(f"INCONSISTENT with {since}: {problem}")
+            ok = False
+    latest, finding = latest_problem(home, log, verifiers)
+    if finding is not None:
+        lines.append(("" if finding.severity == CRITICAL else "note: ") + finding.message)
+        ok = ok and finding.severity != CRITICAL
+    elif latest is not None:
+        lines.append(f"consistent with the latest checkpoint ({latest.size} records)")
+    return lines, ok
+
+
+@click.group(invoke_without_command=True)
+@click.pass_context
+def keys(ctx: click.Context) -> None:
+    """Show the home's checkpoint public key (created on first use)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = _settings()
+    require_home(settings.home)
+    signer = home_signer(settings.home)
+    settings.console.print(signer.verifier.encode(), markup=False, soft_wrap=True)
+
+
+@click.command()
+def checkpoint() -> None:
+    """Sign and publish a checkpoint of the log now (checkpoints/latest.note)."""
+    settings = _settings()
+    require_log(settings.home)
+    with shared_lock(settings.home):
+        log = snapshot(settings.home)
+    if not log.chain.ok:
+        raise CliError(f"the log does not verify: {log.chain.error}; run 'agent-saga verify'")
+    published = publish(settings.home, log)
+    settings.console.print(
+        f"checkpoint: {published.size} records, origin {published.origin}", markup=False
+    )
+    settings.console.print(published.note, markup=False, end="")
+
+
+@click.command(name="prove")
+@click.argument("saga_id")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the bundle (JSON).",
+)
+def prove_command(saga_id: str, out: Path) -> None:
+    """Write a disclosure bundle: one saga's records, proven included and complete."""
+    settings = _settings()
+    require_log(settings.home)
+    try:
+        bundle = prove(settings.home, saga_id)
+    except (DisclosureError, CheckpointError) as exc:
+        raise CliError(str(exc)) from exc
+    _write_json(out, bundle)
+    count = len(bundle["records"])
+    settings.console.print(f"wrote {out}: saga {saga_id}, {count} records", markup=False)
+
+
+@click.command(name="verify-proof")
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--key", required=True, help="The log's public key (text or file).")
+def verify_proof(bundle: Path, key: str) -> None:
+    """Check a disclosure bundle offline, with the log's public key only (exit 1 if not)."""
+    settings = _settings()
+    verifier = read_verifier(key)
+    if bundle.stat().st_size > MAX_BUNDLE_BYTES:
+        raise CliError(f"{bundle} is larger than {MAX_BUNDLE_BYTES} bytes")
+    try:
+        report = verify_bundle(bundle.read_bytes(), [verifier])
+    except DisclosureError as exc:
+        settings.console.print(f"NOT VERIFIED: {one_line(str(exc))}", markup=False)
+        raise SystemExit(EXIT_FAILED) from exc
+    settings.console.print(
+        f"verified: saga {report.saga}, {len(report.records)} records, complete, "
+        f"included in checkpoint of {report.checkpoint.size} records "
+        f"({report.checkpoint.origin})",
+        markup=False,
+    )
+
+
+@click.command(name="certify")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the signed certificate (JSON) here.",
+)
+def certify_command(out: Path | None) -> None:
+    """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL."""
+    settings = _settings()
+    require_log(settings.home)
+    cert, findings = certify(settings.home)
+    for finding in findings:
+        where = f" saga {finding.saga}" if finding.saga else ""
+        step = f" step {finding.ordinal} ({finding.tool})" if finding.ordinal is not None else ""
+        settings.console.print(
+            f"{finding.severity}{where}{step}: {one_line(finding.message)}", markup=False
+        )
+    counts = cert["counts"]
+    verdict = "certified" if cert["ok"] else "NOT CERTIFIED"
+    settings.console.print(
+        f"{verdict}: {counts['sagas']} sagas, {counts['records']} records, "
+        f"{counts['critical']} critical, {counts['warning']} warnings",
+        markup=False,
+    )
+    if out is not None:
+        _write_json(out, cert)
+    if not cert["ok"]:
+        raise SystemExit(EXIT_FAILED)
+
+
+COMMANDS = (keys, checkpoint, prove_command, verify_proof, certify_command)
