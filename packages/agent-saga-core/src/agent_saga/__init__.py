@@ -9,6 +9,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ._adapt import OnRefusal, PendingCall, RefusedCall, ToolCallGuard, ToolFailed
+from ._budget import Budget, BudgetStore, MemoryBudgetStore
+from ._budget_file import FileBudgetStore
 from ._clock import FakeClock, SequentialIds, SystemClock
 from ._compensation import CompensatorRegistry, compensator
 from ._errors import (
@@ -41,6 +43,7 @@ from ._typecheck import ArgumentTypes
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._budget_pg import PostgresBudgetStore
     from ._history import (
         CompensationState,
         SagaView,
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 # Loaded on first use: reading history and recovering are not needed to run transactions, and
 # importing agent_saga stays light.
 _LAZY = {
+    "PostgresBudgetStore": "_budget_pg",
     "CompensationState": "_history",
     "SagaView": "_history",
     "StepOutcome": "_history",
@@ -88,6 +92,8 @@ __all__ = [
     "AllowValues",
     "ArgumentTypes",
     "ArgumentsRefused",
+    "Budget",
+    "BudgetStore",
     "COMPENSABLE",
     "CompensationFailure",
     "CompensationState",
@@ -101,6 +107,7 @@ __all__ = [
     "EmbeddingRiskScorer",
     "Entry",
     "FakeClock",
+    "FileBudgetStore",
     "FileKillSwitch",
     "FileLogStore",
     "Gate",
@@ -113,10 +120,12 @@ __all__ = [
     "LogError",
     "LogStore",
     "MaxValue",
+    "MemoryBudgetStore",
     "MemoryKillSwitch",
     "MemoryLogStore",
     "OnRefusal",
     "PendingCall",
+    "PostgresBudgetStore",
     "REVERSIBLE",
     "Range",
     "RateLimit",

@@ -200,11 +200,17 @@ class AgentKit:
         Compensators and probes are looked up by name in this kit's registry: import the
         modules that declare them first. ``lease_ttl`` bounds how long a saga stays claimed by
         a recovery worker that died mid-way on stores whose leases expire by time (PostgreSQL);
-        on the file store a dead worker's claim ends with its process.
+        on the file store a dead worker's claim ends with its process. Budget reservations left
+        by dead processes are then settled from their sagas' outcome (``Budget.reconcile``).
         """
+        from ._budget import settle_abandoned
         from ._recovery import recover  # recovery is not needed to run transactions
 
-        return recover(self.runtime, lease_ttl=lease_ttl)
+        report = recover(self.runtime, lease_ttl=lease_ttl)
+        # Reservations of the sagas just finished (or of sagas that ended before their
+        # process could settle them) are committed or released from the log's verdict.
+        settle_abandoned(self.runtime.gate.rules, self.runtime.store.records())
+        return report
 
     def verify(self) -> VerifyReport:
         """Re-verify the whole log as stored now."""

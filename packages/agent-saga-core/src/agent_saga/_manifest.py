@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._gatereport import gate_before, gate_not_claimed, gate_section, gate_status
 from ._runtime import Runtime
 from ._semantics import Semantics, ToolSpec
 
@@ -59,6 +60,9 @@ def status(runtime: Runtime, tools: list[ToolSpec]) -> Status:
     if missing:
         reasons.append(f"compensators not registered: {', '.join(missing)}")
     checks["compensators"] = "ok" if not missing else f"missing: {', '.join(missing)}"
+    gate_problems = gate_status(runtime.gate)  # budget stores and validators, read now
+    checks["gate"] = "ok" if not gate_problems else "; ".join(gate_problems)
+    reasons.extend(gate_problems)
     return Status(not reasons, tuple(reasons), checks)
 
 
@@ -70,7 +74,7 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
     in_process = sorted(row["tool"] for row in tool_rows if row["compensation"] == "in-process")
     before = [
         "kill switch checked before every step; unreadable state refuses the step",
-        f"gate: {len(runtime.gate.rules)} rule(s); the strictest decision wins",
+        *gate_before(runtime.gate),
         "IRREVERSIBLE steps refused (no approval channel is configured)",
         "a named compensation must be registered before its step may run",
     ]
@@ -115,13 +119,14 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         )
     if not store.get("keyed_chain"):
         not_claimed.append("the chain is unkeyed: anyone with write access can re-hash it")
+    not_claimed.extend(gate_not_claimed(runtime.gate))
     return {
         "manifest_version": MANIFEST_VERSION,
         "agent_saga_version": version,
         "store": store,
         "enforced_before_effect": before,
         "guaranteed_after": after,
-        "gate": {"rules": runtime.gate.describe(), "irreversible": "refused"},
+        "gate": gate_section(runtime.gate),
         "kill_switch": runtime.kill_switch.describe(),
         "compensators": {
             "registered": runtime.registry.names(),
