@@ -23,7 +23,6 @@ from ._homefiles import ensure_dir, fsync_dir, fsync_fd, write_fully
 from ._logtree import LogTree
 from ._merkle_tree import MerkleTree
 from ._note import NoteSigner, NoteVerifier
-from ._signing import home_signer
 from ._store import LogStore
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -169,6 +168,8 @@ class Checkpointer:
     @property
     def signer(self) -> NoteSigner:
         if self._signer is None:
+            from ._signing import home_signer  # loads cryptography: only once there is work
+
             self._signer = home_signer(self.home)
         return self._signer
 
