@@ -22,6 +22,7 @@ EXPECTED = {
     "CompensationState",
     "CompensatorRegistry",
     "ConfigurationError",
+    "Consensus",
     "CorruptLogError",
     "Decision",
     "Deny",

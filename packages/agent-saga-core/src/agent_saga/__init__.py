@@ -13,6 +13,7 @@ from ._budget import Budget, BudgetStore, MemoryBudgetStore
 from ._budget_file import FileBudgetStore
 from ._clock import FakeClock, SequentialIds, SystemClock
 from ._compensation import CompensatorRegistry, compensator
+from ._consensus import Consensus
 from ._errors import (
     AgentSagaError,
     ArgumentsRefused,
@@ -99,6 +100,7 @@ __all__ = [
     "CompensationState",
     "CompensatorRegistry",
     "ConfigurationError",
+    "Consensus",
     "CorruptLogError",
     "Decision",
     "Deny",
