@@ -317,3 +317,24 @@ def test_checkpoints_add_no_fsync_to_a_transaction(
     without, _ = transaction_fsyncs(False, home / "off")
     assert background > 0  # checkpoints were published meanwhile...
     assert on_path == without  # ...and cost the transactions no fsync
+
+
+def test_a_fork_makes_the_kit_not_ready_and_the_manifest_shows_the_policy(home: Path) -> None:
+    with AgentKit(home=home, ids=SequentialIds(), checkpoint_every=50) as kit:
+        with kit.transaction("notes"):
+            note_down("a")
+        assert kit.status().checks["checkpoints"] == "ok"
+        manifest = kit.guarantees()["checkpoints"]
+        assert manifest["every_records"] == 50
+        assert manifest["at_close"] is True
+        # Someone signs a head for a different log of the same size with this home's key.
+        size = len(list(kit.store.records()))
+        CheckpointLog(home).publish(leaves(size, salt=b"forged"), home_signer(home))
+        with pytest.raises(ForkError):
+            kit.checkpoint()
+        report = kit.status()
+        assert not report.ready
+        assert report.checks["checkpoints"].startswith("FORK")
+        assert any("no longer extends its checkpoint" in reason for reason in report.reasons)
+    with AgentKit(home=home, store="memory") as memory:
+        assert memory.guarantees()["checkpoints"] is None

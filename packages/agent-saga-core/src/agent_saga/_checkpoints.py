@@ -176,8 +176,12 @@ class Checkpointer:
     def checkpoint(self) -> Checkpoint:
         """Publish a checkpoint of every record appended so far (now, in this thread)."""
         with self._publish_lock:
-            self.tree.update()
-            published = self.log.publish(self.tree.tree, self.signer)
+            try:
+                self.tree.update()
+                published = self.log.publish(self.tree.tree, self.signer)
+            except ForkError as exc:
+                self.last_error = exc
+                raise
             self._published = max(self._published, published.size)
             self._published_at = time.monotonic()
             return published
@@ -200,6 +204,25 @@ class Checkpointer:
                 self.last_error = None
             except Exception as exc:
                 self.last_error = exc
+
+    def describe(self) -> dict[str, object]:
+        """The checkpoint policy for the guarantees manifest."""
+        return {
+            "signed": "Ed25519, C2SP signed note (tlog-checkpoint body)",
+            "every_records": self.every,
+            "interval_seconds": self.interval,
+            "at_close": True,
+            "published_size": self._published,
+            "where": str(self.log.latest_path),
+        }
+
+    def health(self) -> str:
+        """``"ok"``, or why the last attempt to publish failed (a fork is tamper evidence)."""
+        error = self.last_error
+        if error is None:
+            return "ok"
+        kind = "FORK" if isinstance(error, ForkError) else type(error).__name__
+        return f"{kind}: {error}"
 
     def close(self) -> None:
         """Stop the thread and publish a last checkpoint if the log grew (clean shutdown)."""

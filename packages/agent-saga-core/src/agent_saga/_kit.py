@@ -218,11 +218,23 @@ class AgentKit:
 
     def status(self) -> Status:
         """Readiness, computed now: never ready when halted or when a signal cannot be read."""
-        return status(self.runtime, self.runtime.tools.specs())
+        report = status(self.runtime, self.runtime.tools.specs())
+        if self.checkpointer is None:
+            return report
+        health = self.checkpointer.health()
+        checks = {**report.checks, "checkpoints": health}
+        if not health.startswith("FORK"):
+            return Status(report.ready, report.reasons, checks)
+        reasons = (*report.reasons, f"the log no longer extends its checkpoint: {health}")
+        return Status(False, reasons, checks)
 
     def guarantees(self) -> dict[str, Any]:
         """The versioned, JSON-serialisable manifest of this configuration (see docs)."""
-        return guarantees(self.runtime, self.runtime.tools.specs(), __version__)
+        manifest = guarantees(self.runtime, self.runtime.tools.specs(), __version__)
+        manifest["checkpoints"] = (
+            None if self.checkpointer is None else self.checkpointer.describe()
+        )
+        return manifest
 
     def checkpoint(self) -> Checkpoint:
         """Publish a signed checkpoint of every record so far (``checkpoints/latest.note``).
