@@ -155,7 +155,7 @@ class Consensus:
 
     def health(self) -> list[str]:
         """Problems reported by validators that have a ``health()`` probe (unreachable, ...)."""
-        problems = []
+        problems: list[str] = []
         for name, func in self.validators:
             check = getattr(func, "health", None)
             if not callable(check):
