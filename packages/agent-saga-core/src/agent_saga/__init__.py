@@ -36,6 +36,7 @@ from ._report import CompensationFailure, RollbackReport, StepRef
 from ._risk import EmbeddingRiskScorer, RiskRule, RiskScorer
 from ._rules import AllowTools, AllowValues, DenyValues, Range, RateLimit, require_approval
 from ._saga import Saga, current_saga, idempotency_key
+from ._selfheal import Escalation, SelfHealingExhausted, SelfHealingLoop
 from ._semantics import Semantics
 from ._store import LogStore, MemoryLogStore, VerifyReport
 from ._tool import tool, tool_spec
@@ -108,6 +109,7 @@ __all__ = [
     "DenyValues",
     "EmbeddingRiskScorer",
     "Entry",
+    "Escalation",
     "FakeClock",
     "FileBudgetStore",
     "FileKillSwitch",
@@ -144,6 +146,8 @@ __all__ = [
     "SagaRolledBack",
     "SagaStatus",
     "SagaView",
+    "SelfHealingExhausted",
+    "SelfHealingLoop",
     "Semantics",
     "SequentialIds",
     "Status",
