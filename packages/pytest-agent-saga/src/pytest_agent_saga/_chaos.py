@@ -123,12 +123,14 @@ class ChaosRunner:
         self.kinds = tuple(kinds)
         self.ledger = ledger
         self._runs = 0
+        self._reset: Callable[[], object] | None = None
 
     def run(
         self,
         transaction: Transaction,
         *,
         world: Callable[[], object] | None = None,
+        reset: Callable[[], object] | None = None,
         name: str | None = None,
         fail: bool = True,
     ) -> ChaosReport:
@@ -138,13 +140,16 @@ class ChaosRunner:
             transaction: calls your tools; the runner opens the transaction around it (a
                 coroutine function is run with ``asyncio.run``).
             world: returns a comparable snapshot of the external state your tools change; after
-                a rollback it must equal the snapshot taken before the run.
+                a rollback it must equal the snapshot taken before the run, and after a
+                committed run the snapshot after a clean run.
+            reset: called before every run, to put the world back in its initial state.
             name: the transaction's name in the log.
             fail: raise ``AssertionError`` with :meth:`ChaosReport.summary` on any violation.
         """
         __tracebackhide__ = True
         name = name or str(getattr(transaction, "__name__", "transaction"))
         report = ChaosReport(name)
+        self._reset = reset
         clean = self._run(transaction, name, Injector(), world)
         if clean.error is not None or {v.status.value for v in clean.sagas} != {"committed"}:
             raise AssertionError(
@@ -201,6 +206,8 @@ class ChaosRunner:
         return self._runs, f"chaos{self._runs:03d}"
 
     def _snapshot(self, world: Callable[[], object] | None) -> tuple[object, int]:
+        if self._reset is not None:
+            self._reset()
         before = world() if world is not None else None
         count = len(self.ledger.events()) if self.ledger is not None else 0
         return before, count

@@ -285,13 +285,13 @@ def _deterministic(
             detail = f"step #{expected.ordinal} {clean} of the clean run did not run here"
             return [Violation(DETERMINISTIC, detail)]
         if (step.tool, step.args) != (expected.tool, expected.args):
-            return [Violation(DETERMINISTIC, divergence(expected, step))]
+            return [Violation(DETERMINISTIC, divergence(expected, step, "the clean run"))]
     return []
 
 
-def divergence(expected: StepView, step: StepView) -> str:
+def divergence(expected: StepView, step: StepView, recorded: str = "the recorded run") -> str:
     """How a step differs from the recorded one, naming both calls."""
     return (
         f"step #{step.ordinal} was {call_text(step.tool, step.args)} here and "
-        f"{call_text(expected.tool, expected.args)} in the recorded run"
+        f"{call_text(expected.tool, expected.args)} in {recorded}"
     )

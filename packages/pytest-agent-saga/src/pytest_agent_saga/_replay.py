@@ -46,7 +46,8 @@ class _Checker:
     def __init__(self, recorded: Sequence[StepView], compare_args: bool) -> None:
         self.recorded = {step.ordinal: step for step in recorded}
         self.compare_args = compare_args
-        self.divergence: str | None = None
+        self.divergence: tuple[int, str] | None = None
+        """The first differing step's ordinal, and how it differs."""
         self.seen: list[int] = []
 
     def before_write(self, number: int, entries: Sequence[Entry]) -> None:
@@ -68,8 +69,8 @@ class _Checker:
             else:
                 continue
             if self.divergence is None:
-                self.divergence = problem
-            raise ReplayDivergence(f"replay diverged at {problem}")
+                self.divergence = (ordinal, problem)
+            raise ReplayDivergence(f"replay diverged at step #{ordinal}: {problem}")
 
 
 def recorded_steps(log: LogSource, saga: str | None = None) -> tuple[StepView, ...]:
@@ -118,7 +119,10 @@ def assert_replay_deterministic(
         replayed, checker = _run(transaction, name, _Checker(steps, compare_args), registry)
         where = f"replay {number} of transaction {name!r}"
         if checker is not None and checker.divergence is not None:
-            raise AssertionError(f"{where} diverged from the recorded run at {checker.divergence}")
+            ordinal, problem = checker.divergence
+            raise AssertionError(
+                f"{where} diverged from the recorded run at step #{ordinal}: {problem}"
+            )
         if len(replayed) < len(steps):
             missing = steps[len(replayed)]
             raise AssertionError(

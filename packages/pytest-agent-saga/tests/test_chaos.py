@@ -1,0 +1,302 @@
+"""The chaos runner, as a user's test suite sees it (``pytester``).
+
+A shop transaction reserves an item and charges a card; its effects land in the ``saga_ledger``
+(a journal file, so a killed child's effects are seen too). Each variant plants one bug a user
+actually has, and the user's test must fail with a message naming the fault point, the step
+and the broken invariant; the correct shop passes every fault point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+Run = Callable[..., pytest.RunResult]
+
+pytest_plugins = ["pytester"]
+
+SHOP = """
+import itertools
+import pytest
+
+COUNTER = itertools.count(12)
+
+
+@pytest.fixture
+def shop(saga_kit, saga_ledger):
+    ledger = saga_ledger
+
+    def once(action, key):
+        if not ledger.count(action, key):
+            ledger.record(action, key)
+
+    @saga_kit.compensator("shop.release")
+    def release(idempotency_key):
+        once("release", idempotency_key)
+
+    @saga_kit.compensator("shop.refund")
+    def refund(idempotency_key):
+        REFUND
+
+    def reserved(idempotency_key, item):
+        return ledger.count("reserve", idempotency_key) > 0
+
+    def charged(idempotency_key, amount):
+        return ledger.count("charge", idempotency_key) > 0
+
+    @saga_kit.tool(name="shop.reserve", RESERVE_DECLARATION)
+    def reserve(item, idempotency_key):
+        once("reserve", idempotency_key)
+
+    @saga_kit.tool(name="shop.charge", compensate="shop.refund", probe=charged)
+    def charge(amount, idempotency_key):
+        CHARGE
+
+    def checkout():
+        reserve("book")
+        charge(AMOUNT)
+
+    return checkout
+"""
+
+CORRECT = {
+    "REFUND": 'once("refund", idempotency_key)',
+    "RESERVE_DECLARATION": 'compensate="shop.release", probe=reserved',
+    "CHARGE": 'once("charge", idempotency_key)',
+    "AMOUNT": "12",
+}
+
+
+def shop(**bugs: str) -> str:
+    source = SHOP
+    for placeholder, code in {**CORRECT, **bugs}.items():
+        source = source.replace(placeholder, code)
+    return source
+
+
+def write_shop(pytester: pytest.Pytester, test: str, **bugs: str) -> None:
+    pytester.makepyfile(test_shop=shop(**bugs) + test)
+
+
+RUN_ALL = """
+def test_checkout(shop, saga_chaos):
+    saga_chaos.run(shop)
+"""
+
+
+def test_a_correct_transaction_passes_every_fault_point(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    write_shop(
+        pytester,
+        """
+def test_checkout(shop, saga_chaos, saga_ledger):
+    report = saga_chaos.run(shop)
+    assert report.ok
+    kinds = sorted({r.kind for r in report.results})
+    print("kinds", ",".join(kinds), "points", len(report.results), "skipped", report.skipped)
+    # Charges left standing: the clean run, the run killed after its commit, the two duplicate
+    # deliveries (committed runs), and the run whose refund was made to fail.
+    assert saga_ledger.count("charge") - saga_ledger.count("refund") == 5
+""",
+    )
+    result = run("-s")
+    result.assert_outcomes(passed=1)
+    # 2 steps: 4 exception, 2 compensation, 16 kill and 2 duplicate points.
+    result.stdout.fnmatch_lines(
+        ["*kinds compensation,duplicate,exception,kill points 24 skipped []"]
+    )
+
+
+def test_a_missing_compensation_fails_naming_the_step_and_fault_point(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    write_shop(pytester, RUN_ALL, RESERVE_DECLARATION='semantics="reversible"')
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- fault point: an exception at step #2 shop.charge, before its effect*",
+            "*broke: every committed effect is compensated after a rollback",
+            "*step #1 shop.reserve took effect (ledger: reserve) and nothing undid it: it "
+            "declares no compensation (reversible)",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*SIGKILL right after log write 3 (step.done of step #1 *"])
+
+
+def test_a_compensation_that_is_not_idempotent_fails_after_a_kill_in_the_rollback(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    write_shop(pytester, RUN_ALL, REFUND='ledger.record("refund", idempotency_key)')
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- fault point: SIGKILL right before log write 8 (compensation.done of step #2 "
+            "shop.charge), in the rollback, then recovery (saga: rolled_back)",
+            "*broke: each idempotency key takes effect at most once",
+            "*the compensation of step #2 shop.charge took effect 2 times (ledger: 'refund'*",
+        ]
+    )
+    # Only the points where recovery runs the compensation again break it.
+    assert "exception at step" not in result.stdout.str()
+
+
+def test_a_nondeterministic_step_fails_naming_the_step(pytester: pytest.Pytester, run: Run) -> None:
+    write_shop(pytester, RUN_ALL, AMOUNT="next(COUNTER)")
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- fault point: an exception at step #2 shop.charge, after its effect*",
+            "*broke: the transaction calls the same steps as in the clean run",
+            "*step #2 was shop.charge(amount=1?) here and shop.charge(amount=12) in the clean run",
+        ]
+    )
+
+
+def test_a_tool_that_ignores_its_key_fails_on_duplicate_delivery(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    write_shop(pytester, RUN_ALL, CHARGE='ledger.record("charge", idempotency_key)')
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- fault point: a duplicate delivery of step #2 shop.charge (saga: committed)",
+            "*broke: each idempotency key takes effect at most once",
+            "*step #2 shop.charge took effect 2 times (ledger: 'charge', key as1-*",
+        ]
+    )
+
+
+def test_the_marker_and_the_option_choose_the_fault_kinds(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    write_shop(
+        pytester,
+        """
+@pytest.mark.saga_chaos(faults=["exception", "kill"])
+def test_marked(shop, saga_chaos):
+    report = saga_chaos.run(shop)
+    assert {r.kind for r in report.results} == {"exception", "kill"}
+
+
+def test_unmarked(shop, saga_chaos):
+    saga_chaos.run(shop)
+
+
+@pytest.mark.saga_chaos(skip=["duplicate"])
+def test_skipping(shop, saga_chaos):
+    report = saga_chaos.run(shop)
+    assert "duplicate" not in {r.kind for r in report.results}
+""",
+        CHARGE='ledger.record("charge", idempotency_key)',
+    )
+    # The buggy charge is only caught by duplicate delivery.
+    run().assert_outcomes(passed=2, failed=1)
+    result = run("--saga-faults", "exception,compensation")
+    result.assert_outcomes(passed=3)
+    result = run("--saga-faults", "exception,approval")
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(["*unknown fault kind(s) approval; known: exception, *"])
+
+
+def test_the_ini_setting_chooses_the_fault_kinds(pytester: pytest.Pytester, run: Run) -> None:
+    write_shop(pytester, RUN_ALL, CHARGE='ledger.record("charge", idempotency_key)')
+    pytester.makeini("[pytest]\nsaga_faults = exception, kill\n")
+    run().assert_outcomes(passed=1)
+
+
+def test_an_in_memory_world_that_is_not_restored(pytester: pytest.Pytester, run: Run) -> None:
+    pytester.makepyfile(
+        test_world="""
+import pytest
+
+@pytest.mark.saga_chaos(faults=["exception"])
+def test_notes(saga_kit, saga_chaos):
+    notes = []
+
+    @saga_kit.tool(name="notes.add", semantics="reversible")
+    def add(text):
+        notes.append(text)
+
+    @saga_kit.tool(name="notes.publish", semantics="reversible", compensate=lambda: None)
+    def publish():
+        pass
+
+    def transaction():
+        add("hello")
+        publish()
+
+    saga_chaos.run(transaction, world=lambda: list(notes), reset=notes.clear)
+"""
+    )
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- fault point: an exception at step #2 notes.publish, before its effect*",
+            "*broke: the world after a rollback is as it was before the transaction",
+        ]
+    )
+    detail = "before: []; after: ['hello']; not compensated: step #1 notes.add (declares no "
+    assert detail + "compensation)" in result.stdout.str()
+
+
+def test_callable_compensations_are_not_exercised_and_not_recoverable(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    pytester.makepyfile(
+        test_callable="""
+import pytest
+
+
+@pytest.mark.saga_chaos(skip=["kill"])
+def test_in_process(saga_kit, saga_chaos, saga_scripted_tool):
+    charge = saga_scripted_tool("pay.charge", {"id": 1}, params=["amount"])
+    report = saga_chaos.run(lambda: charge(5), name="pay")
+    assert report.ok
+    point = "a failing compensation at step #1 pay.charge"
+    assert report.skipped == [(point, "its compensation is an in-process callable")]
+    assert "not exercised: a failing compensation at step #1 pay.charge" in report.summary()
+
+
+def test_after_a_crash(saga_kit, saga_chaos, saga_scripted_tool):
+    charge = saga_scripted_tool("pay.charge", {"id": 1}, params=["amount"])
+    saga_chaos.run(lambda: charge(5), name="pay")
+"""
+    )
+    result = run()
+    result.assert_outcomes(passed=1, failed=1)
+    # Recovery in another process cannot call an in-process compensation, nor tell whether a
+    # call without a probe landed: both are found by the kill points.
+    result.stdout.fnmatch_lines(
+        [
+            "*- fault point: SIGKILL right after log write 2 (step.intent of step #1 pay.charge)*",
+            "*broke: recovery settles the saga without a human",
+            "*step #1 pay.charge: outcome unknown and the tool has no probe",
+            "*- fault point: SIGKILL right after log write 3 (step.done of step #1 pay.charge)*",
+            "*broke: recovery settles the saga without a human",
+            "*step #1 pay.charge: its compensation is an in-process callable",
+        ]
+    )
+
+
+def test_a_transaction_that_fails_without_faults_is_reported(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    pytester.makepyfile(
+        test_broken="""
+def test_it(saga_chaos, saga_scripted_tool):
+    charge = saga_scripted_tool("pay.charge", TimeoutError("gateway"), params=["amount"])
+    saga_chaos.run(lambda: charge(5), name="pay")
+"""
+    )
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*transaction 'pay' does not commit when no fault is injected: SagaRolledBack(*gateway*"]
+    )
