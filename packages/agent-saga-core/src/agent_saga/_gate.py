@@ -75,7 +75,11 @@ class ToolCall(NamedTuple):
         """The argument at a dotted path (``"card.amount"``, ``"items.0.qty"``), or ``default``."""
         current: Any = self.args
         for part in path.split("."):
-            if isinstance(current, Mapping) and part in current:
+            if type(current) is dict:  # the common case, without the ABC check
+                if part not in current:
+                    return default
+                current = current[part]
+            elif isinstance(current, Mapping) and part in current:
                 current = current[part]
             elif isinstance(current, list | tuple) and part.isdigit() and int(part) < len(current):
                 current = current[int(part)]
@@ -232,16 +236,18 @@ def _settle(holds: Iterable[Hold], *, commit: bool) -> list[str]:
 
 
 def _run_rule(rule: Rule, call: ToolCall) -> Decision:
-    name = getattr(rule, "name", type(rule).__name__)
     try:
         decision: object = rule.evaluate(call)
     except Exception as exc:  # a broken rule fails closed
+        name = getattr(rule, "name", type(rule).__name__)
         return Deny(name, f"rule raised {type(exc).__name__}: {exc}")
-    if not isinstance(decision, Allow | RequireApproval | Deny):
-        return Deny(
-            name, f"rule returned {decision!r}, which is not Allow, Deny or RequireApproval"
-        )
-    return decision
+    if type(decision) in _DECISIONS or isinstance(decision, Allow | RequireApproval | Deny):
+        return decision  # type: ignore[return-value]
+    name = getattr(rule, "name", type(rule).__name__)
+    return Deny(name, f"rule returned {decision!r}, which is not Allow, Deny or RequireApproval")
+
+
+_DECISIONS = frozenset({Allow, RequireApproval, Deny})
 
 
 def _describe(rule: Rule) -> str:

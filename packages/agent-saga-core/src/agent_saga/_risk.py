@@ -73,20 +73,22 @@ class RiskRule:
         if deny_at is not None:
             _check_threshold("deny_at", deny_at)
         self.scorer = scorer
+        # Resolved once: a Protocol isinstance check per call would cost more than most rules.
+        self._score_fn: Callable[[ToolCall], float] = (
+            scorer.score if isinstance(scorer, RiskScorer) else scorer
+        )
         self.approve_at, self.deny_at = approve_at, deny_at
         self.tools = tool_scope(tools)
         default = getattr(scorer, "name", None) or getattr(scorer, "__name__", "risk")
         self.name = name or str(default)
 
     def score(self, call: ToolCall) -> float:
-        if isinstance(self.scorer, RiskScorer):
-            return self.scorer.score(call)
-        return self.scorer(call)
+        return self._score_fn(call)
 
     def evaluate(self, call: ToolCall) -> Decision:
         if self.tools is not None and call.tool not in self.tools:
             return ALLOW
-        return decide(self.name, self.score(call), self.approve_at, self.deny_at)
+        return decide(self.name, self._score_fn(call), self.approve_at, self.deny_at)
 
     def describe(self) -> str:
         deny = f", refused at {self.deny_at:g}" if self.deny_at is not None else ""
@@ -249,8 +251,11 @@ class EmbeddingRiskScorer(RiskRule):
         self._embed = embed
         raw = [(self._raw(c.tool, c.args), c.dangerous) for c in labelled]
         self._weights = _separation_weights(raw) if embed is None else {}
-        self._dangerous = [self._unit(vector) for vector, bad in raw if bad]
-        self._benign = [self._unit(vector) for vector, bad in raw if not bad]
+        self._labels = [bad for _, bad in raw]
+        self._postings: dict[int, list[tuple[int, float]]] = {}
+        for number, (vector, _) in enumerate(raw):
+            for index, weight in self._unit(vector).items():
+                self._postings.setdefault(index, []).append((number, weight))
         super().__init__(self._score, approve_at=approve_at, deny_at=deny_at, tools=tools)
         self.name = name
 
@@ -268,11 +273,19 @@ class EmbeddingRiskScorer(RiskRule):
 
     def score_args(self, tool: str, args: Mapping[str, Any]) -> float:
         """The score of a call given as a tool name and its arguments."""
-        query = self._unit(self._raw(tool, args))
-        bad = max(0.0, *(cosine(query, vector) for vector in self._dangerous))
-        if not self._benign:
+        dots = [0.0] * len(self._labels)  # cosine with every example, through the index
+        postings = self._postings
+        for index, weight in self._unit(self._raw(tool, args)).items():
+            for number, other in postings.get(index, ()):
+                dots[number] += weight * other
+        bad = good = 0.0
+        for dot, dangerous in zip(dots, self._labels, strict=True):
+            if dangerous:
+                bad = max(bad, dot)
+            else:
+                good = max(good, dot)
+        if not any(not label for label in self._labels):
             return min(1.0, bad)
-        good = max(0.0, *(cosine(query, vector) for vector in self._benign))
         return bad / (bad + good) if bad + good > 0 else 0.0
 
     def _score(self, call: ToolCall) -> float:
@@ -284,8 +297,8 @@ class EmbeddingRiskScorer(RiskRule):
     def describe(self) -> str:
         backend = "embedding function" if self._embed is not None else "hashed features"
         return (
-            f"{super().describe()}; {backend}, {len(self._dangerous)} dangerous and "
-            f"{len(self._benign)} benign labelled calls"
+            f"{super().describe()}; {backend}, {sum(self._labels)} dangerous and "
+            f"{len(self._labels) - sum(self._labels)} benign labelled calls"
         )
 
 
