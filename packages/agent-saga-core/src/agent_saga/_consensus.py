@@ -47,6 +47,8 @@ def _vote(answer: object) -> tuple[bool, str]:
     """``(approved, detail)`` for a validator's answer."""
     if answer is True or isinstance(answer, Allow):
         return True, "approved"
+    if answer is False:
+        return False, "refused"
     if isinstance(answer, Deny):
         return False, answer.reason[:_DETAIL]
     if isinstance(answer, str):
