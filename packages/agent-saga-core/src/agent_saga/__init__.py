@@ -9,8 +9,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ._adapt import OnRefusal, PendingCall, RefusedCall, ToolCallGuard, ToolFailed
-from ._budget import Budget, BudgetStore, MemoryBudgetStore
+from ._budget import Budget
 from ._budget_file import FileBudgetStore
+from ._budget_store import BudgetStore, MemoryBudgetStore
 from ._clock import FakeClock, SequentialIds, SystemClock
 from ._compensation import CompensatorRegistry, compensator
 from ._consensus import Consensus

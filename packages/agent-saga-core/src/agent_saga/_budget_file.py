@@ -21,7 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ._budget import (
+from ._budget_store import (
     HoldRow,
     Reservation,
     empty_state,

@@ -17,7 +17,7 @@ import contextlib
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from ._budget import HoldRow, Reservation, new_hold_id
+from ._budget_store import HoldRow, Reservation, new_hold_id
 from ._pgfleet import (
     DEFAULT_SCHEMA,
     PgSession,

@@ -182,7 +182,12 @@ class Saga:
             # Buffered either way: it joins the buffer together with the outcome, in order.
             entry = Entry(Kind.STEP_INTENT, self.id, intent, int(self._now() * 1000))
             return _Prepared(step, call_kwargs, args, compensation, entry)
-        self.log(Kind.STEP_INTENT, intent, durable=spec.durable_intent)
+        try:
+            self.log(Kind.STEP_INTENT, intent, durable=spec.durable_intent)
+        except BaseException:
+            if self._holds:  # the effect will not run: its reservation goes back
+                self._release_step(ordinal)
+            raise
         return _Prepared(step, call_kwargs, args, compensation, None)
 
     def _step_key(self, ordinal: int, tool: str) -> str:
