@@ -1,0 +1,182 @@
+"""OpenAI Agents SDK function tools as saga steps, translated onto the core seam.
+
+The wrapped tool is a copy of the original (same name, schema, guardrails, timeouts) with:
+
+* one more tool input guardrail, last in the list: it gates the call and logs its intent. A
+  refusal becomes the guardrail's ``reject_content`` (the model gets the reason, the body never
+  runs, the outcome is in ``result.tool_input_guardrail_results``); a halt raises the guardrail's
+  tripwire, which stops the run;
+* an ``on_invoke_tool`` that runs the original's invoker as the step. The original is copied so
+  that it raises instead of answering a failure with text: the step is recorded as failed (which
+  dooms the saga) and only then is the failure given to the model, as the original's own
+  failure policy words it;
+* ``needs_approval`` for IRREVERSIBLE tools, so the run is interrupted for a human before the
+  gate is asked (see the README for what an approval can and cannot do yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypedDict
+
+from agent_saga import (
+    OnRefusal,
+    PendingCall,
+    RefusedCall,
+    Semantics,
+    StepRef,
+    ToolCallGuard,
+    current_saga,
+)
+from agents import (
+    FunctionTool,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+)
+from agents.tool import maybe_invoke_function_tool_failure_error_function
+from agents.tool_context import ToolContext
+
+GUARDRAIL_NAME = "agent_saga_gate"
+
+
+class Declaration(TypedDict, total=False):
+    """How a tool's effect is undone (see :func:`agent_saga.tool`)."""
+
+    semantics: Semantics | str
+    compensate: object
+    probe: Callable[..., Any]
+
+
+class _Gated:
+    """Calls the guardrail let through, by saga and tool call id, until the tool runs."""
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple[str, str], PendingCall] = {}
+        self._lock = threading.Lock()
+
+    def put(self, call_id: str, pending: PendingCall) -> None:
+        with self._lock:
+            self._calls[(pending.saga.id, call_id)] = pending
+
+    def take(self, call_id: str) -> PendingCall | None:
+        saga = current_saga()
+        if saga is None:
+            return None
+        with self._lock:
+            return self._calls.pop((saga.id, call_id), None)
+
+
+def saga_tool(
+    tool: FunctionTool,
+    *,
+    semantics: Semantics | str | None = None,
+    compensate: object = None,
+    probe: Callable[..., Any] | None = None,
+    on_refusal: OnRefusal = "continue",
+) -> FunctionTool:
+    """Wrap ``tool`` so that each call inside a transaction is a gated, logged, undoable step.
+
+    Args:
+        semantics, compensate, probe: as for :func:`agent_saga.tool`; a compensator may take any
+            of the tool's arguments by name, ``result`` (what the tool returned) and
+            ``idempotency_key``.
+        on_refusal: ``"continue"`` (the model is told and the run goes on) or ``"rollback"``
+            (the model is told and the transaction rolls back when it ends).
+    """
+    properties = tool.params_json_schema.get("properties", {})
+    guard = ToolCallGuard(
+        tool.name,
+        semantics=semantics,
+        compensate=compensate,
+        probe=probe,
+        parameters=list(properties) if isinstance(properties, dict) else [],
+        on_refusal=on_refusal,
+    )
+    gated = _Gated()
+    # A tool made by @function_tool answers its own failures with text; its copy raises them.
+    handles_failures = callable(getattr(tool.on_invoke_tool, "__agents_bind_function_tool__", None))
+    raising = (
+        dataclasses.replace(
+            tool, _failure_error_function=None, _use_default_failure_error_function=False
+        )
+        if handles_failures
+        else tool
+    )
+
+    def gate(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        context = data.context
+        pending = guard.begin(_arguments(context.tool_arguments))
+        if pending is None:
+            return ToolGuardrailFunctionOutput.allow()
+        if isinstance(pending, RefusedCall):
+            info = {"rule": pending.rule, "reason": pending.reason}
+            if pending.halted:
+                return ToolGuardrailFunctionOutput.raise_exception(output_info=info)
+            return ToolGuardrailFunctionOutput.reject_content(pending.message, output_info=info)
+        gated.put(context.tool_call_id, pending)
+        return ToolGuardrailFunctionOutput.allow(output_info={"saga_step": pending.step.ordinal})
+
+    async def invoke(context: ToolContext[Any], arguments: str) -> Any:
+        pending = gated.take(context.tool_call_id)
+        if pending is None:  # called without the guardrails (directly, or outside a saga)
+            began = guard.begin(_arguments(arguments))
+            if began is None:
+                return await tool.on_invoke_tool(context, arguments)
+            if isinstance(began, RefusedCall):
+                return began.message
+            pending = began
+
+        async def effect(step: StepRef | None) -> Any:
+            return await raising.on_invoke_tool(context, arguments)
+
+        try:
+            return await pending.arun(effect)
+        except Exception as exc:
+            if not handles_failures:
+                raise
+            text = await maybe_invoke_function_tool_failure_error_function(
+                function_tool=tool, context=context, error=exc
+            )
+            if text is None:
+                raise
+            return text
+
+    needs_approval = True if guard.semantics is Semantics.IRREVERSIBLE else tool.needs_approval
+    return dataclasses.replace(
+        tool,
+        on_invoke_tool=invoke,
+        tool_input_guardrails=[
+            *(tool.tool_input_guardrails or []),
+            ToolInputGuardrail(guardrail_function=gate, name=GUARDRAIL_NAME),
+        ],
+        needs_approval=needs_approval,
+    )
+
+
+def saga_tools(
+    tools: Iterable[FunctionTool],
+    declarations: Mapping[str, Declaration] | None = None,
+    *,
+    on_refusal: OnRefusal = "continue",
+) -> list[FunctionTool]:
+    """Wrap several tools; ``declarations`` maps a tool's name to its semantics/compensation.
+
+    A tool with no declaration is IRREVERSIBLE (it needs an approval), as with ``@tool``.
+    """
+    declared = dict(declarations or {})
+    wrapped = [saga_tool(t, on_refusal=on_refusal, **declared.pop(t.name, {})) for t in tools]
+    if declared:
+        raise ValueError(f"declarations name tools that are not in the list: {sorted(declared)}")
+    return wrapped
+
+
+def _arguments(arguments: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return {"arguments": arguments}
+    return parsed if isinstance(parsed, dict) else {"arguments": parsed}

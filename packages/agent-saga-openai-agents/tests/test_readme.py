@@ -1,0 +1,13 @@
+"""The README's example runs and prints what it says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent_saga.testing import run_markdown_examples
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_example_runs() -> None:
+    assert run_markdown_examples(README) == 1
