@@ -11,12 +11,15 @@ import ipaddress
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ._clock import FakeClock, SequentialIds
@@ -209,6 +212,37 @@ def run_markdown_examples(path: str | os.PathLike[str]) -> int:
     return count
 
 
+def modules_after_import(name: str) -> set[str]:
+    """Top-level module names a fresh interpreter holds after ``import name`` (and nothing else).
+
+    Shows which frameworks importing a package pulls in.
+    """
+    code = f"import sys, {name}; print(*sorted({{m.partition('.')[0] for m in sys.modules}}))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return set(result.stdout.split())
+
+
+def installed_from(module: ModuleType, distribution: str) -> bool:
+    """True when ``module`` was loaded from a file that ``distribution`` installed.
+
+    A module put into ``sys.modules`` by hand (a fake) has no such file.
+    """
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import distribution as find_distribution
+
+    origin = getattr(module, "__file__", None)
+    if origin is None:
+        return False
+    try:
+        files = find_distribution(distribution).files or []
+    except PackageNotFoundError:
+        return False
+    target = Path(origin).resolve()
+    return any(Path(str(f.locate())).resolve() == target for f in files)
+
+
 __all__ = [
     "FakeClock",
     "Ledger",
@@ -219,6 +253,8 @@ __all__ = [
     "SequentialIds",
     "SimCrash",
     "SimFileSystem",
+    "installed_from",
     "loopback_only",
+    "modules_after_import",
     "run_markdown_examples",
 ]
