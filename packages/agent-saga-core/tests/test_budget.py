@@ -166,6 +166,27 @@ def test_an_amount_that_cannot_be_counted_is_refused(home: Path, amount: Any) ->
     assert ledger.count("pay") == 0
 
 
+def test_the_manifest_lists_each_budget_and_what_a_crash_leaves(home: Path) -> None:
+    with AgentKit(home=home) as plain:
+        manifest = plain.guarantees()
+        assert manifest["gate"]["budgets"] == []
+        assert not any("reservation" in line for line in manifest["not_claimed"])
+    rules = [
+        Budget("ads", 100, tools="ads.buy", store=FileBudgetStore(home)),
+        Budget("per-run", 20, per="saga", window=60, store="memory"),
+    ]
+    with AgentKit(home=home, rules=rules) as kit:
+        manifest = kit.guarantees()
+    rows = manifest["gate"]["budgets"]
+    assert [row["name"] for row in rows] == ["ads", "per-run"]
+    assert rows[0]["describes"].startswith("amount spent in total <= 100 on ads.buy; file store")
+    assert rows[1]["describes"].startswith("amount spent per saga per 60 s window <= 20")
+    before = manifest["enforced_before_effect"]
+    assert any(line.startswith("gate: 2 rule(s) (2 budget(s)") for line in before)
+    assert any("stays held" in line for line in manifest["not_claimed"])
+    assert any("memory store are per process" in line for line in manifest["not_claimed"])
+
+
 def test_bad_budget_declarations() -> None:
     with pytest.raises(ConfigurationError, match="name"):
         Budget("../etc", 1, store="memory")

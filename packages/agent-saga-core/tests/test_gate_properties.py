@@ -8,6 +8,7 @@ strictness; and the engine runs the tool exactly when the gate allows the call.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from agent_saga import (
     Allow,
     AllowTools,
     AllowValues,
+    Budget,
+    Consensus,
     Deny,
     DenyTools,
     DenyValues,
@@ -78,6 +81,15 @@ def scorers(draw: st.DrawFn) -> Rule:
     return RiskRule(lambda call: score, approve_at=approve_at, deny_at=deny_at, name="scored")
 
 
+def voting(answers: list[object], required: int) -> Consensus:
+    """A consensus rule whose validators answer fixed values."""
+
+    def validator(answer: object) -> Callable[[ToolCall], object]:
+        return lambda call: answer
+
+    return Consensus([validator(a) for a in answers], required=min(required, len(answers)))
+
+
 def rules() -> st.SearchStrategy[Rule]:
     paths = st.sampled_from(["amount", "dose_mg", "to.iban", "missing"])
     tool_sets = st.none() | st.sets(st.sampled_from(TOOLS), max_size=2).map(frozenset)
@@ -101,6 +113,16 @@ def rules() -> st.SearchStrategy[Rule]:
         ),
         scorers(),
         st.just(SHARED_SCORER),
+        st.builds(
+            lambda limit, path: Budget("b", limit, amount=path, store="memory"),
+            st.integers(0, 10**6),
+            paths,
+        ),
+        st.builds(
+            voting,
+            st.lists(st.sampled_from([True, False, None, Allow()]), min_size=1, max_size=3),
+            st.integers(1, 3),
+        ),
     )
 
 
