@@ -274,3 +274,27 @@ def test_argument_types_fail_closed_without_a_declaration_or_hints(home: Any) ->
             free(object(), object())
         spec = kit.runtime.tools.specs()[-1]
         assert rule.unchecked(spec) == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "to", "currency", "reason"),
+    [
+        (AllowTools(["search"]), "DE44", "EUR", "tool bank.transfer is not on the allow list"),
+        (AllowValues("currency", ["EUR"]), "DE44", "BTC", "currency='BTC' is not one of ['EUR']"),
+        (DenyValues("to", ["KY00"]), "KY00", "EUR", "to='KY00' is on the deny list"),
+    ],
+)
+def test_lists_refuse_through_the_engine(
+    home: Any, rule: Any, to: str, currency: str, reason: str
+) -> None:
+    ledger = Ledger()
+    with AgentKit(home=home, rules=[rule]) as kit:
+
+        @kit.tool(name="bank.transfer", compensate=lambda result: None)
+        def transfer(to: str, amount: int, currency: str) -> None:
+            ledger.record("transfer")
+
+        refused = refusal_of(kit, transfer, to, 10, currency)
+        assert refused.rule == rule.name
+        assert refused.reason == reason
+    assert ledger.count("transfer") == 0
