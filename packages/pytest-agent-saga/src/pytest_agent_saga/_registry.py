@@ -9,6 +9,7 @@ are still found.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from agent_saga import AgentKit, CompensatorRegistry, MemoryKillSwitch, MemoryLogStore
@@ -17,6 +18,12 @@ from ._faults import failing
 
 if TYPE_CHECKING:
     from ._intercept import InterceptingStore
+
+
+ACTIVE: ContextVar[CompensatorRegistry | None] = ContextVar(
+    "pytest_agent_saga_registry", default=None
+)
+"""The registry of the running test's ``saga_kit``, while it is set up."""
 
 
 def process_registry() -> CompensatorRegistry:

@@ -28,6 +28,7 @@ from ._assertions import LogSource, records_of
 from ._chaos import execute
 from ._intercept import InterceptingStore
 from ._invariants import divergence
+from ._registry import ACTIVE
 from ._words import call_text
 
 if TYPE_CHECKING:
@@ -101,8 +102,8 @@ def assert_replay_deterministic(
         saga: which saga of ``recorded`` (id or prefix; default: the last one).
         runs: how many replays must each match the record.
         compare_args: also compare each step's logged arguments, not only the tool.
-        registry: where compensators are found (a kit's ``kit.runtime.registry``), for tools
-            whose compensation is given by name in a registry other than the process-wide one.
+        registry: where compensators are found by name (default: the ``saga_kit``'s when the
+            test uses it, else the process-wide registry).
 
     Returns:
         The recorded steps.
@@ -146,7 +147,7 @@ def _run(
         home=Path("."),
         store=store,
         kill_switch=MemoryKillSwitch(),
-        registry=registry,
+        registry=registry or ACTIVE.get(),
         ids=SequentialIds("replay"),
         fast_path=False,
     )

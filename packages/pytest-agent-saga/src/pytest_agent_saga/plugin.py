@@ -88,7 +88,7 @@ def saga_kit(
     """A kit on this test's home; the module-level API (``saga_scope``) routes to it."""
     from agent_saga import AgentKit, SequentialIds, use_kit
 
-    from ._registry import LayeredRegistry, process_registry
+    from ._registry import ACTIVE, LayeredRegistry, process_registry
 
     store: Any = "file"
     if "saga_memory_store" in request.fixturenames:
@@ -100,8 +100,12 @@ def saga_kit(
         ids=SequentialIds(),
         registry=LayeredRegistry(process_registry()),
     )
-    with kit, use_kit(kit):
-        yield kit
+    token = ACTIVE.set(kit.runtime.registry)
+    try:
+        with kit, use_kit(kit):
+            yield kit
+    finally:
+        ACTIVE.reset(token)
 
 
 @pytest.fixture
