@@ -258,3 +258,26 @@ def test_other_tools_are_proxied_and_an_error_output_is_a_failure(kit: AgentKit)
         assert ok.call(input="x").content == "found"
         assert bad.call(input="y").is_error
     assert str(raised.value.cause) == "lookup failed"
+
+
+def test_on_refusal_rollback_aborts_the_transaction(kit: AgentKit) -> None:
+    travel = Travel()
+    # "book" has no declaration: it is IRREVERSIBLE, and with no approval channel refused.
+    tools = saga_tools(
+        travel.raw[:2],
+        {"charge": {"compensate": lambda: travel.ledger.record("refund")}},
+        on_refusal="rollback",
+    )
+    script = Script(
+        [
+            tool_call("charge", "c1", amount=5, card="v"),
+            tool_call("book", "c2", hotel="R"),
+            answer("x"),
+        ]
+    )
+    with pytest.raises(SagaRolledBack):
+        asyncio.run(
+            run_agent(FunctionAgent(tools=[*tools], llm=script.llm()), user_msg="go", kit=kit)
+        )
+    assert travel.ledger.actions() == ["charge", "refund"]
+    assert "no approval channel" in tool_results(script)[-1]

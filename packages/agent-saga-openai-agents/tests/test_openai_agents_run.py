@@ -260,3 +260,28 @@ def test_the_saga_id_is_on_the_run_config() -> None:
     assert config.group_id == "saga-9"
     assert config.trace_metadata == {SAGA_ID_KEY: "saga-9"}
     assert json.dumps(config.trace_metadata)
+
+
+def test_on_refusal_rollback_aborts_the_transaction() -> None:
+    travel = Travel()
+    tools = saga_tools(
+        travel.raw[:2],
+        {
+            "charge": {"compensate": lambda: travel.ledger.record("refund")},
+            "book": {"semantics": "reversible"},
+        },
+        on_refusal="rollback",
+    )
+    model = ScriptedModel(
+        [
+            [function_call("charge", {"amount": 5, "card": "v"}, call_id="c1")],
+            [function_call("book", {"hotel": "Ritz"}, call_id="c2")],
+            [assistant_message("x")],
+        ]
+    )
+    agent = Agent(name="a", model=model, tools=[*tools])
+    rules = [DenyTools(frozenset({"book"}))]
+    with AgentKit(store="memory", rules=rules) as kit, pytest.raises(SagaRolledBack):
+        asyncio.run(run_in_saga(agent, "go", kit=kit))
+    assert travel.ledger.actions() == ["charge", "refund"]
+    assert "deny list" in tool_outputs(model)["c2"]
