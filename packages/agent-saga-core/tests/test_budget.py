@@ -411,3 +411,42 @@ def test_reconcile_commits_the_reservation_of_a_saga_that_committed(home: Path) 
         assert orphan.hold_id is not None
         kit.recover()
     assert budget.usage() == (Decimal(30), Decimal(7))  # unknown saga: kept, counted
+
+
+def test_the_recover_command_settles_file_budgets_it_has_no_rule_for(
+    home: Path, tmp_path: Path
+) -> None:
+    module = tmp_path / "crashtools.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            from agent_saga import compensator
+
+            @compensator("crash.refund")
+            def refund(amount):
+                pass
+            """
+        )
+    )
+    script = tmp_path / "crasher.py"
+    script.write_text(
+        "import crashtools\n"
+        + CRASHER.replace('@kit.compensator("crash.refund")\ndef refund(amount):\n    pass\n', "")
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, str(script), str(home), "crash"], capture_output=True, check=False, env=env
+    )
+    assert result.returncode == 9, result.stderr
+    budget = Budget("ops", 100, store=FileBudgetStore(home))
+    assert budget.usage() == (Decimal(0), Decimal(40))
+    cli = "import sys; from agent_saga.cli import main; sys.exit(main())"
+    recovered = subprocess.run(
+        [sys.executable, "-c", cli, "--home", str(home), "recover", "--import", "crashtools"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert budget.usage() == (Decimal(0), Decimal(0))

@@ -37,6 +37,8 @@ from ._homefiles import safe_name
 from ._rules import describe_scope, is_number, tool_scope
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ._records import Record
     from ._sagaviews import SagaView
 
@@ -197,21 +199,7 @@ class Budget:
         Committed saga: commit; rolled back: release; running or needs a human: keep (held).
         Reservations of sagas the log does not know are kept.
         """
-        from ._records import SagaStatus
-
-        status = {view.id: view.status for view in sagas}
-        done: dict[str, list[str]] = {"committed": [], "released": [], "kept": []}
-        for hold in self.store.holds(self.name):
-            outcome = status.get(hold.saga)
-            if outcome is SagaStatus.COMMITTED:
-                self.store.settle(self.name, hold.hold_id, commit=True)
-                done["committed"].append(hold.hold_id)
-            elif outcome is SagaStatus.ROLLED_BACK:
-                self.store.settle(self.name, hold.hold_id, commit=False)
-                done["released"].append(hold.hold_id)
-            else:
-                done["kept"].append(hold.hold_id)
-        return ReconcileReport(*(tuple(done[k]) for k in ("committed", "released", "kept")))
+        return reconcile_holds(self.store, self.name, sagas)
 
     def health(self) -> list[str]:
         return self.store.health()
@@ -249,17 +237,56 @@ def iter_budgets(rules: Iterable[object]) -> Iterator[Budget]:
     return (rule for rule in rules if isinstance(rule, Budget))
 
 
+def reconcile_holds(store: BudgetStore, name: str, sagas: Iterable[SagaView]) -> ReconcileReport:
+    """:meth:`Budget.reconcile` for budget ``name`` in ``store`` (settling needs no limit)."""
+    from ._records import SagaStatus
+
+    status = {view.id: view.status for view in sagas}
+    done: dict[str, list[str]] = {"committed": [], "released": [], "kept": []}
+    for hold in store.holds(name):
+        outcome = status.get(hold.saga)
+        if outcome is SagaStatus.COMMITTED:
+            store.settle(name, hold.hold_id, commit=True)
+            done["committed"].append(hold.hold_id)
+        elif outcome is SagaStatus.ROLLED_BACK:
+            store.settle(name, hold.hold_id, commit=False)
+            done["released"].append(hold.hold_id)
+        else:
+            done["kept"].append(hold.hold_id)
+    return ReconcileReport(*(tuple(done[k]) for k in ("committed", "released", "kept")))
+
+
 def settle_abandoned(
-    rules: Iterable[object], records: Iterable[Record]
+    rules: Iterable[object], records: Iterable[Record], home: Path | None = None
 ) -> dict[str, ReconcileReport]:
-    """Reconcile every budget among ``rules`` against the sagas in ``records`` (a log)."""
+    """Reconcile budgets against the sagas in ``records`` (a log).
+
+    Every budget among ``rules`` is reconciled in its own store; with ``home``, so is every
+    budget kept in that home's file store, configured here or not (``agent-saga recover``
+    knows no rules, and settling needs only the budget's name).
+    """
+    from ._budget_file import FileBudgetStore
+
     budgets = list(iter_budgets(rules))
-    if not budgets:
+    home_store = FileBudgetStore(home) if home is not None else None
+    home_names = home_store.names() if home_store is not None else []
+    if not budgets and not home_names:
         return {}
     from ._history import sagas
 
     views = sagas(records)
-    return {budget.name: budget.reconcile(views) for budget in budgets}
+    reports = {budget.name: budget.reconcile(views) for budget in budgets}
+    covered = {
+        budget.name
+        for budget in budgets
+        if isinstance(budget.store, FileBudgetStore)
+        and home_store is not None
+        and budget.store.dir == home_store.dir
+    }
+    for name in home_names:
+        if name not in covered and home_store is not None:
+            reports.setdefault(name, reconcile_holds(home_store, name, views))
+    return reports
 
 
 __all__ = [
@@ -268,5 +295,6 @@ __all__ = [
     "ReconcileReport",
     "iter_budgets",
     "open_budget_store",
+    "reconcile_holds",
     "settle_abandoned",
 ]

@@ -137,6 +137,14 @@ class FileBudgetStore:
         with self._locked(budget, write=False) as state:
             return state_holds(state)
 
+    def names(self) -> list[str]:
+        """The budgets that have a state in this home."""
+        if not self.dir.is_dir():
+            return []
+        return sorted(
+            path.stem for path in self.dir.glob("*.json") if not path.name.startswith(".")
+        )
+
     def health(self) -> list[str]:
         """A problem when the budgets directory cannot be created or written."""
         try:
