@@ -56,8 +56,8 @@ def gate_not_claimed(gate: Gate) -> list[str]:
     if "budget" in kinds:
         lines.append(
             "a budget reservation of a process that died stays held (counted against the "
-            "limit) until kit.recover() settles it from the log; reservations of sagas that "
-            "need a human stay held"
+            "limit) until kit.recover() or agent-saga recover settles it from the log; "
+            "reservations of sagas that need a human stay held"
         )
     if "memory" in {str(getattr(getattr(rule, "store", None), "kind", "")) for rule in gate.rules}:
         lines.append("budgets on the memory store are per process and lost when it ends")
