@@ -14,6 +14,7 @@ from agent_saga_langchain import (
     SagaTool,
     ainvoke_in_saga,
     invoke_in_saga,
+    saga_tool,
     saga_tools,
 )
 from agent_saga_langchain.testing import ScriptedChat, agent_loop, call
@@ -282,3 +283,27 @@ def test_declarations_for_unknown_tools_are_an_error() -> None:
     travel = Travel()
     with pytest.raises(ValueError, match="chrage"):
         saga_tools(travel.raw, {"chrage": {"semantics": "reversible"}})
+
+
+class Search(BaseTool):
+    """A BaseTool subclass with no args_schema: LangChain derives it from ``_run``."""
+
+    name: str = "search"
+    description: str = "Search the catalogue."
+
+    def _run(self, query: str, limit: int = 3) -> str:
+        return f"{limit} results for {query}"
+
+
+def test_a_tool_without_args_schema_keeps_its_derived_schema(kit: AgentKit) -> None:
+    raw = Search()
+    wrapped = saga_tool(raw, semantics="reversible")
+    assert wrapped.args == raw.args
+    assert set(wrapped.args) == {"query", "limit"}
+    assert wrapped.tool_call_schema.model_json_schema() == (  # type: ignore[union-attr]
+        raw.tool_call_schema.model_json_schema()  # type: ignore[union-attr]
+    )
+    with kit.transaction():
+        assert wrapped.invoke({"query": "lamp"}) == "3 results for lamp"
+    intent = next(r for r in kit.store.records() if r.kind == "step.intent")
+    assert intent.data["args"] == {"query": "lamp"}

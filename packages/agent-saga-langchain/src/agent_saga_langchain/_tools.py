@@ -23,6 +23,8 @@ from agent_saga import (
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langchain_core.tools.base import ArgsSchema
+from langchain_core.utils.pydantic import TypeBaseModel
 from pydantic import ConfigDict
 
 from ._config import saga_config
@@ -61,6 +63,23 @@ class SagaTool(BaseTool):
             inner=inner,
             guard=guard,
         )
+
+    # The schema is the wrapped tool's even when it has no args_schema and derives one from its
+    # own _run signature (the proxy's _run would give a different one).
+    @property
+    def args(self) -> dict[str, Any]:
+        return self.inner.args
+
+    @property
+    def tool_call_schema(self) -> ArgsSchema:
+        return self.inner.tool_call_schema
+
+    @property
+    def is_single_input(self) -> bool:
+        return self.inner.is_single_input
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> TypeBaseModel:
+        return self.inner.get_input_schema(config)
 
     def invoke(
         self,
@@ -122,7 +141,7 @@ def saga_tool(
         semantics=semantics,
         compensate=compensate,
         probe=probe,
-        parameters=tool.args,
+        parameters=list(tool.args),
         on_refusal=on_refusal,
     )
     return SagaTool(tool, guard)
