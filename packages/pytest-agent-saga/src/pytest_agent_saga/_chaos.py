@@ -178,9 +178,10 @@ class ChaosRunner:
     def _baseline(self, transaction: Transaction, name: str, clean: RunOutcome) -> Baseline:
         steps = tuple(s for view in clean.sagas for s in view.steps)
         writes = _writes(clean.records)
-        if not steps:
+        last = Baseline(steps, writes, (), len(writes)).last_ordinal
+        if last is None:
             return Baseline(steps, writes, (), len(writes))
-        failing = self._run(transaction, name, RaiseAtStep(steps[-1].ordinal, before=False), None)
+        failing = self._run(transaction, name, RaiseAtStep(last, before=False), None)
         all_writes = _writes(failing.records)
         begin = next(
             (w.number for w in all_writes if w.kind == "rollback.begin"), len(all_writes) + 1

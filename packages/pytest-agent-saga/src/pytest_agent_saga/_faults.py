@@ -60,7 +60,9 @@ class Baseline:
 
     @property
     def last_ordinal(self) -> int | None:
-        return self.steps[-1].ordinal if self.steps else None
+        """The last step that took effect: a failure after it makes every step roll back."""
+        done = [s.ordinal for s in self.steps if s.outcome.value == "done"]
+        return done[-1] if done else None
 
 
 class Injector:
@@ -231,7 +233,7 @@ class CompensationKind:
         points: list[FaultPoint] = []
         skipped: list[tuple[str, str]] = []
         for step in baseline.steps:
-            if step.compensation is None or last is None:
+            if step.compensation is None or last is None or step.ordinal > last:
                 continue
             label = f"a failing compensation at {step_name(step.ordinal, step.tool)}"
             if step.compensation_recoverable is False:
@@ -242,7 +244,7 @@ class CompensationKind:
                     self.name,
                     label,
                     FailCompensation(step.ordinal, last),
-                    expect=Expect(failed_compensation=step.ordinal),
+                    expect=Expect(failed_compensation=step.ordinal, compare_upto=last),
                 )
             )
         return points, skipped
@@ -282,13 +284,16 @@ class DuplicateKind:
     description = "each committed step delivered a second time with the same idempotency key"
 
     def points(self, baseline: Baseline) -> tuple[list[FaultPoint], list[tuple[str, str]]]:
+        everything = Expect(compare_upto=baseline.steps[-1].ordinal if baseline.steps else None)
         points = [
             FaultPoint(
                 self.name,
                 f"a duplicate delivery of {step_name(step.ordinal, step.tool)}",
                 Redeliver(step.ordinal, step.tool),
+                expect=everything,
             )
             for step in baseline.steps
+            if step.outcome.value == "done"
         ]
         return points, []
 
