@@ -8,11 +8,22 @@ and the broken invariant; the correct shop passes every fault point.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
+from agent_saga import AgentKit, Entry
+from pytest_agent_saga import (
+    FAULT_KINDS,
+    Baseline,
+    ChaosRunner,
+    FaultPoint,
+    Injector,
+    ScriptedTool,
+    register_fault_kind,
+)
 
 Run = Callable[..., pytest.RunResult]
+Make = Callable[..., ScriptedTool]
 
 pytest_plugins = ["pytester"]
 
@@ -300,3 +311,47 @@ def test_it(saga_chaos, saga_scripted_tool):
     result.stdout.fnmatch_lines(
         ["*transaction 'pay' does not commit when no fault is injected: SagaRolledBack(*gateway*"]
     )
+
+
+class TimeoutKind:
+    """A fault kind of a user's own: the gateway times out before each step's effect."""
+
+    name = "timeout"
+    description = "a timeout before each step"
+
+    def points(self, baseline: Baseline) -> tuple[list[FaultPoint], list[tuple[str, str]]]:
+        return [
+            FaultPoint(self.name, f"a timeout at step #{s.ordinal}", RaiseAtTimeout(s.ordinal))
+            for s in baseline.steps
+        ], []
+
+
+class RaiseAtTimeout(Injector):
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+
+    def before_write(self, number: int, entries: Sequence[Entry]) -> None:
+        if any(e.kind == "step.intent" and e.data.get("ordinal") == self.ordinal for e in entries):
+            raise TimeoutError("gateway timed out")
+
+
+def test_fault_kinds_are_pluggable(
+    monkeypatch: pytest.MonkeyPatch, saga_kit: AgentKit, saga_scripted_tool: Make
+) -> None:
+    monkeypatch.setitem(FAULT_KINDS, "timeout", TimeoutKind())  # removed again at teardown
+    register_fault_kind(TimeoutKind())
+    book = saga_scripted_tool("trip.book", "B1", params=["city"])
+    pay = saga_scripted_tool("trip.pay", "P1", params=["amount"])
+    runner = ChaosRunner(saga_kit.home / "runs", saga_kit.runtime.registry, ["timeout"])
+    report = runner.run(lambda: (book("Oslo"), pay(3)), name="trip")
+    assert [(r.label, r.outcome, r.violations) for r in report.results] == [
+        ("a timeout at step #1", "rolled_back", []),
+        ("a timeout at step #2", "rolled_back", []),
+    ]
+    # Undone in the baseline run that fails after its last step, and when step 2 timed out.
+    assert [c.args for c in book.undone] == [{"city": "Oslo"}] * 2
+    assert len(pay.undone) == 1
+    with pytest.raises(ValueError, match="identifier name"):
+        register_fault_kind(type("Bad", (TimeoutKind,), {"name": "not valid"})())
+    with pytest.raises(ValueError, match=r"unknown fault kind\(s\) nope"):
+        ChaosRunner(saga_kit.home, saga_kit.runtime.registry, ["nope"])
