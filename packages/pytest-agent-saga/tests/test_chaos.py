@@ -313,6 +313,52 @@ def test_it(saga_chaos, saga_scripted_tool):
     )
 
 
+def test_an_agent_that_retries_a_call_whose_result_was_lost_pays_twice(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    pytester.makepyfile(
+        test_retry="""
+import pytest
+
+@pytest.mark.saga_chaos(faults=["exception", "compensation"])
+def test_retrying_agent(saga_kit, saga_chaos):
+    account = {"charged": 0}
+
+    @saga_kit.compensator("bank.refund")
+    def refund(amount):
+        account["charged"] -= amount
+
+    @saga_kit.tool(name="bank.charge", compensate="bank.refund")
+    def charge(amount):
+        account["charged"] += amount
+
+    def agent():
+        try:
+            charge(12)
+        except Exception:  # the agent retries a call that seemed to fail
+            charge(12)
+
+    saga_chaos.run(agent, world=lambda: dict(account), reset=lambda: account.update(charged=0))
+"""
+    )
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- fault point: an exception at step #1 bank.charge, after its effect (the result "
+            "never arrives) (saga: committed)",
+            "*broke: the world after a committed run is as after a clean run",
+            "*after a clean run: {'charged': 12}; after this run: {'charged': 24}",
+            "*- fault point: a failing compensation at step #1 bank.charge (saga: committed)",
+            "*broke: a failed compensation leaves the saga needing a human",
+            "*step #1 bank.charge's compensation never ran: the transaction caught the injected "
+            "exception and committed: nothing rolled back",
+        ]
+    )
+    # The retry after an exception *before* the effect is harmless, and passes.
+    assert "at step #1 bank.charge, before its effect" not in result.stdout.str()
+
+
 class TimeoutKind:
     """A fault kind of a user's own: the gateway times out before each step's effect."""
 

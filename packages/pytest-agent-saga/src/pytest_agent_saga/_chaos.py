@@ -89,6 +89,7 @@ class ChaosReport:
             for violation in result.violations:
                 lines.append(f"    broke: {violation.invariant}")
                 lines.append(f"      {violation.detail}")
+            lines += [f"    note: {note}" for note in result.notes]
         for point, reason in self.skipped:
             lines.append(f"- not exercised: {point}: {reason}")
         return "\n".join(lines)
@@ -279,6 +280,7 @@ class ChaosRunner:
                     registry=self.registry,
                     ids=SequentialIds(prefix),
                     fast_path=False,
+                    checkpoints=False,  # a throwaway log: no background thread to kill too
                 )
                 execute(kit, transaction, name)
                 kit.close()
@@ -293,6 +295,7 @@ class ChaosRunner:
             store=FileLogStore(home),
             kill_switch=MemoryKillSwitch(),
             registry=self.registry,
+            checkpoints=False,
         )
         with recovering as kit:
             recovery = kit.recover()

@@ -199,6 +199,9 @@ def _reported(view: SagaView, expect: Expect) -> list[Violation]:
             Violation(REPORTED, f"step #{target} did not run, so its compensation could not fail")
         ]
     name = step_name(step.ordinal, step.tool)
+    if view.status is SagaStatus.COMMITTED:
+        detail = "the transaction caught the injected exception and committed: nothing rolled back"
+        return [Violation(REPORTED, f"{name}'s compensation never ran: {detail}")]
     if step.compensation_state is not CompensationState.FAILED:
         return [Violation(REPORTED, f"the failure of {name}'s compensation was not logged")]
     if view.status is not SagaStatus.NEEDS_HUMAN:
