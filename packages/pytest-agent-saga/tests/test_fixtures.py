@@ -94,6 +94,34 @@ def test_afterwards():
     run().assert_outcomes(passed=3)
 
 
+def test_budgets_kept_in_the_home_do_not_leak_between_tests(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    pytester.makepyfile(
+        test_budget="""
+import pytest
+from agent_saga import AgentKit, Budget, SagaRolledBack
+
+@pytest.mark.parametrize("round", [1, 2])
+def test_spend(round, saga_home):
+    budget = Budget("spend", 10)  # its state lives in this test's home
+    with AgentKit(rules=[budget]) as kit:
+        @kit.tool(name="pay.charge", compensate=lambda: None)
+        def charge(amount):
+            pass
+
+        with kit.transaction("t"):
+            charge(8)
+        # Over the limit within this test, and only 8 spent: nothing from the other round.
+        with pytest.raises(SagaRolledBack, match=r"refused by spend: .*\\(8 spent, 0 held\\)"):
+            with kit.transaction("t"):
+                charge(8)
+    assert (saga_home / "budgets").is_dir()
+"""
+    )
+    run().assert_outcomes(passed=2)
+
+
 def test_the_working_directory_and_configured_stores_are_left_alone(
     pytester: pytest.Pytester, run: Run
 ) -> None:
