@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         find_saga,
     )
     from ._recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
+    from ._redact_file import RedactionReport, redact_path
 
 # Loaded on first use: reading history and recovering are not needed to run transactions, and
 # importing agent_saga stays light.
@@ -71,6 +72,8 @@ _LAZY = {
     "RecoveryReport": "_recovery",
     "StepRecovery": "_recovery",
     "recover": "_recovery",
+    "RedactionReport": "_redact_file",
+    "redact_path": "_redact_file",
 }
 
 
@@ -137,6 +140,7 @@ __all__ = [
     "Record",
     "RecoveredSaga",
     "RecoveryReport",
+    "RedactionReport",
     "RefusedCall",
     "RequireApproval",
     "RiskRule",
@@ -172,6 +176,7 @@ __all__ = [
     "idempotency_key",
     "read_log",
     "recover",
+    "redact_path",
     "require_approval",
     "saga_scope",
     "tool",

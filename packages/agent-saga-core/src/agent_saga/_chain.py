@@ -15,7 +15,7 @@ import re
 from binascii import hexlify, unhexlify
 from json import loads as _loads
 from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non-ASCII
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from ._codec import CodecError, canonical
 from ._records import GENESIS, RECORD_VERSION, Entry, Record
@@ -46,6 +46,32 @@ def _body(data_bytes: bytes, tail: bytes) -> bytes:
 
 def _line(data_bytes: bytes, digest: str, tail: bytes) -> bytes:
     return b'{"data":' + data_bytes + b',"hash":"' + digest.encode() + b'"' + tail
+
+
+def stored_line(obj: dict[str, Any]) -> bytes:
+    """The stored bytes (without ``\\n``) of a decoded record object.
+
+    Raises:
+        ValueError: other fields than a record's; TypeError or CodecError: fields of the
+            wrong type or without a canonical form.
+    """
+    if obj.keys() != _KEYS:
+        raise ValueError(f"unexpected fields {sorted(obj.keys() ^ _KEYS)}")
+    kind, prev, saga, seq, ts, digest = (
+        obj["kind"],
+        obj["prev"],
+        obj["saga"],
+        obj["seq"],
+        obj["ts"],
+        obj["hash"],
+    )
+    if not (isinstance(kind, str) and isinstance(prev, str) and isinstance(digest, str)):
+        raise TypeError("kind, prev and hash are strings")
+    if not (saga is None or isinstance(saga, str)) or type(seq) is not int or type(ts) is not int:
+        raise TypeError("saga is a string or null; seq and ts are integers")
+    if not _is_hex64(prev) or not _is_hex64(digest) or obj["v"] != RECORD_VERSION:
+        raise ValueError("prev and hash are 64 hex digits; v is the record version")
+    return _line(canonical(obj["data"]), digest, _tail(kind, prev, saga, seq, ts))
 
 
 class Chain:
@@ -93,10 +119,42 @@ class ChainBreak(NamedTuple):
     reason: str
 
 
-def parse_line(chain: Chain, line: bytes, expect_seq: int, expect_prev: str) -> Record | ChainBreak:
+class Masked(NamedTuple):
+    """A record in its chain position whose bytes no longer match its hash, and that holds a
+    redaction marker: valid only if a later ``log.redaction`` record accounts for it (see
+    :mod:`agent_saga._redaction`). ``hash`` is its stored hash as ASCII hex bytes."""
+
+    seq: int
+    hash: bytes
+    record: Record | None = None
+
+
+HASH_MISMATCH = "hash does not match the record's contents"
+_MARKER = b'{"$redacted":'
+
+
+@overload
+def parse_line(
+    chain: Chain,
+    line: bytes,
+    expect_seq: int,
+    expect_prev: str,
+    *,
+    allow_masked: Literal[False] = False,
+) -> Record | ChainBreak: ...
+@overload
+def parse_line(
+    chain: Chain, line: bytes, expect_seq: int, expect_prev: str, *, allow_masked: bool
+) -> Record | ChainBreak | Masked: ...
+
+
+def parse_line(
+    chain: Chain, line: bytes, expect_seq: int, expect_prev: str, *, allow_masked: bool = False
+) -> Record | ChainBreak | Masked:
     """Check one stored line (without its ``\\n``) against the chain position it should occupy.
 
-    Never raises: every defect is returned as a :class:`ChainBreak` naming it.
+    Never raises: every defect is returned as a :class:`ChainBreak` naming it. With
+    ``allow_masked``, a record masked after it was written comes back as :class:`Masked`.
     """
     if len(line) >= MAX_RECORD_BYTES:
         return ChainBreak(f"record longer than {MAX_RECORD_BYTES} bytes")
@@ -109,7 +167,13 @@ def parse_line(chain: Chain, line: bytes, expect_seq: int, expect_prev: str) -> 
         return ChainBreak(f"not valid JSON: {str(exc)[:200]}")
     if not isinstance(obj, dict):
         return ChainBreak("not a JSON object")
-    return check_object(chain, obj, expect_seq, expect_prev, stored=line)
+    result = check_object(chain, obj, expect_seq, expect_prev, stored=line)
+    masked = isinstance(result, ChainBreak) and result.reason == HASH_MISMATCH
+    if allow_masked and masked and _MARKER in line:
+        data, kind, saga, ts = obj["data"], obj["kind"], obj["saga"], obj["ts"]
+        record = Record(expect_seq, ts, kind, saga, data, expect_prev, obj["hash"])
+        return Masked(expect_seq, obj["hash"].encode(), record)
+    return result
 
 
 def check_object(
@@ -146,7 +210,7 @@ def check_object(
     if stored is not None and _line(data_bytes, digest, tail) != stored:
         return ChainBreak("bytes are not the canonical encoding of the record")
     if not hmac.compare_digest(chain.digest(prev, _body(data_bytes, tail)), digest):
-        return ChainBreak("hash does not match the record's contents")
+        return ChainBreak(HASH_MISMATCH)
     return Record(seq, ts, kind, saga, data, prev, digest)
 
 
@@ -160,7 +224,7 @@ _HASH_FIELD = b',"hash":"'
 
 def check_line_fast(
     chain: Chain, line: bytes, expect_seq: int, expect_prev: bytes
-) -> tuple[int, bytes] | ChainBreak:
+) -> tuple[int, bytes] | ChainBreak | Masked:
     """Check a stored line's framing, chain position and hash without decoding ``data``.
 
     ``expect_prev`` is the previous record's hash as ASCII hex bytes. The hash covers the
@@ -185,7 +249,9 @@ def check_line_fast(
     hasher.update(view[cut + 74 :])
     computed = hexlify(hasher.digest())
     if computed != line[cut + 9 : cut + 73]:
-        return ChainBreak("hash does not match the record's contents")
+        if _MARKER in line:
+            return Masked(seq, line[cut + 9 : cut + 73])
+        return ChainBreak(HASH_MISMATCH)
     return seq, computed
 
 
@@ -193,4 +259,14 @@ def _is_hex64(value: object) -> bool:
     return type(value) is str and len(value) == 64 and _HEX64.fullmatch(value) is not None
 
 
-__all__ = ["GENESIS", "Chain", "ChainBreak", "check_line_fast", "check_object", "parse_line"]
+__all__ = [
+    "GENESIS",
+    "HASH_MISMATCH",
+    "Chain",
+    "ChainBreak",
+    "Masked",
+    "check_line_fast",
+    "check_object",
+    "parse_line",
+    "stored_line",
+]

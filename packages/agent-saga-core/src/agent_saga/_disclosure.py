@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._chain import Chain, ChainBreak, check_object
+from ._chain import HASH_MISMATCH, Chain, ChainBreak, Masked, parse_line, stored_line
 from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._codec import CodecError, decode
 from ._errors import AgentSagaError
@@ -31,6 +31,7 @@ from ._merkle import ProofError, verify_inclusion
 from ._merkle_tree import MerkleTree
 from ._note import NoteVerifier
 from ._records import Kind, Record
+from ._redaction import REDACTION_KIND, RedactionLedger
 
 __all__ = ["DisclosureError", "DisclosureReport", "build_bundle", "verify_bundle"]
 
@@ -81,7 +82,8 @@ def build_bundle(
         raise DisclosureError("the log does not match the checkpoint (was it rewritten?)")
     own: list[Record] = []
     terminal: Record | None = None
-    for record in records:
+    all_records = list(records)
+    for record in all_records:
         if record.saga != saga_id:
             continue
         own.append(record)
@@ -99,16 +101,36 @@ def build_bundle(
         raise DisclosureError(f"saga {saga_id}'s terminal record does not count its records")
     if terminal.seq > checkpoint.size:
         raise DisclosureError(f"saga {saga_id} ended after the checkpoint; checkpoint again")
-    entries = []
-    for record in own:
+
+    def proven(record: Record) -> dict[str, Any]:
         proof = tree.inclusion_proof(record.seq - 1, checkpoint.size)
-        entries.append(
-            {
-                "record": _record_object(record),
-                "proof": [base64.b64encode(h).decode() for h in proof],
-            }
-        )
-    return {"format": FORMAT, "saga": saga_id, "checkpoint": checkpoint.note, "records": entries}
+        return {
+            "record": _record_object(record),
+            "proof": [base64.b64encode(h).decode() for h in proof],
+        }
+
+    seqs = {r.seq for r in own}
+    redactions = [
+        proven(r)
+        for r in all_records
+        if r.kind == REDACTION_KIND and r.seq <= checkpoint.size and _names_any(r, seqs)
+    ]
+    bundle = {
+        "format": FORMAT,
+        "saga": saga_id,
+        "checkpoint": checkpoint.note,
+        "records": [proven(r) for r in own],
+    }
+    if redactions:
+        bundle["redactions"] = redactions
+    return bundle
+
+
+def _names_any(record: Record, seqs: set[int]) -> bool:
+    entries = record.data.get("records")
+    return isinstance(entries, list) and any(
+        isinstance(e, dict) and e.get("seq") in seqs for e in entries
+    )
 
 
 def _fail(message: str) -> DisclosureError:
@@ -163,36 +185,71 @@ def verify_bundle(
         checkpoint = open_checkpoint(note, verifiers)
     except CheckpointError as exc:
         raise _fail(str(exc)) from exc
-    chain = Chain()
+    extra = loaded.get("redactions", [])
+    if not isinstance(extra, list) or len(extra) > MAX_RECORDS:
+        raise _fail("redactions must be a list of records")
+    ledger = RedactionLedger()
+    justification: list[Record] = []
+    for position, entry in enumerate(extra):
+        redaction, masked = _proven_record(entry, f"redaction {position + 1}", checkpoint)
+        if masked is not None or redaction.kind != REDACTION_KIND:
+            raise _fail(f"redaction {position + 1} is not a log.redaction record")
+        justification.append(redaction)
     records: list[Record] = []
     for position, entry in enumerate(entries):
         where = f"record {position + 1}"
-        if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-            raise _fail(f"{where}: expected {{'record': ..., 'proof': [...]}}")
-        obj = entry["record"]
-        seq, prev = obj.get("seq"), obj.get("prev")
-        if type(seq) is not int or seq < 1 or not isinstance(prev, str):
-            raise _fail(f"{where}: seq must be a positive integer and prev a hash")
-        checked = check_object(chain, obj, seq, prev)
-        if isinstance(checked, ChainBreak):
-            raise _fail(f"{where} (seq {seq}): {checked.reason}")
-        try:
-            verify_inclusion(
-                record_leaf(checked),
-                seq - 1,
-                checkpoint.size,
-                _proof(entry.get("proof"), where),
-                checkpoint.root,
-            )
-        except ProofError as exc:
-            raise _fail(f"{where} (seq {seq}) is not in the checkpointed log: {exc}") from exc
+        checked, masked = _proven_record(entry, where, checkpoint)
+        if masked is not None:
+            ledger.hold(checked.seq, position, masked)
+        seq = checked.seq
         if checked.saga != saga_id:
             raise _fail(f"{where} (seq {seq}) belongs to saga {checked.saga!r}, not {saga_id!r}")
         if records and seq <= records[-1].seq:
             raise _fail(f"{where}: records must be in increasing seq order without repeats")
         records.append(checked)
+    for redaction in justification:
+        if ledger.justify(redaction.data) is not None:
+            raise _fail(f"redaction record {redaction.seq} is malformed")
+    unjustified = ledger.first_unjustified()
+    if unjustified is not None:
+        raise _fail(f"record seq {unjustified[0]}: {HASH_MISMATCH}")
     _check_complete(records)
     return DisclosureReport(saga_id, tuple(records), checkpoint)
+
+
+def _proven_record(
+    entry: object, where: str, checkpoint: Checkpoint
+) -> tuple[Record, bytes | None]:
+    """A bundle entry's record, checked and proven included; with its stored bytes when it
+    was masked after it was written (then valid only with a matching redaction record)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+        raise _fail(f"{where}: expected {{'record': ..., 'proof': [...]}}")
+    obj = entry["record"]
+    seq, prev = obj.get("seq"), obj.get("prev")
+    if type(seq) is not int or seq < 1 or not isinstance(prev, str):
+        raise _fail(f"{where}: seq must be a positive integer and prev a hash")
+    try:
+        line = stored_line(obj)
+    except (CodecError, TypeError, ValueError) as exc:
+        raise _fail(f"{where} (seq {seq}): not a record: {exc}") from exc
+    checked = parse_line(Chain(), line, seq, prev, allow_masked=True)
+    if isinstance(checked, ChainBreak):
+        raise _fail(f"{where} (seq {seq}): {checked.reason}")
+    masked = None
+    if isinstance(checked, Masked):
+        assert checked.record is not None
+        checked, masked = checked.record, line
+    try:
+        verify_inclusion(
+            record_leaf(checked),
+            seq - 1,
+            checkpoint.size,
+            _proof(entry.get("proof"), where),
+            checkpoint.root,
+        )
+    except ProofError as exc:
+        raise _fail(f"{where} (seq {seq}) is not in the checkpointed log: {exc}") from exc
+    return checked, masked
 
 
 def _check_complete(records: list[Record]) -> None:

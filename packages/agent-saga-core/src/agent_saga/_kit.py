@@ -124,6 +124,7 @@ class AgentKit:
         semantics: Semantics | str | None = None,
         compensate: object = None,
         probe: Callable[..., Any] | None = None,
+        redact: Iterable[str] = (),
     ) -> F: ...
     @overload
     def tool(
@@ -134,6 +135,7 @@ class AgentKit:
         semantics: Semantics | str | None = None,
         compensate: object = None,
         probe: Callable[..., Any] | None = None,
+        redact: Iterable[str] = (),
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -145,6 +147,7 @@ class AgentKit:
         semantics: Semantics | str | None = None,
         compensate: object = None,
         probe: Callable[..., Any] | None = None,
+        redact: Iterable[str] = (),
     ) -> F | Callable[[F], F]:
         """Declare a tool; same contract as :func:`agent_saga.tool`."""
         return _declare(
@@ -155,6 +158,7 @@ class AgentKit:
             semantics=semantics,
             compensate=compensate,
             probe=probe,
+            redact=redact,
         )
 
     @overload

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from ._chain import _KEYS, MAX_RECORD_BYTES, Chain, ChainBreak, check_line_fast, parse_line
+from ._chain import _KEYS, MAX_RECORD_BYTES, Chain, ChainBreak, Masked, check_line_fast, parse_line
 from ._codec import CodecError, decode
 from ._errors import CorruptLogError
 from ._fs import FileSystem
 from ._records import GENESIS, Record
+from ._redaction import REDACTION_KIND, RedactionLedger
 
 CHUNK = 1 << 20
 
@@ -81,10 +82,11 @@ def walk(
         CorruptLogError: at the first defect, after yielding every record before it.
     """
     size = fs.size(fd) if end is None else end
+    ledger = RedactionLedger()
     for offset, line in iter_lines(fs, fd, start, size):
         if line[:1] == b"\x00":  # the preallocated space after the last record
             if all_zero(fs, fd, offset, size):
-                return
+                break
             raise CorruptLogError(where, offset, "bytes after the end of the log", seq + 1)
         if not line.endswith(b"\n"):
             reason = (
@@ -93,11 +95,25 @@ def walk(
                 else "incomplete final record (no newline)"
             )
             raise CorruptLogError(where, offset, reason, seq + 1)
-        result = parse_line(chain, line[:-1], seq + 1, prev)
+        result = parse_line(chain, line[:-1], seq + 1, prev, allow_masked=True)
         if isinstance(result, ChainBreak):
             raise CorruptLogError(where, offset, result.reason, seq + 1)
+        if isinstance(result, Masked):
+            assert result.record is not None
+            ledger.hold(result.seq, offset, line[:-1])
+            result = result.record
+        elif result.kind == REDACTION_KIND:
+            problem = ledger.justify(result.data)
+            if problem is not None:
+                raise CorruptLogError(where, offset, problem, result.seq)
         yield offset, len(line), result
         seq, prev = result.seq, result.hash
+    unjustified = ledger.first_unjustified()
+    if unjustified is not None:
+        raise CorruptLogError(where, unjustified[1], UNJUSTIFIED, unjustified[0])
+
+
+UNJUSTIFIED = "record changed after it was written (no redaction record accounts for it)"
 
 
 def scan(
@@ -120,15 +136,26 @@ def scan(
     size = fs.size(fd) if end is None else end
     count, position, last = 0, start, prev.encode("ascii")
     pending, read_to = b"", start
+    ledger = RedactionLedger()
+    before_masked: dict[int, tuple[int, int, bytes]] = {}  # seq -> (count, seq, hash) before it
 
     def broken(reason: str) -> Tail:
         damage = CorruptLogError(where, position, reason, seq + 1)
         return Tail(count, seq, last.decode(), position, size, damage)
 
+    def finish(tail: Tail) -> Tail:
+        unjustified = ledger.first_unjustified()
+        if unjustified is None:
+            return tail
+        bad_seq, offset = unjustified
+        good, good_seq, good_hash = before_masked[bad_seq]
+        damage = CorruptLogError(where, offset, UNJUSTIFIED, bad_seq)
+        return Tail(good, good_seq, good_hash.decode(), offset, size, damage)
+
     def free_space() -> Tail:
         if not all_zero(fs, fd, position, size):
             return broken("bytes after the end of the log (in its preallocated space)")
-        return Tail(count, seq, last.decode(), position, position, None)
+        return finish(Tail(count, seq, last.decode(), position, position, None))
 
     while read_to < size:
         chunk = fs.pread(fd, min(CHUNK, size - read_to), read_to)
@@ -145,6 +172,14 @@ def scan(
             result = check_line_fast(chain, line, seq + 1, last)
             if isinstance(result, ChainBreak):
                 return broken(result.reason)
+            if isinstance(result, Masked):
+                before_masked[result.seq] = (count, seq, last)
+                ledger.hold(result.seq, position, line)
+                result = (result.seq, result.hash)
+            elif _REDACTION_TAIL in line:
+                problem = _justify(ledger, line)
+                if problem is not None:
+                    return broken(problem)
             count, (seq, last), position = count + 1, result, position + len(line) + 1
         if pending[:1] == b"\x00":
             return free_space()
@@ -152,7 +187,22 @@ def scan(
             return broken(f"record longer than {MAX_RECORD_BYTES} bytes")
     if pending or position < size:
         return broken("incomplete final record (no newline)")
-    return Tail(count, seq, last.decode(), position, size, None)
+    return finish(Tail(count, seq, last.decode(), position, size, None))
+
+
+_REDACTION_TAIL = b',"kind":"' + REDACTION_KIND.encode() + b'","prev":'
+
+
+def _justify(ledger: RedactionLedger, line: bytes) -> str | None:
+    """Apply a ``log.redaction`` record found by the fast scan (rare: decoded in full)."""
+    try:
+        obj = decode(line)
+    except CodecError as exc:
+        return f"redaction record is not valid JSON: {exc}"
+    data = obj.get("data") if isinstance(obj, dict) else None
+    if not isinstance(data, dict) or obj.get("kind") != REDACTION_KIND:
+        return "malformed redaction record"
+    return ledger.justify(data)
 
 
 def all_zero(fs: FileSystem, fd: int, start: int, end: int) -> bool:

@@ -27,6 +27,7 @@ from ._compensation import CompensationRef, check_compensator_fits
 from ._errors import ArgumentsRefused, GateRefused, HaltedError
 from ._gate import Deny, Hold, RequireApproval, ToolCall, commit_all, release_all
 from ._records import Entry, Kind, SagaStatus
+from ._redaction import AT_WRITE, mask
 from ._report import RollbackReport, StepRef
 from ._rollback import RollbackState, error_info, run_coroutine
 from ._runtime import Runtime
@@ -165,10 +166,13 @@ class Saga:
         try:
             named = spec.bind(args, call_kwargs)
         except TypeError as exc:
-            self._refuse(ref, to_jsonable({"args": args, "kwargs": kwargs}), "signature", str(exc))
+            given = AT_WRITE if spec.redact else to_jsonable({"args": args, "kwargs": kwargs})
+            self._refuse(ref, given, "signature", str(exc))
         step = _Step(ref, spec, named)
         # The dict is ours (bind made it): when it holds plain scalars it is stored as is.
         jsonable_args = named if is_flat(named) else to_jsonable(named)
+        if spec.redact:  # never logged in plaintext; the gate still sees step.args
+            jsonable_args = mask(jsonable_args, spec.redact)[0]
         compensation = self._gate(step, jsonable_args)
         intent: dict[str, JSONValue] = {
             "ordinal": ordinal,

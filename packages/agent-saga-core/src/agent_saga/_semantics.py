@@ -50,6 +50,7 @@ class ToolSpec:
         "func",
         "is_async",
         "name",
+        "redact",
         "semantics",
         "semantics_value",
         "signature",
@@ -63,8 +64,11 @@ class ToolSpec:
         compensation: CompensationRef | None,
         signature: inspect.Signature,
         is_async: bool,
+        redact: tuple[tuple[str, ...], ...] = (),
     ) -> None:
         self.name = name
+        self.redact = redact
+        """Argument paths masked before anything is logged (see :mod:`agent_saga._redaction`)."""
         self.func = func
         self.semantics = semantics
         self.compensation = compensation

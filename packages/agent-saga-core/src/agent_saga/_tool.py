@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast, overload
 
 from ._compensation import (
@@ -14,6 +14,7 @@ from ._compensation import (
     compensation_ref,
 )
 from ._errors import ConfigurationError
+from ._redaction import parse_path
 from ._saga import current_saga, validate_callable_compensation
 from ._semantics import Semantics, ToolRegistry, ToolSpec
 
@@ -32,6 +33,7 @@ def make_spec(
     semantics: Semantics | str | None,
     compensate: object,
     probe: Callable[..., Any] | None = None,
+    redact: Iterable[str] = (),
 ) -> ToolSpec:
     """Validate a tool declaration; every mistake is a :class:`ConfigurationError` here."""
     if not callable(func):
@@ -60,7 +62,29 @@ def make_spec(
             raise ConfigurationError("a REVERSIBLE tool needs no probe: its effect is local")
         check_compensator_fits(probe, signature.parameters)
     tool_name = name or f"{func.__module__}.{func.__qualname__}".removeprefix("__main__.")
-    return ToolSpec(tool_name, func, semantics, ref, signature, inspect.iscoroutinefunction(func))
+    paths = _redact_paths(func, signature, redact)
+    is_async = inspect.iscoroutinefunction(func)
+    return ToolSpec(tool_name, func, semantics, ref, signature, is_async, paths)
+
+
+def _redact_paths(
+    func: Callable[..., Any], signature: inspect.Signature, redact: Iterable[str]
+) -> tuple[tuple[str, ...], ...]:
+    """Parse ``redact=`` paths; each must start at one of the function's parameters."""
+    if isinstance(redact, str):
+        raise ConfigurationError("redact= takes a list of paths, not one string")
+    paths = []
+    for path in redact:
+        try:
+            parts = parse_path(path)
+        except ValueError as exc:
+            raise ConfigurationError(f"{func.__name__}: {exc}") from None
+        if parts[0] != "*" and parts[0] not in signature.parameters:
+            raise ConfigurationError(
+                f"{func.__name__}: redact path {path!r} names no parameter of the function"
+            )
+        paths.append(parts)
+    return tuple(paths)
 
 
 def wrap(spec: ToolSpec) -> Callable[..., Any]:
@@ -111,6 +135,7 @@ def tool(
     semantics: Semantics | str | None = None,
     compensate: object = None,
     probe: Callable[..., Any] | None = None,
+    redact: Iterable[str] = (),
 ) -> F: ...
 @overload
 def tool(
@@ -119,6 +144,7 @@ def tool(
     semantics: Semantics | str | None = None,
     compensate: object = None,
     probe: Callable[..., Any] | None = None,
+    redact: Iterable[str] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -130,6 +156,7 @@ def tool(
     semantics: Semantics | str | None = None,
     compensate: object = None,
     probe: Callable[..., Any] | None = None,
+    redact: Iterable[str] = (),
 ) -> F | Callable[[F], F]:
     """Declare a function (sync or async) as a tool whose calls are gated, logged and undoable.
 
@@ -146,6 +173,10 @@ def tool(
             landed (``False``: no; ``None``: cannot tell; anything else: yes, and a value other
             than ``True`` is the call's result). Registered under the tool's name, so recovery
             in another process finds it once the declaring module is imported.
+        redact: argument paths (``"card.cvv"``, ``"items.*.cvv"``) whose values are never
+            written to the log: they are replaced by ``{"$redacted": "write"}`` before any
+            record is made. The tool and the gate still see the real values; recovery in
+            another process does not (a compensator must not need them).
     """
     return _declare(
         func,
@@ -155,6 +186,7 @@ def tool(
         semantics=semantics,
         compensate=compensate,
         probe=probe,
+        redact=redact,
     )
 
 
@@ -167,9 +199,17 @@ def _declare(
     semantics: Semantics | str | None,
     compensate: object,
     probe: Callable[..., Any] | None = None,
+    redact: Iterable[str] = (),
 ) -> F | Callable[[F], F]:
     def decorate(target: F) -> F:
-        spec = make_spec(target, name=name, semantics=semantics, compensate=compensate, probe=probe)
+        spec = make_spec(
+            target,
+            name=name,
+            semantics=semantics,
+            compensate=compensate,
+            probe=probe,
+            redact=redact,
+        )
         if probe is not None:
             compensators.register_probe(spec.name, probe)
         registry.add(spec)

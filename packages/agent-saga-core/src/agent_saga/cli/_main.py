@@ -35,7 +35,7 @@ from .._version import __version__
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import log_path, read_history, require_home, require_log, shared_lock
 from ._proofs import COMMANDS as PROOF_COMMANDS
-from ._proofs import KEY_HELP, checkpoint_lines
+from ._proofs import KEY_HELP, checkpoint_lines, redaction_lines
 from ._recover import recover
 from ._render import make_console, render_replay, render_sagas, render_status, render_verify
 
@@ -211,7 +211,7 @@ def verify(settings: Settings, since: Path | None, key: str | None) -> None:
         log = snapshot(settings.home)
     render_verify(settings.console, log.chain, log_path(settings.home))
     lines, consistent = checkpoint_lines(settings.home, log, since, key)
-    for line in lines:
+    for line in [*lines, *redaction_lines(log)]:
         settings.console.print(one_line(line), markup=False)
     if not (log.chain.ok and consistent):
         raise SystemExit(EXIT_FAILED)

@@ -26,6 +26,8 @@ from .._certify import CRITICAL
 from .._checkpoint import CheckpointError, open_checkpoint
 from .._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
 from .._note import NoteVerifier
+from .._redact_file import redact_path
+from .._redaction import REDACTION_KIND
 from .._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import require_home, require_log, shared_lock
@@ -190,4 +192,46 @@ def certify_command(out: Path | None) -> None:
         raise SystemExit(EXIT_FAILED)
 
 
-COMMANDS = (keys, checkpoint, prove_command, verify_proof, certify_command)
+@click.command()
+@click.argument("path")
+@click.option("--seq", "seqs", type=int, multiple=True, help="Only this record (repeatable).")
+@click.option("--reason", default="", help="Why (kept in the redaction record).")
+def redact(path: str, seqs: tuple[int, ...], reason: str) -> None:
+    """Mask a stored value in place, e.g. 'args.card.cvv' or 'args.items.*.cvv'.
+
+    Refused while an agent has the log open. The log still verifies afterwards, and a
+    log.redaction record says which records were masked; exit 1 when nothing matched.
+    """
+    settings = _settings()
+    require_log(settings.home)
+    report = redact_path(settings.home, path, seqs=seqs or None, reason=reason)
+    if not report.masked:
+        settings.console.print(f"no stored value at {one_line(path)}; nothing changed")
+        raise SystemExit(EXIT_FAILED)
+    for seq, paths in sorted(report.masked.items()):
+        settings.console.print(f"masked record {seq}: {', '.join(paths)}", markup=False)
+    settings.console.print(
+        f"recorded as record {report.record_seq}; the log still verifies", markup=False
+    )
+
+
+def redaction_lines(log: LogSnapshot) -> list[str]:
+    """One line per record masked after it was written (for ``verify``)."""
+    lines = []
+    for record in log.records:
+        if record.kind != REDACTION_KIND:
+            continue
+        entries = record.data.get("records")
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict):
+                masked = entry.get("paths")
+                paths = ", ".join(str(p) for p in masked) if isinstance(masked, list) else "?"
+                lines.append(
+                    f"note: record {entry.get('seq')} was masked after it was written "
+                    f"({paths}; redaction record {record.seq}): its remaining content rests "
+                    "on that record, not on its original hash"
+                )
+    return lines
+
+
+COMMANDS = (keys, checkpoint, prove_command, verify_proof, certify_command, redact)
