@@ -27,6 +27,7 @@ from ._codec import canonical
 from ._history import build_history
 from ._note import NoteSigner, NoteVerifier
 from ._records import Kind, Record, SagaStatus
+from ._redaction import REDACTION_KIND
 from ._sagaviews import CompensationState, SagaView, StepOutcome
 from ._store import VerifyReport
 
@@ -127,6 +128,16 @@ def certify_records(
         findings.append(Finding(CRITICAL, "chain", f"the hash chain is broken: {chain.error}"))
     if checkpoint_problem is not None:
         findings.append(checkpoint_problem)
+    for record in records:
+        if record.kind == REDACTION_KIND:
+            entries = record.data.get("records")
+            for entry in entries if isinstance(entries, list) else []:
+                seq = entry.get("seq") if isinstance(entry, dict) else None
+                message = (
+                    f"record {seq} was masked after it was written (redaction record "
+                    f"{record.seq}); its remaining content rests on that record"
+                )
+                findings.append(Finding(WARNING, "redacted", message))
     history = build_history(records)
     approved = _approved(records)
     owners = _owners(records)
