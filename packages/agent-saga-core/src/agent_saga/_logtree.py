@@ -8,13 +8,12 @@ root; inclusion proofs show that a disclosed record is leaf ``seq - 1``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
-from ._errors import CorruptLogError
-from ._filestore import FileLogStore
+from ._logfollow import LogFollower
 from ._merkle import leaf_hash
 from ._merkle_tree import MerkleTree
-from ._records import GENESIS, Record
+from ._records import Record
 from ._store import LogStore
 
 __all__ = ["LogTree", "record_leaf", "tree_of"]
@@ -31,17 +30,15 @@ def tree_of(records: Iterable[Record]) -> MerkleTree:
 
 
 class LogTree:
-    """A :class:`MerkleTree` that follows one store's log.
+    """A :class:`MerkleTree` that follows one store's log (see :class:`LogFollower`).
 
-    :meth:`update` reads the records appended since the last call: from the last byte offset on
-    the file store, by skipping the known prefix on other stores (which re-reads it). Thread-safe.
+    Thread-safe.
     """
 
     def __init__(self, store: LogStore) -> None:
         self.store = store
         self.tree = MerkleTree()
-        self._offset = 0
-        self._last = GENESIS
+        self._follower = LogFollower(store)
         self._lock = threading.Lock()
 
     @property
@@ -55,26 +52,6 @@ class LogTree:
             CorruptLogError: the log no longer continues the records already taken in.
         """
         with self._lock:
-            for record in self._new_records():
+            for record in self._follower.new_records():
                 self.tree.append(record_leaf(record))
-                self._last = record.hash
             return self.tree.size
-
-    def _new_records(self) -> Iterator[Record]:
-        size = self.tree.size
-        if isinstance(self.store, FileLogStore):
-            for offset, record in self.store.follow(self._offset, size, self._last):
-                self._offset = offset
-                yield record
-            return
-        for record in self.store.records():
-            if record.seq <= size:
-                if record.seq == size and record.hash != self._last:
-                    raise CorruptLogError(
-                        str(self.store.describe().get("where", self.store.kind)),
-                        record.seq,
-                        "the log no longer holds the records already checkpointed",
-                        record.seq,
-                    )
-                continue
-            yield record
