@@ -18,6 +18,7 @@ from pytest_agent_saga import (
     ChaosRunner,
     FaultPoint,
     Injector,
+    JournalLedger,
     ScriptedTool,
     register_fault_kind,
 )
@@ -401,3 +402,35 @@ def test_fault_kinds_are_pluggable(
         register_fault_kind(type("Bad", (TimeoutKind,), {"name": "not valid"})())
     with pytest.raises(ValueError, match=r"unknown fault kind\(s\) nope"):
         ChaosRunner(saga_kit.home, saga_kit.runtime.registry, ["nope"])
+
+
+def test_a_transaction_outside_the_runners_log_cannot_pass_by_testing_nothing(
+    saga_chaos: ChaosRunner, saga_kit: AgentKit, saga_scripted_tool: Make
+) -> None:
+    charge = saga_scripted_tool("pay.charge", params=["amount"])
+    with AgentKit(store="memory", home=saga_kit.home) as own:
+
+        def transaction() -> None:
+            with own.transaction("mine"):  # a kit of the test's own: not the runner's log
+                charge(5)
+
+        with pytest.raises(AssertionError, match="ran no tool call inside the runner's"):
+            saga_chaos.run(transaction)
+    assert charge.call_count == 1
+
+
+def test_long_reports_show_the_first_failing_points_in_full(
+    saga_kit: AgentKit, saga_scripted_tool: Make, saga_ledger: JournalLedger
+) -> None:
+    def note(idempotency_key: str = "") -> None:
+        saga_ledger.record("note", idempotency_key)  # an effect nothing undoes
+
+    steps = [saga_kit.tool(note, name=f"notes.add{n}", semantics="reversible") for n in range(12)]
+    runner = ChaosRunner(
+        saga_kit.home / "runs", saga_kit.runtime.registry, ["exception"], saga_ledger
+    )
+    report = runner.run(lambda: [step() for step in steps], name="notes", fail=False)
+    assert len(report.failures) == 23  # every point after the first step's effect
+    summary = report.summary()
+    assert summary.count("- fault point: ") == 20
+    assert summary.endswith("- and 3 more fault point(s); report.failures lists all")

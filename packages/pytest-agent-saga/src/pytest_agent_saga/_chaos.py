@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from ._ledger import JournalLedger
 
 CHILD_TIMEOUT = 60.0
+MAX_SHOWN = 20
+"""Failing fault points shown in full in a failure message."""
 CHILD_FAILED = 70
 
 
@@ -84,12 +86,16 @@ class ChaosReport:
             f"agent-saga chaos: {len(failed)} of {len(self.results)} fault point(s) broke an "
             f"invariant of transaction {self.transaction!r}"
         ]
-        for result in failed:
+        for result in failed[:MAX_SHOWN]:
             lines.append(f"- fault point: {result.label} (saga: {result.outcome})")
             for violation in result.violations:
                 lines.append(f"    broke: {violation.invariant}")
                 lines.append(f"      {violation.detail}")
             lines += [f"    note: {note}" for note in result.notes]
+        if len(failed) > MAX_SHOWN:
+            lines.append(
+                f"- and {len(failed) - MAX_SHOWN} more fault point(s); report.failures lists all"
+            )
         for point, reason in self.skipped:
             lines.append(f"- not exercised: {point}: {reason}")
         return "\n".join(lines)
@@ -157,6 +163,13 @@ class ChaosRunner:
                 f"agent-saga chaos: transaction {name!r} does not commit when no fault is "
                 f"injected: {clean.error!r}"
             ) from clean.error
+        if not any(view.steps for view in clean.sagas):
+            raise AssertionError(
+                f"agent-saga chaos: transaction {name!r} ran no tool call inside the runner's "
+                "transaction, so no fault point could be tested. Call your tools from it "
+                "directly (the runner opens the transaction) or through saga_scope; a "
+                "transaction of a kit of your own runs outside the runner's log."
+            )
         baseline = self._baseline(transaction, name, clean)
         clean_world = clean.world
         for kind_name in self.kinds:
