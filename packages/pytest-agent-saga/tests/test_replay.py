@@ -180,6 +180,10 @@ def test_replay_against_a_log_recorded_elsewhere(saga_kit: AgentKit, saga_home: 
         assert_replay_deterministic(lambda: None, runs=0)
 
 
+def test_a_transaction_without_steps_cannot_pass_by_comparing_nothing(shop: Shop) -> None:
+    fails_with(lambda: None, shop, r"^the recorded run of transaction '<lambda>' made no tool call")
+
+
 def test_the_divergence_is_raised_inside_the_run_even_if_the_agent_swallows_it(
     shop: Shop,
 ) -> None:

@@ -116,6 +116,11 @@ def assert_replay_deterministic(
         steps, _ = _run(transaction, name, None, registry)
     else:
         steps = recorded_steps(recorded, saga)
+    if not steps:
+        raise AssertionError(
+            f"the recorded run of transaction {name!r} made no tool call, so there is nothing "
+            "to replay (tools called through a kit of your own run outside the replay's log)"
+        )
     for number in range(1, runs + 1):
         replayed, checker = _run(transaction, name, _Checker(steps, compare_args), registry)
         where = f"replay {number} of transaction {name!r}"
