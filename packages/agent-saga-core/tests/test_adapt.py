@@ -21,6 +21,7 @@ from agent_saga import (
     ToolCallGuard,
     ToolFailed,
     build_history,
+    declarations_for,
 )
 from agent_saga.testing import Ledger
 
@@ -264,3 +265,10 @@ def test_bad_declarations_fail_early() -> None:
     # Schema names that cannot be Python parameters are ignored, not an error.
     guard = ToolCallGuard("x", semantics="reversible", parameters=["from", "a-b", "ok"])
     assert list(guard.spec.signature.parameters) == ["ok"]
+
+
+def test_declarations_for_keeps_order_and_catches_typos() -> None:
+    found = declarations_for(["charge", "read"], {"read": {"semantics": "reversible"}})
+    assert found == [{}, {"semantics": "reversible"}]
+    with pytest.raises(ValueError, match="chrage"):
+        declarations_for(["charge"], {"chrage": {"semantics": "reversible"}})

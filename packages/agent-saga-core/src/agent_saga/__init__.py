@@ -8,7 +8,15 @@ reverse order.
 import importlib
 from typing import TYPE_CHECKING
 
-from ._adapt import OnRefusal, PendingCall, RefusedCall, ToolCallGuard, ToolFailed
+from ._adapt import (
+    OnRefusal,
+    PendingCall,
+    RefusedCall,
+    ToolCallGuard,
+    ToolDeclaration,
+    ToolFailed,
+    declarations_for,
+)
 from ._budget import Budget
 from ._budget_file import FileBudgetStore
 from ._budget_store import BudgetStore, MemoryBudgetStore
@@ -32,6 +40,7 @@ from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
 from ._kit import AgentKit, default_kit, saga_scope, use_kit
 from ._logread import read_log, verify_file
 from ._manifest import Status
+from ._observe import Observer, Observers
 from ._records import Entry, Kind, Record, SagaStatus
 from ._report import CompensationFailure, RollbackReport, StepRef
 from ._risk import EmbeddingRiskScorer, RiskRule, RiskScorer
@@ -131,6 +140,8 @@ __all__ = [
     "MemoryBudgetStore",
     "MemoryKillSwitch",
     "MemoryLogStore",
+    "Observer",
+    "Observers",
     "OnRefusal",
     "PendingCall",
     "PostgresBudgetStore",
@@ -164,6 +175,7 @@ __all__ = [
     "SystemClock",
     "ToolCall",
     "ToolCallGuard",
+    "ToolDeclaration",
     "ToolFailed",
     "Transaction",
     "VerifyReport",
@@ -171,6 +183,7 @@ __all__ = [
     "build_history",
     "compensator",
     "current_saga",
+    "declarations_for",
     "default_kit",
     "find_saga",
     "idempotency_key",

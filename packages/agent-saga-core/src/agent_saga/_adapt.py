@@ -29,7 +29,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 
 from ._codec import canonical, to_jsonable
 from ._compensation import DEFAULT_REGISTRY, CompensatorRegistry
@@ -67,6 +67,31 @@ class RefusedCall:
     def error(self) -> GateRefused:
         """The refusal as the exception ``@tool`` would raise."""
         return GateRefused(self.tool, self.rule, self.reason)
+
+
+class ToolDeclaration(TypedDict, total=False):
+    """How a framework tool's effect is undone: the keyword arguments of :class:`ToolCallGuard`
+    (and of each adapter's ``saga_tool``) that describe it."""
+
+    semantics: Semantics | str
+    compensate: object
+    probe: Callable[..., Any]
+
+
+def declarations_for(
+    names: Iterable[str], declarations: Mapping[str, ToolDeclaration] | None
+) -> list[ToolDeclaration]:
+    """Each named tool's declaration, in order (empty when it has none).
+
+    Raises:
+        ValueError: ``declarations`` names a tool that is not among ``names`` (a typo would
+            otherwise leave that tool IRREVERSIBLE without a word).
+    """
+    declared = dict(declarations or {})
+    found = [declared.pop(name, ToolDeclaration()) for name in names]
+    if declared:
+        raise ValueError(f"declarations name tools that are not in the list: {sorted(declared)}")
+    return found
 
 
 class ToolFailed(AgentSagaError):
@@ -321,4 +346,12 @@ class _Parked:
             return waiting.pop(0) if waiting else None
 
 
-__all__ = ["OnRefusal", "PendingCall", "RefusedCall", "ToolCallGuard", "ToolFailed"]
+__all__ = [
+    "OnRefusal",
+    "PendingCall",
+    "RefusedCall",
+    "ToolCallGuard",
+    "ToolDeclaration",
+    "ToolFailed",
+    "declarations_for",
+]

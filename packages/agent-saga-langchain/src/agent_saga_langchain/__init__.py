@@ -6,11 +6,10 @@ gated, logged and compensated in reverse order if the run fails.
 """
 
 from ._config import SAGA_ID_KEY, ainvoke_in_saga, invoke_in_saga, saga_config
-from ._tools import Declaration, SagaTool, saga_tool, saga_tools
+from ._tools import SagaTool, saga_tool, saga_tools
 
 __all__ = [
     "SAGA_ID_KEY",
-    "Declaration",
     "SagaTool",
     "ainvoke_in_saga",
     "invoke_in_saga",

@@ -9,7 +9,7 @@ are the wrapped tool's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypedDict
+from typing import Any
 
 from agent_saga import (
     OnRefusal,
@@ -17,8 +17,10 @@ from agent_saga import (
     Semantics,
     StepRef,
     ToolCallGuard,
+    ToolDeclaration,
     ToolFailed,
     current_saga,
+    declarations_for,
 )
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -28,14 +30,6 @@ from langchain_core.utils.pydantic import TypeBaseModel
 from pydantic import ConfigDict
 
 from ._config import saga_config
-
-
-class Declaration(TypedDict, total=False):
-    """How a tool's effect is undone (see :func:`agent_saga.tool`)."""
-
-    semantics: Semantics | str
-    compensate: object
-    probe: Callable[..., Any]
 
 
 class SagaTool(BaseTool):
@@ -149,7 +143,7 @@ def saga_tool(
 
 def saga_tools(
     tools: Iterable[BaseTool],
-    declarations: Mapping[str, Declaration] | None = None,
+    declarations: Mapping[str, ToolDeclaration] | None = None,
     *,
     on_refusal: OnRefusal = "continue",
 ) -> list[SagaTool]:
@@ -157,11 +151,9 @@ def saga_tools(
 
     A tool with no declaration is IRREVERSIBLE (it needs an approval), as with ``@tool``.
     """
-    declared = dict(declarations or {})
-    wrapped = [saga_tool(t, on_refusal=on_refusal, **declared.pop(t.name, {})) for t in tools]
-    if declared:
-        raise ValueError(f"declarations name tools that are not in the list: {sorted(declared)}")
-    return wrapped
+    tools = list(tools)
+    found = declarations_for([t.name for t in tools], declarations)
+    return [saga_tool(t, on_refusal=on_refusal, **d) for t, d in zip(tools, found, strict=True)]
 
 
 def _arguments(input: str | dict[str, Any] | ToolCall) -> dict[str, Any]:

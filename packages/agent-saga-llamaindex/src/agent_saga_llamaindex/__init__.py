@@ -6,6 +6,6 @@ logged and compensated in reverse order if the run fails.
 """
 
 from ._run import run_agent
-from ._tools import PAUSES, Declaration, SagaToolProxy, saga_tool, saga_tools
+from ._tools import PAUSES, SagaToolProxy, saga_tool, saga_tools
 
-__all__ = ["PAUSES", "Declaration", "SagaToolProxy", "run_agent", "saga_tool", "saga_tools"]
+__all__ = ["PAUSES", "SagaToolProxy", "run_agent", "saga_tool", "saga_tools"]

@@ -13,23 +13,24 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypedDict
+from typing import Any
 
-from agent_saga import OnRefusal, RefusedCall, Semantics, StepRef, ToolCallGuard, ToolFailed
+from agent_saga import (
+    OnRefusal,
+    RefusedCall,
+    Semantics,
+    StepRef,
+    ToolCallGuard,
+    ToolDeclaration,
+    ToolFailed,
+    declarations_for,
+)
 from llama_index.core.tools import BaseTool, FunctionTool, ToolMetadata, ToolOutput
 from llama_index.core.tools.types import AsyncBaseTool, adapt_to_async_tool
 from workflows.runtime.types.results import WaitingForEvent
 
 PAUSES: tuple[type[BaseException], ...] = (WaitingForEvent,)
 """How a workflow suspends a step that waits for an event (it re-runs the step later)."""
-
-
-class Declaration(TypedDict, total=False):
-    """How a tool's effect is undone (see :func:`agent_saga.tool`)."""
-
-    semantics: Semantics | str
-    compensate: object
-    probe: Callable[..., Any]
 
 
 def saga_tool(
@@ -63,7 +64,7 @@ def saga_tool(
 
 def saga_tools(
     tools: Iterable[BaseTool],
-    declarations: Mapping[str, Declaration] | None = None,
+    declarations: Mapping[str, ToolDeclaration] | None = None,
     *,
     on_refusal: OnRefusal = "continue",
 ) -> list[AsyncBaseTool]:
@@ -71,14 +72,9 @@ def saga_tools(
 
     A tool with no declaration is IRREVERSIBLE (it needs an approval), as with ``@tool``.
     """
-    declared = dict(declarations or {})
-    wrapped = [
-        saga_tool(t, on_refusal=on_refusal, **declared.pop(t.metadata.get_name(), {}))
-        for t in tools
-    ]
-    if declared:
-        raise ValueError(f"declarations name tools that are not in the list: {sorted(declared)}")
-    return wrapped
+    tools = list(tools)
+    found = declarations_for([t.metadata.get_name() for t in tools], declarations)
+    return [saga_tool(t, on_refusal=on_refusal, **d) for t, d in zip(tools, found, strict=True)]
 
 
 def _rebuild(tool: FunctionTool, guard: ToolCallGuard) -> FunctionTool:

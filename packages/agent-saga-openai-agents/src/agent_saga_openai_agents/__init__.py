@@ -6,12 +6,11 @@ each tool call is gated, logged and compensated in reverse order if the run fail
 """
 
 from ._run import SAGA_ID_KEY, run_in_saga, saga_run_config
-from ._tools import GUARDRAIL_NAME, Declaration, saga_tool, saga_tools
+from ._tools import GUARDRAIL_NAME, saga_tool, saga_tools
 
 __all__ = [
     "GUARDRAIL_NAME",
     "SAGA_ID_KEY",
-    "Declaration",
     "run_in_saga",
     "saga_run_config",
     "saga_tool",

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypedDict
+from typing import Any
 
 from agent_saga import (
     OnRefusal,
@@ -29,7 +29,9 @@ from agent_saga import (
     Semantics,
     StepRef,
     ToolCallGuard,
+    ToolDeclaration,
     current_saga,
+    declarations_for,
 )
 from agents import (
     FunctionTool,
@@ -41,14 +43,6 @@ from agents.tool import maybe_invoke_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 
 GUARDRAIL_NAME = "agent_saga_gate"
-
-
-class Declaration(TypedDict, total=False):
-    """How a tool's effect is undone (see :func:`agent_saga.tool`)."""
-
-    semantics: Semantics | str
-    compensate: object
-    probe: Callable[..., Any]
 
 
 class _Gated:
@@ -159,7 +153,7 @@ def saga_tool(
 
 def saga_tools(
     tools: Iterable[FunctionTool],
-    declarations: Mapping[str, Declaration] | None = None,
+    declarations: Mapping[str, ToolDeclaration] | None = None,
     *,
     on_refusal: OnRefusal = "continue",
 ) -> list[FunctionTool]:
@@ -167,11 +161,9 @@ def saga_tools(
 
     A tool with no declaration is IRREVERSIBLE (it needs an approval), as with ``@tool``.
     """
-    declared = dict(declarations or {})
-    wrapped = [saga_tool(t, on_refusal=on_refusal, **declared.pop(t.name, {})) for t in tools]
-    if declared:
-        raise ValueError(f"declarations name tools that are not in the list: {sorted(declared)}")
-    return wrapped
+    tools = list(tools)
+    found = declarations_for([t.name for t in tools], declarations)
+    return [saga_tool(t, on_refusal=on_refusal, **d) for t, d in zip(tools, found, strict=True)]
 
 
 def _arguments(arguments: str) -> dict[str, Any]:
