@@ -48,8 +48,6 @@ EXPECTED = {
     "MemoryBudgetStore",
     "MemoryKillSwitch",
     "MemoryLogStore",
-    "Observer",
-    "Observers",
     "OnRefusal",
     "PendingCall",
     "PostgresBudgetStore",

@@ -40,7 +40,6 @@ from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
 from ._kit import AgentKit, default_kit, saga_scope, use_kit
 from ._logread import read_log, verify_file
 from ._manifest import Status
-from ._observe import Observer, Observers
 from ._records import Entry, Kind, Record, SagaStatus
 from ._report import CompensationFailure, RollbackReport, StepRef
 from ._risk import EmbeddingRiskScorer, RiskRule, RiskScorer
@@ -140,8 +139,6 @@ __all__ = [
     "MemoryBudgetStore",
     "MemoryKillSwitch",
     "MemoryLogStore",
-    "Observer",
-    "Observers",
     "OnRefusal",
     "PendingCall",
     "PostgresBudgetStore",
