@@ -42,6 +42,7 @@ TYPED_GROUPS = [
     ["packages/agent-saga-langchain/src", "packages/agent-saga-langchain/tests"],
     ["packages/agent-saga-llamaindex/src", "packages/agent-saga-llamaindex/tests"],
     ["packages/agent-saga-openai-agents/src", "packages/agent-saga-openai-agents/tests"],
+    ["packages/agent-saga-slack/src", "packages/agent-saga-slack/tests"],
 ]
 
 
