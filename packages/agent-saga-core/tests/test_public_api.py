@@ -8,6 +8,12 @@ import sys
 import agent_saga
 
 EXPECTED = {
+    "ApprovalChannel",
+    "ApprovalRequest",
+    "Approvals",
+    "VoteResult",
+    "action_digest",
+    "submit_vote",
     "AgentKit",
     "AgentSagaError",
     "Allow",
@@ -48,6 +54,8 @@ EXPECTED = {
     "MemoryBudgetStore",
     "MemoryKillSwitch",
     "MemoryLogStore",
+    "Observer",
+    "Observers",
     "OnRefusal",
     "PendingCall",
     "PostgresBudgetStore",

@@ -40,6 +40,7 @@ from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
 from ._kit import AgentKit, default_kit, saga_scope, use_kit
 from ._logread import read_log, verify_file
 from ._manifest import Status
+from ._observe import Observer, Observers
 from ._records import Entry, Kind, Record, SagaStatus
 from ._report import CompensationFailure, RollbackReport, StepRef
 from ._risk import EmbeddingRiskScorer, RiskRule, RiskScorer
@@ -54,6 +55,8 @@ from ._typecheck import ArgumentTypes
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._approval import ApprovalRequest, action_digest
+    from ._approvals import ApprovalChannel, Approvals, VoteResult, submit_vote
     from ._budget_pg import PostgresBudgetStore
     from ._history import (
         CompensationState,
@@ -82,6 +85,12 @@ _LAZY = {
     "recover": "_recovery",
     "RedactionReport": "_redact_file",
     "redact_path": "_redact_file",
+    "ApprovalChannel": "_approvals",
+    "ApprovalRequest": "_approval",
+    "Approvals": "_approvals",
+    "VoteResult": "_approvals",
+    "action_digest": "_approval",
+    "submit_vote": "_approvals",
 }
 
 
@@ -104,6 +113,9 @@ __all__ = [
     "Allow",
     "AllowTools",
     "AllowValues",
+    "ApprovalChannel",
+    "ApprovalRequest",
+    "Approvals",
     "ArgumentTypes",
     "ArgumentsRefused",
     "Budget",
@@ -139,6 +151,8 @@ __all__ = [
     "MemoryBudgetStore",
     "MemoryKillSwitch",
     "MemoryLogStore",
+    "Observer",
+    "Observers",
     "OnRefusal",
     "PendingCall",
     "PostgresBudgetStore",
@@ -176,7 +190,9 @@ __all__ = [
     "ToolFailed",
     "Transaction",
     "VerifyReport",
+    "VoteResult",
     "__version__",
+    "action_digest",
     "build_history",
     "compensator",
     "current_saga",
@@ -189,6 +205,7 @@ __all__ = [
     "redact_path",
     "require_approval",
     "saga_scope",
+    "submit_vote",
     "tool",
     "tool_spec",
     "use_kit",

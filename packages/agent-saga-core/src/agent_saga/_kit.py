@@ -18,6 +18,7 @@ from ._gate import Gate, Rule
 from ._home import resolve_home
 from ._killswitch import FileKillSwitch, KillSwitch
 from ._manifest import Status, guarantees, status
+from ._observe import Observer, Observers
 from ._records import Entry, Kind
 from ._runtime import Runtime
 from ._semantics import Semantics, ToolRegistry
@@ -27,6 +28,7 @@ from ._transaction import Transaction
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._approvals import Approvals
     from ._checkpoint import Checkpoint
     from ._checkpoints import Checkpointer
     from ._recovery import RecoveryReport
@@ -57,6 +59,13 @@ class AgentKit:
         checkpoints: publish signed checkpoints of a durable log in the background, every
             ``checkpoint_every`` records or ``checkpoint_interval`` seconds and at
             :meth:`close` (see ``docs/proofs.md``); ``False`` turns this off.
+        approvals: how calls the gate marks ``RequireApproval`` wait for humans (see
+            ``docs/approvals.md``). ``None``: enabled with the configuration's ``approvers``
+            when it lists some, else such calls are refused.
+        observers: told of every saga, step, refusal and compensation (tracing, metrics; see
+            :class:`agent_saga.Observer`); more can be added with :meth:`observe`. An observer
+            that raises never changes a transaction: the error is counted in
+            ``kit.observers.errors``.
     """
 
     def __init__(
@@ -75,6 +84,8 @@ class AgentKit:
         checkpoints: bool = True,
         checkpoint_every: int = 1000,
         checkpoint_interval: float = 60.0,
+        approvals: Approvals | None = None,
+        observers: Iterable[Observer] = (),
     ) -> None:
         self.home: Path = resolve_home(home)
         clock = clock or SystemClock()
@@ -83,6 +94,8 @@ class AgentKit:
 
             store = store_setting(find_config())
         opened = _open_store(store, self.home, chain_key)
+        if approvals is None:
+            approvals = _configured_approvals()
         self._own_switch = kill_switch is None
         self.runtime = Runtime(
             store=opened,
@@ -93,6 +106,8 @@ class AgentKit:
             registry=registry or DEFAULT_REGISTRY,
             tools=tools or ToolRegistry(),
             fast_path=fast_path,
+            approvals=approvals,
+            observers=Observers(observers),
         )
         self.checkpointer: Checkpointer | None = None
         if checkpoints and opened.kind != "memory":
@@ -111,6 +126,16 @@ class AgentKit:
     @property
     def store(self) -> LogStore:
         return self.runtime.store
+
+    @property
+    def observers(self) -> Observers:
+        """This kit's observers, and how many of their calls raised (``errors``)."""
+        return self.runtime.observers
+
+    def observe(self, observer: Observer) -> Observer:
+        """Tell ``observer`` about every saga of this kit started from now on; returns it."""
+        self.runtime.observers.add(observer)
+        return observer
 
     @overload
     def tool(self, func: F, /) -> F: ...
@@ -235,6 +260,8 @@ class AgentKit:
     def guarantees(self) -> dict[str, Any]:
         """The versioned, JSON-serialisable manifest of this configuration (see docs)."""
         manifest = guarantees(self.runtime, self.runtime.tools.specs(), __version__)
+        approvals = self.runtime.approvals
+        manifest["approvals"] = None if approvals is None else approvals.describe()
         manifest["checkpoints"] = (
             None if self.checkpointer is None else self.checkpointer.describe()
         )
@@ -270,6 +297,20 @@ class AgentKit:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _configured_approvals() -> Approvals | None:
+    """Approvals with the project configuration's ``approvers``, if it lists any."""
+    from ._config import find_config
+
+    approvers = find_config().extra.get("approvers")
+    if not approvers:
+        return None
+    if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
+        raise ConfigurationError("approvers in the configuration is a list of approver ids")
+    from ._approvals import Approvals
+
+    return Approvals(approvers=approvers)
 
 
 def _open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> LogStore:

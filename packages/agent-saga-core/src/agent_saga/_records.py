@@ -44,6 +44,15 @@ class Kind(enum.StrEnum):
     """A reservation (budget) could not be committed or released; it stays counted."""
     SELFHEAL_ATTEMPT = "selfheal.attempt"
     SELFHEAL_ESCALATED = "selfheal.escalated"
+    APPROVAL_REQUESTED = "approval.requested"
+    """A step waits for humans (see :mod:`agent_saga._approval`)."""
+    APPROVAL_VOTE = "approval.vote"
+    APPROVAL_REFUSED = "approval.refused"
+    APPROVAL_DECIDED = "approval.decided"
+    KEY_ADDED = "approver.key_added"
+    KEY_REVOKED = "approver.key_revoked"
+    REDACTION = "log.redaction"
+    """Records masked after they were written (see :mod:`agent_saga._redaction`)."""
 
 
 class SagaStatus(enum.StrEnum):

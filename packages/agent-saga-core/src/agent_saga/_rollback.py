@@ -61,6 +61,9 @@ class RollbackState:
             self.nothing.append(step.ref)
             return None
         func = self._resolve(ref)
+        obs = self.saga._obs
+        if obs is not None:
+            obs.compensation_begin(self.saga, step.ref)
         self._log(
             Kind.COMP_INTENT,
             {
@@ -91,6 +94,8 @@ class RollbackState:
             durable=False,
             flush=step.spec.durable_intent,
         )
+        if self.saga._obs is not None:
+            self.saga._obs.compensation_end(self.saga, step.ref, None)
 
     def step_failed(self, step: _Step, exc: BaseException) -> None:
         self.failed.append(CompensationFailure(step.ref, f"{type(exc).__name__}: {exc}"))
@@ -100,6 +105,8 @@ class RollbackState:
             durable=False,
             flush=step.spec.durable_intent,
         )
+        if self.saga._obs is not None:
+            self.saga._obs.compensation_end(self.saga, step.ref, exc)
 
     def finish(self, terminal: bool) -> RollbackReport:
         status = SagaStatus.NEEDS_HUMAN if self.failed else SagaStatus.ROLLED_BACK
@@ -128,6 +135,8 @@ class RollbackState:
         if self.log_errors and terminal:
             status = SagaStatus.NEEDS_HUMAN
             self.saga.status = status
+        if terminal and self.saga._obs is not None:
+            self.saga._obs.saga_end(self.saga, self.cause)
         return RollbackReport(
             self.saga.id,
             status,

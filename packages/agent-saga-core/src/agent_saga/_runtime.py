@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ._clock import Clock, IdSource
 from ._compensation import CompensatorRegistry
 from ._gate import Gate
 from ._killswitch import KillSwitch
+from ._observe import Observers
 from ._semantics import ToolRegistry
 from ._store import LogStore
+
+if TYPE_CHECKING:
+    from ._approvals import Approvals
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,9 @@ class Runtime:
 
     ``fast_path``: when true, records of REVERSIBLE steps are buffered and written with the next
     durable record (or the terminal one) instead of being written one by one.
+
+    ``observers``: told of every saga, step, refusal and compensation (see ``_observe.py``); the
+    one place the engine reads them from. A saga takes a snapshot of them when it starts.
     """
 
     store: LogStore
@@ -28,3 +36,6 @@ class Runtime:
     registry: CompensatorRegistry
     tools: ToolRegistry
     fast_path: bool = True
+    observers: Observers = field(default_factory=Observers)
+    approvals: Approvals | None = None
+    """How calls the gate marks ``RequireApproval`` get a human decision (``None``: refused)."""

@@ -102,6 +102,8 @@ class Saga:
         self._now = runtime.clock.now
         self._fast_path = runtime.fast_path
         self._key_prefix = hashlib.sha256(f"{saga_id}\x00".encode())
+        self._obs = runtime.observers.active()
+        """The saga's observers, fixed when it starts; ``None`` (no cost) when there are none."""
 
     # -- logging ---------------------------------------------------------------------------
 
@@ -115,6 +117,8 @@ class Saga:
         Otherwise it may be buffered (fast path) and written, in order, with the next record
         that is flushed or durable.
         """
+        if self._obs is not None:
+            self._obs.stamp(data)
         entry = Entry(kind, self.id, data, int(self._now() * 1000))
         with self._lock:
             if kind is Kind.SAGA_END:
@@ -131,6 +135,8 @@ class Saga:
             self._written += len(batch)
 
     def begin(self) -> None:
+        if self._obs is not None:
+            self._obs.saga_begin(self)
         self.log(
             Kind.SAGA_BEGIN,
             {
@@ -145,11 +151,20 @@ class Saga:
     def commit(self) -> None:
         """Write the terminal ``committed`` record durably."""
         self.status = SagaStatus.COMMITTED
-        self.log(
-            Kind.SAGA_END, {"status": self.status.value, "steps": len(self._steps)}, durable=True
-        )
+        try:
+            self.log(
+                Kind.SAGA_END,
+                {"status": self.status.value, "steps": len(self._steps)},
+                durable=True,
+            )
+        except BaseException as exc:
+            if self._obs is not None:
+                self._obs.saga_end(self, exc)
+            raise
         if self._holds:
             self._settle_holds(1, keep=None)
+        if self._obs is not None:
+            self._obs.saga_end(self, None)
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -163,6 +178,26 @@ class Saga:
         if spec.accepts_idempotency_key and "idempotency_key" not in kwargs:
             call_kwargs["idempotency_key"] = key
         ref = StepRef(ordinal, spec.name, key)
+        obs = self._obs
+        if obs is None:
+            return self._admit(spec, ref, args, kwargs, call_kwargs)
+        obs.step_begin(self, ref, spec.semantics)
+        try:
+            return self._admit(spec, ref, args, kwargs, call_kwargs)
+        except BaseException as exc:  # refused, or the intent could not be logged
+            obs.step_end(self, ref, exc)
+            raise
+
+    def _admit(
+        self,
+        spec: ToolSpec,
+        ref: StepRef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call_kwargs: dict[str, Any],
+    ) -> _Prepared:
+        """Gate step ``ref`` and log its intent (buffered on the fast path)."""
+        ordinal, key = ref.ordinal, ref.idempotency_key
         try:
             named = spec.bind(args, call_kwargs)
         except TypeError as exc:
@@ -184,6 +219,8 @@ class Saga:
         }
         if self._fast_path and not spec.durable_intent:
             # Buffered either way: it joins the buffer together with the outcome, in order.
+            if self._obs is not None:
+                self._obs.stamp(intent)
             entry = Entry(Kind.STEP_INTENT, self.id, intent, int(self._now() * 1000))
             return _Prepared(step, call_kwargs, args, compensation, entry)
         try:
@@ -220,12 +257,14 @@ class Saga:
         if isinstance(decision, Deny):
             self._refuse(ref, jsonable_args, decision.rule, decision.reason)
         if isinstance(decision, RequireApproval):
-            self._refuse(
-                ref,
-                jsonable_args,
-                decision.rule,
-                f"{decision.reason}; no approval channel is configured",
-            )
+            if self.runtime.approvals is None:
+                reason = f"{decision.reason}; no approval channel is configured"
+                self._refuse(ref, jsonable_args, decision.rule, reason)
+            from ._approvalstep import await_approval  # only sagas that need a human load it
+
+            denied = await_approval(self, step, decision, jsonable_args)
+            if denied is not None:
+                self._refuse(ref, jsonable_args, *denied)
         compensation = self._resolve_compensation(step, jsonable_args)
         if gate.reservers:  # last: a reservation is taken only for a call that will run
             holds, refusal = gate.reserve(call)
@@ -288,6 +327,8 @@ class Saga:
         return func
 
     def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> NoReturn:
+        if self._obs is not None:
+            self._obs.gate_refused(self, ref, rule, reason)
         self.log(
             Kind.GATE_REFUSED,
             {
@@ -316,15 +357,21 @@ class Saga:
             "result_restorable": type(stored) in _SCALARS or is_restorable(stored),
         }
         if prepared.intent is not None:  # fast path: intent and outcome join the buffer
+            if self._obs is not None:
+                self._obs.stamp(done)
             entry = Entry(Kind.STEP_DONE, self.id, done, int(self._now() * 1000))
             with self._lock:
                 self._steps.append(step)
                 self._pending.append(prepared.intent)
                 self._pending.append(entry)
+            if self._obs is not None:
+                self._obs.step_end(self, step.ref, None)
             return
         with self._lock:
             self._steps.append(step)
         self.log(Kind.STEP_DONE, done, durable=False, flush=step.spec.durable_intent)
+        if self._obs is not None:
+            self._obs.step_end(self, step.ref, None)
 
     def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
         step = prepared.step
@@ -339,6 +386,8 @@ class Saga:
             durable=False,
             flush=step.spec.durable_intent,
         )
+        if self._obs is not None:
+            self._obs.step_end(self, step.ref, exc)
 
     def run_sync(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run a sync tool as a step of this saga."""
@@ -353,7 +402,12 @@ class Saga:
 
     async def run_async(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run an async tool as a step of this saga."""
-        prepared = self._prepare(spec, args, kwargs)
+        if self.runtime.approvals is None:
+            prepared = self._prepare(spec, args, kwargs)
+        else:  # a human may have to decide: wait in a thread, not on the event loop
+            import asyncio  # the running loop has loaded it already
+
+            prepared = await asyncio.to_thread(self._prepare, spec, args, kwargs)
         try:
             result = await spec.func(*prepared.call_args, **prepared.call_kwargs)
         except BaseException as exc:

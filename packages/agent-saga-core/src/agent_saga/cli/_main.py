@@ -32,6 +32,7 @@ from .._kit import AgentKit
 from .._manifest import Status
 from .._records import SagaStatus
 from .._version import __version__
+from ._approvals import COMMANDS as APPROVAL_COMMANDS
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import log_path, read_history, require_home, require_log, shared_lock
 from ._proofs import COMMANDS as PROOF_COMMANDS
@@ -308,5 +309,5 @@ def guarantees(settings: Settings, raw: bool) -> None:
 
 
 main.add_command(recover)
-for _command in PROOF_COMMANDS:
+for _command in (*PROOF_COMMANDS, *APPROVAL_COMMANDS):
     main.add_command(_command)

@@ -92,7 +92,7 @@ def checkpoint_lines(
 @click.group(invoke_without_command=True)
 @click.pass_context
 def keys(ctx: click.Context) -> None:
-    """Show the home's checkpoint public key (created on first use)."""
+    """The checkpoint public key (created on first use); approver keys: add, list, revoke, new."""
     if ctx.invoked_subcommand is not None:
         return
     settings = _settings()

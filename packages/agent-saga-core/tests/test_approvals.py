@@ -1,0 +1,465 @@
+"""Approvals: bound to one action, single-use, expiring, from allowed approvers only."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_saga import AgentKit, GateRefused, SagaRolledBack, SequentialIds, compensator, tool
+from agent_saga._approval import (
+    ApprovalBook,
+    ApprovalRequest,
+    Vote,
+    action_digest,
+    check_vote,
+    signing_message,
+)
+from agent_saga._approvals import Approvals, submit_vote
+from agent_saga._note import NoteVerifier
+from agent_saga.cli import main
+from agent_saga.cli._approvals import cli_identity
+from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+WIRES: list[int] = []
+
+
+@tool(name="bank.wire")
+def wire(usd: int, to: dict[str, str]) -> str:
+    WIRES.append(usd)
+    return f"wire-{usd}"
+
+
+@compensator("approvals.unhold")
+def unhold(result: str) -> None:
+    return None
+
+
+@tool(name="bank.hold", compensate="approvals.unhold")
+def hold(usd: int) -> str:
+    return f"hold-{usd}"
+
+
+def requests_of(kit: AgentKit) -> list[ApprovalRequest]:
+    return list(ApprovalBook().take_all(kit.store.records()).requests.values())
+
+
+def wait_for_request(kit: AgentKit, timeout: float = 10.0) -> ApprovalRequest:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = requests_of(kit)
+        if found:
+            return found[-1]
+        time.sleep(0.01)
+    raise AssertionError("no approval request was logged")
+
+
+@pytest.fixture
+def run_agent() -> Iterator[Callable[[Callable[[], Any]], dict[str, Any]]]:
+    """Run an agent's transaction in a thread; returns its outcome dict (filled when done)."""
+    threads: list[threading.Thread] = []
+
+    def start(body: Callable[[], Any]) -> dict[str, Any]:
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                outcome["result"] = body()
+            except BaseException as exc:  # the test inspects it
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        threads.append(thread)
+        outcome["thread"] = thread
+        return outcome
+
+    yield start
+    for thread in threads:
+        thread.join(timeout=30)
+
+
+def finished(outcome: dict[str, Any]) -> dict[str, Any]:
+    outcome["thread"].join(timeout=30)
+    assert not outcome["thread"].is_alive()
+    return outcome
+
+
+def test_an_approved_irreversible_step_runs_once(home: Path, run_agent: Any) -> None:
+    WIRES.clear()
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+
+        def agent() -> str:
+            with kit.transaction("pay"):
+                return wire(900, {"iban": "DE00"})
+
+        outcome = run_agent(agent)
+        request = wait_for_request(kit)
+        assert WIRES == []  # nothing runs while the human thinks
+        assert request.digest == action_digest(
+            "bank.wire", "irreversible", {"usd": 900, "to": {"iban": "DE00"}}
+        )
+        assert submit_vote(kit.store, request.id, "alice", "approve", channel="test").accepted
+        assert finished(outcome)["result"] == "wire-900"
+        late = submit_vote(kit.store, request.id, "alice", "approve", channel="test")
+        assert not late.accepted
+        assert "already decided" in late.message
+    assert WIRES == [900]
+    certified = CliRunner().invoke(main, ["--home", str(home), "certify"])
+    assert certified.exit_code == 0, certified.output
+
+
+def test_a_denial_refuses_the_step_and_rolls_the_saga_back(home: Path, run_agent: Any) -> None:
+    WIRES.clear()
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+
+        def agent() -> None:
+            with kit.transaction("pay"):
+                hold(5)
+                wire(900, {"iban": "DE00"})
+
+        outcome = run_agent(agent)
+        request = wait_for_request(kit)
+        submit_vote(kit.store, request.id, "alice", "deny", channel="test", note="not today")
+        error = finished(outcome)["error"]
+        assert isinstance(error, SagaRolledBack)
+        assert isinstance(error.cause, GateRefused)
+        assert "denied" in error.cause.reason
+        assert [s.tool for s in error.report.compensated] == ["bank.hold"]
+    assert WIRES == []
+
+
+def test_an_expired_request_is_denied_and_logged(home: Path) -> None:
+    WIRES.clear()
+    approvals = Approvals(approvers=["alice"], expires_after=0.2, poll=0.01)
+    with AgentKit(home=home, approvals=approvals) as kit:
+        with pytest.raises(SagaRolledBack) as caught, kit.transaction("pay"):
+            wire(1, {"iban": "DE00"})
+        assert "expired" in str(caught.value.cause)
+        request = requests_of(kit)[0]
+        late = submit_vote(kit.store, request.id, "alice", "approve", channel="test")
+        assert not late.accepted
+        book = ApprovalBook().take_all(kit.store.records())
+        assert book.decided[request.id] == "expired"
+    assert WIRES == []
+
+
+def test_only_allowed_approvers_count_and_refusals_are_logged(home: Path, run_agent: Any) -> None:
+    approvals = Approvals(approvers=["alice", "bob"], poll=0.01)
+    with AgentKit(home=home, approvals=approvals) as kit:
+
+        def agent() -> str:
+            with kit.transaction("pay"):
+                return wire(2, {"iban": "DE00"})
+
+        outcome = run_agent(agent)
+        request = wait_for_request(kit)
+        mallory = submit_vote(kit.store, request.id, "mallory", "approve", channel="test")
+        assert not mallory.accepted
+        assert "may not approve" in mallory.message
+        assert outcome["thread"].is_alive()  # mallory decided nothing
+        assert submit_vote(kit.store, request.id, "bob", "approve", channel="test").accepted
+        assert finished(outcome)["result"] == "wire-2"
+        refused = [r for r in kit.store.records() if r.kind == "approval.refused"]
+        assert [r.data["by"] for r in refused] == ["mallory"]
+
+
+def test_a_quorum_counts_each_approver_once(home: Path, run_agent: Any) -> None:
+    from agent_saga import RequireApproval, ToolCall
+
+    class TwoOfThree:
+        name = "two_of_three"
+
+        def evaluate(self, call: ToolCall) -> RequireApproval:
+            return RequireApproval(self.name, "big wire", ("alice", "bob", "carol"), 2)
+
+    approvals = Approvals(poll=0.01)
+    with AgentKit(home=home, approvals=approvals, rules=[TwoOfThree()]) as kit:
+
+        def agent() -> str:
+            with kit.transaction("pay"):
+                return hold(3)
+
+        outcome = run_agent(agent)
+        request = wait_for_request(kit)
+        assert request.quorum == 2
+        assert submit_vote(kit.store, request.id, "alice", "approve", channel="a").accepted
+        again = submit_vote(kit.store, request.id, "alice", "approve", channel="b")
+        assert not again.accepted  # counted once
+        time.sleep(0.1)
+        assert outcome["thread"].is_alive()
+        assert submit_vote(kit.store, request.id, "carol", "approve", channel="c").accepted
+        assert finished(outcome)["result"] == "hold-3"
+        decided = [r for r in kit.store.records() if r.kind == "approval.decided"]
+        assert decided[0].data["by"] == ["alice", "carol"]
+
+
+def test_arguments_changed_while_waiting_are_refused(home: Path, run_agent: Any) -> None:
+    WIRES.clear()
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    payee = {"iban": "DE00"}
+    with AgentKit(home=home, approvals=approvals) as kit:
+
+        def agent() -> str:
+            with kit.transaction("pay"):
+                return wire(4, payee)
+
+        outcome = run_agent(agent)
+        request = wait_for_request(kit)
+        payee["iban"] = "XX99-attacker"  # mutated after the human looked at it
+        submit_vote(kit.store, request.id, "alice", "approve", channel="test")
+        error = finished(outcome)["error"]
+        assert "arguments_changed" in str(error.cause)
+    assert WIRES == []
+
+
+def test_an_async_step_awaits_without_blocking_the_event_loop(home: Path) -> None:
+    @tool(name="bank.async_wire")
+    async def async_wire(usd: int) -> str:
+        return f"async-{usd}"
+
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    with AgentKit(home=home, approvals=approvals) as kit:
+
+        async def approver() -> int:
+            ticks = 0
+            while not requests_of(kit):
+                ticks += 1
+                await asyncio.sleep(0.01)
+            request = requests_of(kit)[0]
+            submit_vote(kit.store, request.id, "alice", "approve", channel="test")
+            return ticks
+
+        async def main_task() -> tuple[str, int]:
+            async def agent() -> str:
+                async with kit.transaction("pay"):
+                    return await async_wire(7)
+
+            return await asyncio.gather(agent(), approver())
+
+        result, ticks = asyncio.run(main_task())
+    assert result == "async-7"
+    assert ticks >= 0
+
+
+def test_no_configured_approver_refuses_at_once(home: Path) -> None:
+    with (
+        AgentKit(home=home, approvals=Approvals(poll=0.01)) as kit,
+        pytest.raises(SagaRolledBack) as caught,
+        kit.transaction("pay"),
+    ):
+        wire(1, {"iban": "DE00"})
+    assert "no approver is configured" in str(caught.value.cause)
+
+
+# -- Ed25519 ---------------------------------------------------------------------------------
+
+RFC8032 = [
+    (
+        "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+        "",
+        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b",
+    ),
+    (
+        "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+        "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
+        "72",
+        "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00",
+    ),
+]
+
+
+@pytest.mark.parametrize(("secret", "public", "message", "signature"), RFC8032)
+def test_rfc8032_known_answers_pass_through_our_verifier(
+    secret: str, public: str, message: str, signature: str
+) -> None:
+    verifier = NoteVerifier("rfc8032", bytes.fromhex(public))
+    assert verifier.verify(bytes.fromhex(message), bytes.fromhex(signature))
+    tampered = bytearray(bytes.fromhex(signature))
+    tampered[0] ^= 1
+    assert not verifier.verify(bytes.fromhex(message), bytes(tampered))
+    key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(secret))
+    assert key.sign(bytes.fromhex(message)).hex() == signature
+
+
+def signed_setup() -> tuple[ApprovalRequest, ApprovalBook, Ed25519PrivateKey, str]:
+    key = Ed25519PrivateKey.generate()
+    key_text = NoteVerifier("approver/alice", key.public_key().public_bytes_raw()).encode()
+    book = ApprovalBook()
+    book.keys.add("alice", key_text)
+    digest = action_digest("bank.wire", "irreversible", {"usd": 10})
+    request = ApprovalRequest(
+        "apr-1", "saga-1", 2, "bank.wire", "irreversible", digest, {"usd": 10},
+        "irreversible", "needs a human", ("alice",), 1, 100.0, 200.0,
+    )  # fmt: skip
+    return request, book, key, key_text
+
+
+def sign(key: Ed25519PrivateKey, **fields: Any) -> str:
+    message = signing_message(
+        fields["request"], fields["saga"], fields["ordinal"], fields["digest"],
+        fields["nonce"], fields["approver"],
+    )  # fmt: skip
+    return base64.b64encode(key.sign(message)).decode()
+
+
+def test_a_signature_counts_only_for_exactly_the_action_it_signed() -> None:
+    request, book, key, key_text = signed_setup()
+    honest = {
+        "request": request.id, "saga": request.saga, "ordinal": request.ordinal,
+        "digest": request.digest, "nonce": "n1", "approver": "alice",
+    }  # fmt: skip
+
+    def vote(signed: dict[str, Any], at: float = 150.0) -> Vote:
+        return Vote(
+            request.id, "alice", "approve", "", "key", at, sign(key, **signed), "n1", key_text
+        )
+
+    assert check_vote(vote(honest), request, book.keys, request.digest) is None
+    other_args = action_digest("bank.wire", "irreversible", {"usd": 10_000})
+    for field, value in [
+        ("saga", "saga-2"),
+        ("ordinal", 3),
+        ("digest", other_args),
+        ("request", "apr-2"),
+        ("nonce", "n2"),
+        ("approver", "bob"),
+    ]:
+        problem = check_vote(vote({**honest, field: value}), request, book.keys, request.digest)
+        assert problem is not None, field
+    # Executed with other arguments than approved: the honest signature no longer counts.
+    assert check_vote(vote(honest), request, book.keys, other_args) is not None
+    assert "expired" in str(check_vote(vote(honest, at=250.0), request, book.keys, request.digest))
+    book.keys.revoked.add(key_text)
+    assert "registered, unrevoked" in str(
+        check_vote(vote(honest), request, book.keys, request.digest)
+    )
+
+
+def test_cli_approve_sign_and_a_replayed_signature(
+    home: Path, run_agent: Any, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    key_file = tmp_path / "alice.key"
+    assert runner.invoke(main, ["--home", str(home), "keys", "new", str(key_file)]).exit_code == 0
+    approvals = Approvals(approvers=["alice"], poll=0.01, require_signature=True)
+    with AgentKit(home=home, approvals=approvals) as kit:
+        added = runner.invoke(
+            main, ["--home", str(home), "keys", "add", "alice", f"{key_file}.pub"]
+        )
+        assert added.exit_code == 0, added.output
+
+        def agent() -> str:
+            with kit.transaction("pay"):
+                return wire(11, {"iban": "DE00"})
+
+        outcome = run_agent(agent)
+        request = wait_for_request(kit)
+        listed = runner.invoke(main, ["--home", str(home), "approvals"])
+        assert request.id in listed.output
+        assert '"usd": 11' in listed.output
+        signed = runner.invoke(
+            main, ["--home", str(home), "approve", request.id, "--sign", str(key_file)]
+        )
+        assert signed.exit_code == 0, signed.output
+        assert finished(outcome)["result"] == "wire-11"
+        vote = next(r for r in kit.store.records() if r.kind == "approval.vote")
+        replay = submit_vote(
+            kit.store,
+            request.id,
+            "alice",
+            "approve",
+            channel="replay",
+            signature=str(vote.data["signature"]),
+            nonce=str(vote.data["nonce"]),
+            key=str(vote.data["key"]),
+        )
+        assert not replay.accepted
+
+
+CLI = str(Path(sys.executable).parent / "agent-saga")
+AGENT = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, os.environ["TESTS_DIR"])
+    from agent_saga import AgentKit, SagaRolledBack
+    from agent_saga._approvals import Approvals
+    import test_approvals as t
+
+    with open(os.environ["WIRES"], "a") as out:
+        kit = AgentKit(home=os.environ["AGENT_SAGA_HOME"],
+                       approvals=Approvals(approvers=[os.environ["APPROVER"]], poll=0.02))
+        try:
+            with kit.transaction("pay"):
+                t.hold(1)
+                out.write(t.wire(int(os.environ["USD"]), {"iban": "DE00"}) + "\\n")
+            print("committed")
+        except SagaRolledBack as exc:
+            print("rolled back:", exc.cause)
+        kit.close()
+    """
+)
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_another_process_decides_through_the_cli(home: Path, tmp_path: Path, decision: str) -> None:
+    wires = tmp_path / "wires"
+    env = {
+        **os.environ,
+        "AGENT_SAGA_HOME": str(home),
+        "TESTS_DIR": str(Path(__file__).parent),
+        "WIRES": str(wires),
+        "APPROVER": cli_identity(),
+        "USD": "77",
+    }
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        request_id = None
+        deadline = time.monotonic() + 30
+        while request_id is None and time.monotonic() < deadline:
+            listed = subprocess.run(
+                [CLI, "approvals"],
+                env=env, capture_output=True, text=True, check=False,  # 2 until the home exists
+            )  # fmt: skip
+            found = [w for w in listed.stdout.split() if w.startswith("apr-")]
+            request_id = found[0] if found else None
+            time.sleep(0.05)
+        assert request_id is not None
+        done = subprocess.run(
+            [CLI, decision, request_id, "--note", "checked"],
+            env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr + done.stdout
+        out, _ = agent.communicate(timeout=30)
+    finally:
+        agent.kill()
+    if decision == "approve":
+        assert out.strip() == "committed"
+        assert wires.read_text() == "wire-77\n"  # exactly once
+    else:
+        assert out.startswith("rolled back:")
+        assert "denied" in out
+        assert not wires.exists() or wires.read_text() == ""
+
+
+def test_request_ids_are_unguessable() -> None:
+    from agent_saga._approvals import new_request_id
+
+    ids = {new_request_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(len(i) == 4 + 16 for i in ids)
