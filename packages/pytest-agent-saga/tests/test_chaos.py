@@ -434,3 +434,30 @@ def test_long_reports_show_the_first_failing_points_in_full(
     summary = report.summary()
     assert summary.count("- fault point: ") == 20
     assert summary.endswith("- and 3 more fault point(s); report.failures lists all")
+
+
+def test_async_tools_and_transactions_run_under_every_fault_kind(
+    saga_kit: AgentKit, saga_ledger: JournalLedger, saga_chaos: ChaosRunner
+) -> None:
+    async def cancel(idempotency_key: str) -> None:
+        if not saga_ledger.count("cancel", idempotency_key):
+            saga_ledger.record("cancel", idempotency_key)
+
+    saga_kit.compensator("async.cancel", cancel)
+
+    async def booked(idempotency_key: str, room: str) -> bool:
+        return saga_ledger.count("book", idempotency_key) > 0
+
+    @saga_kit.tool(name="async.book", compensate="async.cancel", probe=booked)
+    async def book(room: str, idempotency_key: str = "") -> str:
+        if not saga_ledger.count("book", idempotency_key):
+            saga_ledger.record("book", idempotency_key)
+        return room
+
+    async def stay() -> None:
+        await book("101")
+        await book("102")
+
+    report = saga_chaos.run(stay)
+    assert {r.kind for r in report.results} == {"exception", "compensation", "kill", "duplicate"}
+    assert report.ok
