@@ -43,6 +43,7 @@ TYPED_GROUPS = [
     ["packages/agent-saga-llamaindex/src", "packages/agent-saga-llamaindex/tests"],
     ["packages/agent-saga-openai-agents/src", "packages/agent-saga-openai-agents/tests"],
     ["packages/agent-saga-slack/src", "packages/agent-saga-slack/tests"],
+    ["packages/agent-saga-otel/src", "packages/agent-saga-otel/tests"],
 ]
 
 

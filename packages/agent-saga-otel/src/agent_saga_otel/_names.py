@@ -1,0 +1,44 @@
+"""Attribute and baggage names: agent-saga's own, and the GenAI semantic conventions we set.
+
+The GenAI names are spelled out rather than imported: they live only in the incubating module
+of ``opentelemetry-semantic-conventions``, which this package does not depend on (a test checks
+that they match it).
+"""
+
+from __future__ import annotations
+
+SAGA_ID = "agent_saga.saga.id"
+"""The saga id: on every span of a transaction, and the baggage key that carries it."""
+SAGA_NAME = "agent_saga.saga.name"
+SAGA_STATUS = "agent_saga.saga.status"
+STEP_ORDINAL = "agent_saga.step.ordinal"
+STEP_SEMANTICS = "agent_saga.step.semantics"
+STEP_OUTCOME = "agent_saga.step.outcome"
+"""``done``, ``failed`` or ``refused``."""
+IDEMPOTENCY_KEY = "agent_saga.step.idempotency_key"
+GATE_RULE = "agent_saga.gate.rule"
+GATE_REASON = "agent_saga.gate.reason"
+COMPENSATED_TOOL = "agent_saga.compensation.tool"
+COMPENSATION_OUTCOME = "agent_saga.compensation.outcome"
+"""``done`` or ``failed``."""
+
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+GEN_AI_WORKFLOW_NAME = "gen_ai.workflow.name"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+EXECUTE_TOOL = "execute_tool"
+INVOKE_WORKFLOW = "invoke_workflow"
+
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+OPENINFERENCE_TOOL_NAME = "tool.name"
+OPENINFERENCE_SESSION_ID = "session.id"
+
+RUN_METADATA_KEY = "saga_id"
+"""The key of the saga id in LangChain / LangSmith run metadata (also a ``saga:<id>`` tag)."""
+
+
+def saga_tag(saga_id: str) -> str:
+    """The run tag that names a saga: ``saga:<id>``."""
+    return f"saga:{saga_id}"

@@ -1,0 +1,188 @@
+"""Sagas, steps, gate refusals and compensations as OpenTelemetry spans.
+
+Span tree of one transaction (names follow the GenAI conventions, ``<op> <target>``)::
+
+    invoke_workflow <saga name>          the saga; current for the whole transaction
+      execute_tool <tool>                one per step, current while the step is logged and runs
+        gate.refused <tool>              when the gate refused the step (the step span ends too)
+      compensate <tool>                  one per compensation, newest step first
+
+Every one of these spans carries ``agent_saga.saga.id``. While the saga runs, its id is also in
+the current context's baggage, so :class:`~agent_saga_otel.SagaIdSpanProcessor` can copy it onto
+spans that frameworks start inside the transaction.
+
+Only the API is used: spans go to the ``tracer_provider`` given (or to the global one at the
+time a span starts, never installed here). Tool arguments and results are not put on spans:
+they may hold what ``redact=`` keeps out of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from agent_saga import GateRefused, HaltedError, Observer, Saga, Semantics, StepRef
+from opentelemetry import baggage, context, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+
+from . import _names as n
+from ._version import VERSION
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
+
+class OTelObserver(Observer):
+    """An :class:`agent_saga.Observer` that turns a kit's sagas into spans.
+
+    Args:
+        tracer_provider: where spans go; ``None`` means the global provider (looked up when a
+            span starts, so one set later is honoured). This never sets the global provider.
+        openinference: also set OpenInference attributes (``openinference.span.kind``,
+            ``tool.name``), as Phoenix shows them.
+
+    Register it with ``AgentKit(observers=[OTelObserver(tp)])`` or ``kit.observe(...)``.
+    """
+
+    def __init__(
+        self, tracer_provider: TracerProvider | None = None, *, openinference: bool = False
+    ) -> None:
+        if tracer_provider is None:
+            self._tracer = trace.get_tracer("agent_saga_otel", VERSION)
+        else:
+            self._tracer = tracer_provider.get_tracer("agent_saga_otel", VERSION)
+        self._openinference = openinference
+        self._open: dict[tuple[str, int, str], tuple[Span, object]] = {}
+        """Open spans by (saga id, ordinal, role) with the token that made them current (a dict's
+        single set and pop are atomic: steps of one saga may run in several threads)."""
+
+    # -- spans kept open between two events ----------------------------------------------------
+
+    def _push(self, key: tuple[str, int, str], span: Span, ctx: Context) -> None:
+        self._open[key] = (span, context.attach(trace.set_span_in_context(span, ctx)))
+
+    def _pop(self, key: tuple[str, int, str]) -> Span | None:
+        entry = self._open.pop(key, None)
+        if entry is None:
+            return None
+        span, token = entry
+        context.detach(token)  # type: ignore[arg-type]
+        return span
+
+    # -- the saga ------------------------------------------------------------------------------
+
+    def saga_begin(self, saga: Saga) -> None:
+        ctx = baggage.set_baggage(n.SAGA_ID, saga.id)
+        attributes: dict[str, str] = {
+            n.SAGA_ID: saga.id,
+            n.SAGA_NAME: saga.name,
+            n.GEN_AI_OPERATION_NAME: n.INVOKE_WORKFLOW,
+            n.GEN_AI_WORKFLOW_NAME: saga.name,
+        }
+        if self._openinference:
+            attributes[n.OPENINFERENCE_SPAN_KIND] = "CHAIN"
+            attributes[n.OPENINFERENCE_SESSION_ID] = saga.id
+        span = self._tracer.start_span(
+            f"{n.INVOKE_WORKFLOW} {saga.name}", ctx, SpanKind.INTERNAL, attributes
+        )
+        self._push((saga.id, 0, "saga"), span, ctx)
+
+    def saga_end(self, saga: Saga, error: BaseException | None) -> None:
+        span = self._pop((saga.id, 0, "saga"))
+        if span is None:
+            return
+        span.set_attribute(n.SAGA_STATUS, saga.status.value)
+        if error is not None:
+            _failed(span, error, f"{saga.status.value}: ")
+        span.end()
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def step_begin(self, saga: Saga, step: StepRef, semantics: Semantics) -> None:
+        attributes: dict[str, str | int] = {
+            n.SAGA_ID: saga.id,
+            n.GEN_AI_OPERATION_NAME: n.EXECUTE_TOOL,
+            n.GEN_AI_TOOL_NAME: step.tool,
+            n.GEN_AI_TOOL_CALL_ID: step.idempotency_key,
+            n.GEN_AI_TOOL_TYPE: "function",
+            n.STEP_ORDINAL: step.ordinal,
+            n.STEP_SEMANTICS: semantics.value,
+            n.IDEMPOTENCY_KEY: step.idempotency_key,
+        }
+        if self._openinference:
+            attributes[n.OPENINFERENCE_SPAN_KIND] = "TOOL"
+            attributes[n.OPENINFERENCE_TOOL_NAME] = step.tool
+        ctx = context.get_current()
+        span = self._tracer.start_span(
+            f"{n.EXECUTE_TOOL} {step.tool}", ctx, SpanKind.INTERNAL, attributes
+        )
+        self._push((saga.id, step.ordinal, "step"), span, ctx)
+
+    def step_end(self, saga: Saga, step: StepRef, error: BaseException | None) -> None:
+        span = self._pop((saga.id, step.ordinal, "step"))
+        if span is None:
+            return
+        if error is None:
+            span.set_attribute(n.STEP_OUTCOME, "done")
+        elif isinstance(error, (GateRefused, HaltedError)):
+            span.set_attribute(n.STEP_OUTCOME, "refused")
+            _failed(span, error, "refused: ")
+        else:
+            span.set_attribute(n.STEP_OUTCOME, "failed")
+            _failed(span, error, "")
+        span.end()
+
+    def gate_refused(self, saga: Saga, step: StepRef, rule: str, reason: str) -> None:
+        attributes: dict[str, str | int] = {
+            n.SAGA_ID: saga.id,
+            n.GEN_AI_TOOL_NAME: step.tool,
+            n.STEP_ORDINAL: step.ordinal,
+            n.GATE_RULE: rule,
+            n.GATE_REASON: reason,
+        }
+        if self._openinference:
+            attributes[n.OPENINFERENCE_SPAN_KIND] = "GUARDRAIL"
+        span = self._tracer.start_span(f"gate.refused {step.tool}", None, attributes=attributes)
+        span.set_status(Status(StatusCode.ERROR, f"{rule}: {reason}"))
+        span.end()
+
+    # -- compensations -------------------------------------------------------------------------
+
+    def compensation_begin(self, saga: Saga, step: StepRef) -> None:
+        attributes: dict[str, str | int] = {
+            n.SAGA_ID: saga.id,
+            n.COMPENSATED_TOOL: step.tool,
+            n.STEP_ORDINAL: step.ordinal,
+            n.IDEMPOTENCY_KEY: f"{step.idempotency_key}/compensate",
+        }
+        if self._openinference:
+            attributes[n.OPENINFERENCE_SPAN_KIND] = "TOOL"
+            attributes[n.OPENINFERENCE_TOOL_NAME] = f"compensate {step.tool}"
+        ctx = context.get_current()
+        span = self._tracer.start_span(f"compensate {step.tool}", ctx, attributes=attributes)
+        self._push((saga.id, step.ordinal, "compensation"), span, ctx)
+
+    def compensation_end(self, saga: Saga, step: StepRef, error: BaseException | None) -> None:
+        span = self._pop((saga.id, step.ordinal, "compensation"))
+        if span is None:
+            return
+        span.set_attribute(n.COMPENSATION_OUTCOME, "done" if error is None else "failed")
+        if error is not None:
+            _failed(span, error, "")
+        span.end()
+
+    # -- the log's link to the trace -----------------------------------------------------------
+
+    def trace_ids(self) -> Mapping[str, str] | None:
+        span_context = trace.get_current_span().get_span_context()
+        if not span_context.is_valid:
+            return None
+        return {
+            "trace_id": format(span_context.trace_id, "032x"),
+            "span_id": format(span_context.span_id, "016x"),
+        }
+
+
+def _failed(span: Span, error: BaseException, prefix: str) -> None:
+    span.record_exception(error)
+    span.set_status(Status(StatusCode.ERROR, f"{prefix}{type(error).__name__}: {error}"))
