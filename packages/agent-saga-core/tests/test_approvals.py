@@ -463,3 +463,28 @@ def test_request_ids_are_unguessable() -> None:
     ids = {new_request_id() for _ in range(1000)}
     assert len(ids) == 1000
     assert all(len(i) == 4 + 16 for i in ids)
+
+
+def test_two_approval_rules_combine_into_one_approval_that_satisfies_both() -> None:
+    from agent_saga import Deny, Gate, RequireApproval, Semantics, ToolCall
+
+    class Needs:
+        def __init__(self, name: str, approvers: tuple[str, ...], quorum: int) -> None:
+            self.name, self.approvers, self.quorum = name, approvers, quorum
+
+        def evaluate(self, call: ToolCall) -> RequireApproval:
+            return RequireApproval(self.name, f"{self.name} says so", self.approvers, self.quorum)
+
+    call = ToolCall("bank.wire", Semantics.IRREVERSIBLE, {"usd": 1}, "saga-1", 1)
+    both = Gate([Needs("finance", ("alice", "bob", "carol"), 2)]).evaluate(call)
+    assert isinstance(both, RequireApproval)
+    assert (both.approvers, both.quorum) == (("alice", "bob", "carol"), 2)  # not weakened
+    narrowed = Gate(
+        [Needs("finance", ("alice", "bob", "carol"), 2), Needs("security", ("bob", "carol"), 1)]
+    ).evaluate(call)
+    assert isinstance(narrowed, RequireApproval)
+    assert (narrowed.approvers, narrowed.quorum) == (("bob", "carol"), 2)
+    disjoint = Gate([Needs("a", ("alice",), 1), Needs("b", ("bob",), 1)]).evaluate(call)
+    assert isinstance(disjoint, Deny)
+    too_many = Gate([Needs("a", ("alice", "bob"), 1), Needs("b", (), 3)]).evaluate(call)
+    assert isinstance(too_many, Deny)

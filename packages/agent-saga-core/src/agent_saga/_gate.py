@@ -54,8 +54,31 @@ ALLOW = Allow()
 
 
 def strictest(first: Decision, second: Decision) -> Decision:
-    """The stricter of two decisions (the first on a tie, so the earliest rule is reported)."""
+    """The stricter of two decisions (the first on a tie, so the earliest rule is reported).
+
+    Two approval requirements combine: the approval must satisfy both (see :func:`_both`).
+    """
+    if isinstance(first, RequireApproval) and isinstance(second, RequireApproval):
+        return _both(first, second)
     return second if second.rank > first.rank else first
+
+
+def _both(first: RequireApproval, second: RequireApproval) -> Decision:
+    """One approval satisfying two rules: only approvers both allow (an empty list allows the
+    kit's approvers), the larger quorum; ``Deny`` when no approval could satisfy both."""
+    if first == second:
+        return first
+    rule = first.rule if first.rule == second.rule else f"{first.rule}+{second.rule}"
+    if first.approvers and second.approvers:
+        approvers = tuple(a for a in first.approvers if a in second.approvers)
+        if not approvers:
+            return Deny(rule, "no approver is allowed by every rule that requires an approval")
+    else:
+        approvers = first.approvers or second.approvers
+    quorum = max(first.quorum, second.quorum)
+    if approvers and quorum > len(approvers):
+        return Deny(rule, f"a quorum of {quorum} from {len(approvers)} allowed approver(s)")
+    return RequireApproval(rule, f"{first.reason}; {second.reason}", approvers, quorum)
 
 
 class ToolCall(NamedTuple):
