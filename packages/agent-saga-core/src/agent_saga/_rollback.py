@@ -98,7 +98,9 @@ class RollbackState:
             self.saga._obs.compensation_end(self.saga, step.ref, None)
 
     def step_failed(self, step: _Step, exc: BaseException) -> None:
-        self.failed.append(CompensationFailure(step.ref, f"{type(exc).__name__}: {exc}"))
+        failure = CompensationFailure(step.ref, f"{type(exc).__name__}: {exc}")
+        self.failed.append(failure)
+        self.saga.failed_compensations.append(failure)
         self._log(
             Kind.COMP_FAILED,
             {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": error_info(exc)},
@@ -109,7 +111,10 @@ class RollbackState:
             self.saga._obs.compensation_end(self.saga, step.ref, exc)
 
     def finish(self, terminal: bool) -> RollbackReport:
-        status = SagaStatus.NEEDS_HUMAN if self.failed else SagaStatus.ROLLED_BACK
+        # A terminal record covers the whole saga: a compensation that failed in a savepoint
+        # earlier is an effect still in place, so the saga needs a human.
+        failed = self.saga.failed_compensations if terminal else self.failed
+        status = SagaStatus.NEEDS_HUMAN if failed else SagaStatus.ROLLED_BACK
         if terminal:
             self.saga.status = status
             self._log(
@@ -118,7 +123,7 @@ class RollbackState:
                     "status": status.value,
                     "cause": error_info(self.cause),
                     "compensated": [r.ordinal for r in self.compensated],
-                    "failed": [f.step.ordinal for f in self.failed],
+                    "failed": [f.step.ordinal for f in failed],
                 },
                 durable=True,
             )

@@ -28,7 +28,7 @@ from ._errors import ArgumentsRefused, GateRefused, HaltedError
 from ._gate import Deny, Hold, RequireApproval, ToolCall, commit_all, release_all
 from ._records import Entry, Kind, SagaStatus
 from ._redaction import AT_WRITE, mask
-from ._report import RollbackReport, StepRef
+from ._report import CompensationFailure, RollbackReport, StepRef
 from ._rollback import RollbackState, error_info, run_coroutine
 from ._runtime import Runtime
 from ._semantics import Semantics, ToolSpec
@@ -99,6 +99,9 @@ class Saga:
         """A failure no exception carried to the transaction (see :meth:`doom`)."""
         self._holds: list[tuple[int, Hold]] = []
         """Reservations (budgets) taken for steps, settled when the saga or a savepoint ends."""
+        self.failed_compensations: list[CompensationFailure] = []
+        """Every compensation of this saga that failed, savepoints' included: a terminal
+        rollback after one of them ends ``needs_human`` even if its own compensations succeed."""
         self._now = runtime.clock.now
         self._fast_path = runtime.fast_path
         self._key_prefix = hashlib.sha256(f"{saga_id}\x00".encode())
