@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import pytest
-from agent_saga import AgentKit, Entry
+from agent_saga import AgentKit, Entry, saga_scope
 from pytest_agent_saga import (
     FAULT_KINDS,
     Baseline,
@@ -461,3 +461,33 @@ def test_async_tools_and_transactions_run_under_every_fault_kind(
     report = saga_chaos.run(stay)
     assert {r.kind for r in report.results} == {"exception", "compensation", "kill", "duplicate"}
     assert report.ok
+
+
+def test_an_agent_that_opens_its_own_saga_scope_runs_as_a_savepoint(
+    saga_kit: AgentKit, saga_ledger: JournalLedger, saga_chaos: ChaosRunner
+) -> None:
+    @saga_kit.compensator("scope.undo")
+    def undo(idempotency_key: str) -> None:
+        if not saga_ledger.count("undo", idempotency_key):
+            saga_ledger.record("undo", idempotency_key)
+
+    def done(idempotency_key: str, n: int) -> bool:
+        return saga_ledger.count("do", idempotency_key) > 0
+
+    @saga_kit.tool(name="scope.do", compensate="scope.undo", probe=done)
+    def do(n: int, idempotency_key: str = "") -> None:
+        if not saga_ledger.count("do", idempotency_key):
+            saga_ledger.record("do", idempotency_key)
+
+    @saga_scope("agent")  # as the agent's own code declares its transaction
+    def agent() -> None:
+        do(1)
+        do(2)
+
+    report = saga_chaos.run(agent)
+    assert report.ok
+    # The savepoint's own rollback is a crash point too.
+    assert (
+        "SIGKILL right after log write 12 (savepoint.rollback), in the rollback, then recovery"
+        in {r.label for r in report.results}
+    )
