@@ -247,6 +247,8 @@ class _SagaBuilder:
                 | Kind.SELFHEAL_ESCALATED
             ):
                 pass  # the rollback records carry what a reader needs; gate notes are context
+            case Kind.APPROVAL_REQUESTED | Kind.APPROVAL_DECIDED:
+                self._approval(record)
             case Kind.SAVEPOINT_ROLLBACK:
                 if rollback is not None:
                     rollback.finished = True
@@ -263,6 +265,20 @@ class _SagaBuilder:
             case _:
                 if record.kind not in self.unknown:
                     self.unknown.append(record.kind)
+
+    def _approval(self, record: Record) -> None:
+        data = record.data
+        if record.kind == Kind.APPROVAL_REQUESTED:
+            approvers = data.get("approvers")
+            who = ", ".join(map(str, approvers)) if isinstance(approvers, list) else "?"
+            quorum = _int(data, "quorum")
+            text = f"requested ({_str(data, 'request')}) from {who}, quorum {quorum}"
+        else:
+            by = data.get("by")
+            names = ", ".join(map(str, by)) if isinstance(by, list) and by else "nobody"
+            decision = _str(data, "decision") or "?"
+            text = f"{decision} ({_str(data, 'request')}); approved by {names}"
+        self._update(record, approval=text)
 
     def _undo(
         self,

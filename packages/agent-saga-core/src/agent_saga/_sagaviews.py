@@ -85,6 +85,8 @@ class StepView:
     compensation_error: ErrorInfo | None = None
     ts: int | None = None
     """When the step was first logged (milliseconds since the epoch)."""
+    approval: str | None = None
+    """Where a human approval of the step stands (requested, approved by ..., denied, ...)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,6 +186,8 @@ def _step(console: Console, step: StepView, status: SagaStatus) -> None:
     _field(console, "args", json_value(step.args))
     if step.idempotency_key:
         _field(console, "key", plain(step.idempotency_key))
+    if step.approval:
+        _field(console, "approval", plain(step.approval))
     _field(console, "outcome", _outcome(step))
     compensation = _compensation_text(step, status)
     if compensation is not None:
