@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agent_saga import (
     COMPENSABLE,
@@ -41,7 +42,11 @@ from agent_saga import (
     require_approval,
 )
 
-ARGS = {"to": {"iban": "DE44500105175407324931"}, "amount": 420.0, "currency": "EUR"}
+ARGS: dict[str, Any] = {
+    "to": {"iban": "DE44500105175407324931"},
+    "amount": 420.0,
+    "currency": "EUR",
+}
 CALL = ToolCall("bank.transfer", COMPENSABLE, ARGS, "bench-saga", 1)
 
 
@@ -55,6 +60,10 @@ def rule_mix(n: int) -> list[Rule]:
         lambda i: require_approval(lambda c: c.arg("amount", 0) > 1e6, name=f"approve{i}"),
     ]
     return [kinds[i % len(kinds)](i) for i in range(n)]
+
+
+def evaluator(gate: Gate) -> Callable[[], object]:
+    return lambda: gate.evaluate(CALL)
 
 
 def sample(func: Callable[[], object], n: int) -> list[int]:
@@ -107,7 +116,7 @@ def main() -> None:
     cases: dict[str, Callable[[], object]] = {"floor: bare call": lambda: bare(**ARGS)}
     for n, gate in gates.items():
         assert gate.evaluate(CALL).rank == 0
-        cases[f"Gate.evaluate, {n} rule(s)"] = lambda gate=gate: gate.evaluate(CALL)
+        cases[f"Gate.evaluate, {n} rule(s)"] = evaluator(gate)
     figures = rounds(cases, per_round, count)
     print("gate cost per call (p50, microseconds):")
     for name, value in figures.items():
