@@ -450,3 +450,18 @@ def test_the_recover_command_settles_file_budgets_it_has_no_rule_for(
     )
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     assert budget.usage() == (Decimal(0), Decimal(0))
+
+
+def test_the_reservation_is_on_disk_before_the_tool_runs(home: Path) -> None:
+    seen: list[tuple[Decimal, Decimal]] = []
+    with AgentKit(home=home, rules=[Budget("ops", 100, store=FileBudgetStore(home))]) as kit:
+
+        @kit.tool(name="pay", compensate=lambda result: None)
+        def pay(amount: int) -> None:
+            # another process's view: a fresh store reading the state file now
+            seen.append(FileBudgetStore(home).usage("ops", "all"))
+
+        with kit.transaction("t"):
+            pay(35)
+    assert seen == [(Decimal(0), Decimal(35))]
+    assert FileBudgetStore(home).usage("ops", "all") == (Decimal(35), Decimal(0))
