@@ -360,6 +360,30 @@ def test_retrying_agent(saga_kit, saga_chaos):
     assert "at step #1 bank.charge, before its effect" not in result.stdout.str()
 
 
+def test_configured_approvers_do_not_make_the_runner_wait_for_a_vote(
+    pytester: pytest.Pytester, run: Run
+) -> None:
+    pytester.makefile(".toml", **{"agent-saga": 'approvers = ["unix:alice"]\n'})
+    pytester.makepyfile(
+        test_wire="""
+def test_wire(saga_kit, saga_chaos):
+    @saga_kit.tool(name="bank.wire", semantics="irreversible")
+    def wire(amount):
+        pass
+
+    saga_chaos.run(lambda: wire(5_000_000), name="wire")
+"""
+    )
+    result = run()  # refused at once, not after the configured approvers' 600 s expiry
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*transaction 'wire' does not commit when no fault is injected: SagaRolledBack(*"
+            "needs a human approval; no approver is configured*"
+        ]
+    )
+
+
 class TimeoutKind:
     """A fault kind of a user's own: the gateway times out before each step's effect."""
 

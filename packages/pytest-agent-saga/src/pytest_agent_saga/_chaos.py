@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_saga import (
     AgentKit,
+    Approvals,
     FileLogStore,
     MemoryKillSwitch,
     MemoryLogStore,
@@ -259,6 +260,7 @@ class ChaosRunner:
             registry=injector.registry(self.registry, store),
             ids=SequentialIds(prefix),
             fast_path=False,
+            approvals=no_approvals(),
         )
         with kit:
             error = execute(kit, transaction, name)
@@ -294,6 +296,7 @@ class ChaosRunner:
                     ids=SequentialIds(prefix),
                     fast_path=False,
                     checkpoints=False,  # a throwaway log: no background thread to kill too
+                    approvals=no_approvals(),
                 )
                 execute(kit, transaction, name)
                 kit.close()
@@ -309,6 +312,7 @@ class ChaosRunner:
             kill_switch=MemoryKillSwitch(),
             registry=self.registry,
             checkpoints=False,
+            approvals=no_approvals(),
         )
         with recovering as kit:
             recovery = kit.recover()
@@ -316,6 +320,12 @@ class ChaosRunner:
                 list(kit.store.records()), kit.verify(), recovery=recovery, problems=problems
             )
         return self._finish(outcome, world, before, ledger_count)
+
+
+def no_approvals() -> Approvals:
+    """No approver: a call that needs an approval is refused at once, even when the project's
+    configuration lists approvers (the runner's kits would otherwise wait for a human vote)."""
+    return Approvals()
 
 
 def execute(kit: AgentKit, transaction: Transaction, name: str) -> BaseException | None:

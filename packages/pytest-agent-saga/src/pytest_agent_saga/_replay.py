@@ -25,7 +25,7 @@ from agent_saga import (
 )
 
 from ._assertions import LogSource, records_of
-from ._chaos import execute
+from ._chaos import execute, no_approvals
 from ._intercept import InterceptingStore
 from ._invariants import divergence
 from ._registry import ACTIVE
@@ -155,6 +155,7 @@ def _run(
         registry=registry or ACTIVE.get(),
         ids=SequentialIds("replay"),
         fast_path=False,
+        approvals=no_approvals(),
     )
     with kit:
         execute(kit, transaction, name)
