@@ -22,6 +22,7 @@ def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with loopback_only() as refused:
         yield
     assert refused == [], f"network access attempted: {refused}"

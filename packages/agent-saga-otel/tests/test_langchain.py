@@ -1,0 +1,190 @@
+"""A LangChain agent (scripted model) in a transaction: its own runs and spans carry the saga id."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_saga import AgentKit, SagaRolledBack, SequentialIds
+from agent_saga_otel import SAGA_ID, OTelObserver
+from agent_saga_otel.langchain import LangChainLink, RunSpans
+from agent_saga_otel.langsmith import LangSmithLink
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.tools import BaseTool, tool
+from langchain_core.tracers.context import collect_runs
+from langsmith.run_helpers import get_tracing_context
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+
+class ScriptedChat(BaseChatModel):
+    """Answers with the next scripted message on each call."""
+
+    script: list[AIMessage]
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self.script.pop(0))])
+
+
+def agent(model: BaseChatModel, tools: Sequence[BaseTool]) -> Runnable[Any, Any]:
+    """A tool-calling loop: a tool's exception becomes an error message and the loop goes on."""
+    by_name = {t.name: t for t in tools}
+
+    def loop(messages: list[BaseMessage], config: RunnableConfig) -> list[BaseMessage]:
+        messages = list(messages)
+        while True:
+            ai = model.invoke(messages, config)
+            messages.append(ai)
+            if not isinstance(ai, AIMessage) or not ai.tool_calls:
+                return messages
+            for call in ai.tool_calls:
+                try:
+                    out = by_name[call["name"]].invoke(dict(call), config)
+                except Exception as exc:
+                    out = ToolMessage(f"Error: {exc}", tool_call_id=call["id"], status="error")
+                messages.append(out)
+
+    return RunnableLambda(loop, name="agent_loop")
+
+
+def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": call_id}])
+
+
+def test_agent_runs_and_spans_carry_the_saga_id(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    refunds: list[int] = []
+    with AgentKit(
+        home=tmp_path / "home",
+        ids=SequentialIds(),
+        observers=[OTelObserver(provider), LangChainLink(provider)],
+    ) as kit:
+
+        def refund(amount: int) -> None:
+            refunds.append(amount)
+
+        @kit.tool(name="payments.charge", compensate=refund)
+        def charge_card(amount: int) -> str:
+            return f"charged {amount}"
+
+        @kit.tool(name="shipping.book", compensate=lambda: None)
+        def book_courier(city: str) -> str:
+            raise RuntimeError(f"no courier in {city}")
+
+        @tool
+        def charge(amount: int) -> str:
+            """Charge the customer."""
+            return charge_card(amount=amount)
+
+        @tool
+        def ship(city: str) -> str:
+            """Book a courier."""
+            return book_courier(city=city)
+
+        model = ScriptedChat(
+            script=[
+                call("charge", {"amount": 30}, "call_1"),
+                call("ship", {"city": "Oslo"}, "call_2"),
+                AIMessage("I could not ship it."),
+            ]
+        )
+        loop = agent(model, [charge, ship])
+        with (
+            collect_runs() as runs,
+            pytest.raises(SagaRolledBack),
+            kit.transaction("order") as saga,
+        ):
+            assert get_tracing_context()["metadata"] == {"saga_id": saga.id}
+            loop.invoke([HumanMessage("buy and ship")])
+            raise RuntimeError("the agent could not finish the order")
+    assert refunds == [30]
+
+    # LangChain's own runs carry the saga id as a tag.
+    assert runs.traced_runs
+    for run in runs.traced_runs:
+        assert f"saga:{saga.id}" in (run.tags or []), run.name
+
+    # LangChain's runs as spans: the loop, two model calls... all in the saga's trace.
+    spans = exporter.get_finished_spans()
+    root = next(s for s in spans if s.name == "invoke_workflow order")
+    runs_spans = [s for s in spans if s.attributes and "langchain.run.type" in s.attributes]
+    kinds = sorted(str(s.attributes["langchain.run.type"]) for s in runs_spans if s.attributes)
+    assert kinds == ["chain", "chat_model", "chat_model", "chat_model", "tool", "tool"]
+    for span in spans:
+        assert span.attributes is not None
+        assert span.attributes[SAGA_ID] == saga.id, span.name
+        assert span.context is not None
+        assert root.context is not None
+        assert span.context.trace_id == root.context.trace_id
+    loop_span = next(s for s in runs_spans if s.name == "agent_loop")
+    assert loop_span.parent is not None
+    assert root.context is not None
+    assert loop_span.parent.span_id == root.context.span_id
+    tool_spans = {
+        str(s.attributes["gen_ai.tool.call.id"]): s
+        for s in runs_spans
+        if s.attributes and s.attributes["langchain.run.type"] == "tool"
+    }
+    assert sorted(tool_spans) == ["call_1", "call_2"]
+    assert tool_spans["call_2"].status.status_code is StatusCode.ERROR
+    steps = [s for s in spans if s.attributes and "agent_saga.step.ordinal" in s.attributes]
+    assert sorted(s.name for s in steps) == [
+        "compensate payments.charge",
+        "execute_tool payments.charge",
+        "execute_tool shipping.book",
+    ]
+
+
+def test_outside_a_transaction_runs_are_left_alone(exporter: InMemorySpanExporter) -> None:
+    LangChainLink()  # constructing it registers nothing for runs outside a saga
+
+    def same(x: int) -> int:
+        return x
+
+    with collect_runs() as runs:
+        RunnableLambda(same, name="plain").invoke(1)
+    assert [r.tags for r in runs.traced_runs] == [[]]
+    assert exporter.get_finished_spans() == ()
+
+
+def test_run_spans_handler_on_its_own(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    handler = RunSpans(provider)
+
+    def add(x: int) -> int:
+        return x + 1
+
+    RunnableLambda(add, name="add").invoke(1, {"callbacks": [handler]})
+    [span] = exporter.get_finished_spans()
+    assert span.name == "add"
+    assert span.attributes is not None
+    assert SAGA_ID not in span.attributes
+
+
+def test_langsmith_context_is_restored_after_the_saga(tmp_path: Path) -> None:
+    with AgentKit(home=tmp_path / "home", observers=[LangSmithLink()]) as kit:
+        with kit.transaction("t") as saga:
+            context = get_tracing_context()
+            assert context["tags"] == [f"saga:{saga.id}"]
+            assert context["metadata"] == {"saga_id": saga.id}
+        assert get_tracing_context()["metadata"] is None
+        assert kit.observers.errors == 0
