@@ -37,9 +37,6 @@ from ._homefiles import safe_name
 from ._rules import describe_scope, is_number, tool_scope
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from ._records import Record
     from ._sagaviews import SagaView
 
 BudgetScope = Literal["all", "saga"]
@@ -256,39 +253,6 @@ def reconcile_holds(store: BudgetStore, name: str, sagas: Iterable[SagaView]) ->
     return ReconcileReport(*(tuple(done[k]) for k in ("committed", "released", "kept")))
 
 
-def settle_abandoned(
-    rules: Iterable[object], records: Iterable[Record], home: Path | None = None
-) -> dict[str, ReconcileReport]:
-    """Reconcile budgets against the sagas in ``records`` (a log).
-
-    Every budget among ``rules`` is reconciled in its own store; with ``home``, so is every
-    budget kept in that home's file store, configured here or not (``agent-saga recover``
-    knows no rules, and settling needs only the budget's name).
-    """
-    from ._budget_file import FileBudgetStore
-
-    budgets = list(iter_budgets(rules))
-    home_store = FileBudgetStore(home) if home is not None else None
-    home_names = home_store.names() if home_store is not None else []
-    if not budgets and not home_names:
-        return {}
-    from ._history import sagas
-
-    views = sagas(records)
-    reports = {budget.name: budget.reconcile(views) for budget in budgets}
-    covered = {
-        budget.name
-        for budget in budgets
-        if isinstance(budget.store, FileBudgetStore)
-        and home_store is not None
-        and budget.store.dir == home_store.dir
-    }
-    for name in home_names:
-        if name not in covered and home_store is not None:
-            reports.setdefault(name, reconcile_holds(home_store, name, views))
-    return reports
-
-
 __all__ = [
     "Budget",
     "BudgetHold",
@@ -296,5 +260,4 @@ __all__ = [
     "iter_budgets",
     "open_budget_store",
     "reconcile_holds",
-    "settle_abandoned",
 ]

@@ -232,7 +232,7 @@ class AgentKit:
         on the file store a dead worker's claim ends with its process. Budget reservations left
         by dead processes are then settled from their sagas' outcome (``Budget.reconcile``).
         """
-        from ._budget import settle_abandoned
+        from ._budget_recover import settle_abandoned
         from ._recovery import recover  # recovery is not needed to run transactions
 
         report = recover(self.runtime, lease_ttl=lease_ttl)
