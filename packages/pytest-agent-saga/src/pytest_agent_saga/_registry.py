@@ -12,7 +12,13 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from agent_saga import AgentKit, CompensatorRegistry, MemoryKillSwitch, MemoryLogStore
+from agent_saga import (
+    AgentKit,
+    Approvals,
+    CompensatorRegistry,
+    MemoryKillSwitch,
+    MemoryLogStore,
+)
 
 from ._faults import failing
 
@@ -28,7 +34,9 @@ ACTIVE: ContextVar[CompensatorRegistry | None] = ContextVar(
 
 def process_registry() -> CompensatorRegistry:
     """The process-wide registry, as every kit built without ``registry=`` uses it."""
-    with AgentKit(home=".", store=MemoryLogStore(), kill_switch=MemoryKillSwitch()) as kit:
+    with AgentKit(
+        home=".", store=MemoryLogStore(), kill_switch=MemoryKillSwitch(), approvals=Approvals()
+    ) as kit:  # every part given, so no configuration file is read
         return kit.runtime.registry
 
 
