@@ -191,6 +191,14 @@ def test_require_approval_when(home: Any) -> None:
     assert ledger.actions() == ["wire"]
 
 
+def test_require_approval_carries_approvers_and_quorum() -> None:
+    rule = require_approval(lambda c: True, approvers=["cfo", "ceo"], quorum=2, name="board")
+    decision = rule.evaluate(call("wire"))
+    assert decision == RequireApproval("board", "wire: needs a human approval", ("cfo", "ceo"), 2)
+    with pytest.raises(ValueError, match="quorum"):
+        require_approval(lambda c: True, approvers=["cfo"], quorum=2)
+
+
 def test_approval_predicate_must_return_a_bool() -> None:
     sloppy = require_approval(lambda c: c.arg("amount"))
     decision = sloppy.evaluate(call(amount=5))

@@ -273,15 +273,22 @@ class ApprovalWhen:
         reason: str,
         tools: frozenset[str] | None,
         name: str,
+        approvers: tuple[str, ...] = (),
+        quorum: int = 1,
     ) -> None:
+        if quorum < 1 or (approvers and quorum > len(approvers)):
+            raise ValueError(f"quorum must be between 1 and the number of approvers, got {quorum}")
         self.when, self.reason, self.tools, self.name = when, reason, tools, name
+        self.approvers, self.quorum = approvers, quorum
 
     def evaluate(self, call: ToolCall) -> Decision:
         if self.tools is not None and call.tool not in self.tools:
             return ALLOW
         answer: Any = self.when(call)
         if answer is True:
-            return RequireApproval(self.name, f"{call.tool}: {self.reason}")
+            return RequireApproval(
+                self.name, f"{call.tool}: {self.reason}", self.approvers, self.quorum
+            )
         if answer is False:
             return ALLOW
         return Deny(self.name, f"approval condition returned {answer!r}, not True or False")
@@ -297,13 +304,23 @@ def require_approval(
     reason: str = "needs a human approval",
     tools: Iterable[str] | str | None = None,
     name: str = "require_approval",
+    approvers: Iterable[str] = (),
+    quorum: int = 1,
 ) -> ApprovalWhen:
     """A rule that turns matching calls into :class:`RequireApproval`.
 
     ``require_approval(lambda c: c.arg("amount", 0) > 10_000, tools="bank.wire")``. Until an
     approval channel is configured, the engine refuses such calls (with this reason).
+    ``approvers`` and ``quorum`` are carried on the decision for that channel.
     """
-    return ApprovalWhen(when, reason=reason, tools=tool_scope(tools), name=name)
+    return ApprovalWhen(
+        when,
+        reason=reason,
+        tools=tool_scope(tools),
+        name=name,
+        approvers=tuple(approvers),
+        quorum=quorum,
+    )
 
 
 __all__ = [
