@@ -285,3 +285,33 @@ def test_on_refusal_rollback_aborts_the_transaction() -> None:
         asyncio.run(run_in_saga(agent, "go", kit=kit))
     assert travel.ledger.actions() == ["charge", "refund"]
     assert "deny list" in tool_outputs(model)["c2"]
+
+
+def test_a_tool_without_failure_text_still_fails_the_run(kit: AgentKit) -> None:
+    ledger = Ledger()
+
+    @function_tool(failure_error_function=None)
+    def ship(item: str) -> str:
+        """Ship the order."""
+        raise RuntimeError("warehouse offline")
+
+    charge = Travel().raw[0]
+    tools = saga_tools(
+        [charge, ship],
+        {
+            "charge": {"compensate": lambda: ledger.record("refund")},
+            "ship": {"semantics": "reversible"},
+        },
+    )
+    model = ScriptedModel(
+        [
+            [function_call("charge", {"amount": 5, "card": "v"}, call_id="c1")],
+            [function_call("ship", {"item": "lamp"}, call_id="s1")],
+            [assistant_message("?")],
+        ]
+    )
+    with pytest.raises(SagaRolledBack) as raised:
+        asyncio.run(run_in_saga(Agent(name="a", model=model, tools=[*tools]), "go", kit=kit))
+    assert "warehouse offline" in str(raised.value.cause)
+    assert ledger.actions() == ["refund"]
+    assert len(model.calls) == 2  # the run stopped at the failing tool, as it would unwrapped
