@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, SagaRolledBack, SequentialIds
+from agent_saga.testing import run_markdown_examples
 from agent_saga_otel import SAGA_ID, OTelObserver, SagaIdSpanProcessor
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -150,3 +151,21 @@ def test_phoenix_one_call_setup_keeps_its_exporter(tmp_path: Path, collector: Co
     assert spans["execute_tool ship"]["openinference.span.kind"] == "TOOL"
     assert spans["execute_tool ship"][SAGA_ID] == saga_id
     assert collector.resource_attributes()["openinference.project.name"] == "agent-saga-tests"
+
+
+def test_readme_examples_export_to_the_collector(
+    collector: Collector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLLECTOR", collector.endpoint)
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    assert run_markdown_examples(readme) == 3
+    spans = collector.spans()
+    by_name = dict(spans)
+    order_id = by_name["invoke_workflow order"][SAGA_ID]
+    assert by_name["compensate payments.charge"][SAGA_ID] == order_id
+    assert by_name["planner"][SAGA_ID] == by_name["invoke_workflow order-2"][SAGA_ID]
+    assert (
+        by_name["invoke_workflow restock"]["session.id"]
+        == by_name["invoke_workflow restock"][SAGA_ID]
+    )
+    assert all(SAGA_ID in attributes for _, attributes in spans)

@@ -52,6 +52,9 @@ class OTelObserver(Observer):
         else:
             self._tracer = tracer_provider.get_tracer("agent_saga_otel", VERSION)
         self._openinference = openinference
+        self._last: tuple[object, Mapping[str, str]] = (None, {})
+        """The last span context :meth:`trace_ids` formatted, and its ids (a step writes two
+        records under the same span)."""
         self._open: dict[tuple[str, int, str], tuple[Span, object]] = {}
         """Open spans by (saga id, ordinal, role) with the token that made them current (a dict's
         single set and pop are atomic: steps of one saga may run in several threads)."""
@@ -104,10 +107,8 @@ class OTelObserver(Observer):
             n.GEN_AI_OPERATION_NAME: n.EXECUTE_TOOL,
             n.GEN_AI_TOOL_NAME: step.tool,
             n.GEN_AI_TOOL_CALL_ID: step.idempotency_key,
-            n.GEN_AI_TOOL_TYPE: "function",
             n.STEP_ORDINAL: step.ordinal,
             n.STEP_SEMANTICS: semantics.value,
-            n.IDEMPOTENCY_KEY: step.idempotency_key,
         }
         if self._openinference:
             attributes[n.OPENINFERENCE_SPAN_KIND] = "TOOL"
@@ -175,12 +176,17 @@ class OTelObserver(Observer):
 
     def trace_ids(self) -> Mapping[str, str] | None:
         span_context = trace.get_current_span().get_span_context()
+        last, ids = self._last
+        if span_context is last:
+            return ids
         if not span_context.is_valid:
             return None
-        return {
+        ids = {
             "trace_id": format(span_context.trace_id, "032x"),
             "span_id": format(span_context.span_id, "016x"),
         }
+        self._last = (span_context, ids)
+        return ids
 
 
 def _failed(span: Span, error: BaseException, prefix: str) -> None:

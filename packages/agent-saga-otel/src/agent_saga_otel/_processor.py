@@ -35,8 +35,11 @@ class SagaIdSpanProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         saga_id = baggage.get_baggage(n.SAGA_ID, parent_context)
-        if isinstance(saga_id, str):
-            for key in self._keys:
+        if not isinstance(saga_id, str):
+            return
+        attributes = span.attributes
+        for key in self._keys:
+            if attributes is None or key not in attributes:  # agent-saga's spans have it
                 span.set_attribute(key, saga_id)
 
     def on_end(self, span: ReadableSpan) -> None:
