@@ -17,6 +17,8 @@ from agent_saga import (
     SequentialIds,
     StepRef,
 )
+from agent_saga._approval import ApprovalRequest
+from agent_saga._approvals import Approvals, submit_vote
 
 
 class Recorder(Observer):
@@ -48,6 +50,14 @@ class Recorder(Observer):
 
     def compensation_end(self, saga: Saga, step: StepRef, error: BaseException | None) -> None:
         self.events.append(("compensation_end", step.ordinal, type(error).__name__))
+
+    def approval_requested(self, saga: Saga, step: StepRef, reason: str) -> None:
+        self.events.append(("approval_requested", step.ordinal, step.tool))
+
+    def approval_decided(
+        self, saga: Saga, step: StepRef, outcome: str, approvers: tuple[str, ...]
+    ) -> None:
+        self.events.append(("approval_decided", step.ordinal, outcome, approvers))
 
     def trace_ids(self) -> Mapping[str, str] | None:
         return {"trace_id": "t1", "span_id": self.span}
@@ -176,3 +186,58 @@ def test_an_observer_added_later_sees_only_sagas_started_after(kit: AgentKit) ->
     assert recorder.events == [("saga_begin", "after"), ("saga_end", "committed", "NoneType")]
     kit.observers.remove(recorder)
     assert len(kit.observers) == 0
+
+
+class ApproveAtOnce:
+    """An approval channel whose approver says yes as soon as a request is posted."""
+
+    def __init__(self) -> None:
+        self.kit: AgentKit | None = None
+
+    def request_posted(self, request: ApprovalRequest) -> None:
+        assert self.kit is not None
+        submit_vote(self.kit.store, request.id, "alice", "approve", channel="test")
+
+    def request_decided(self, request: ApprovalRequest, outcome: str) -> None:
+        return None
+
+
+def test_approvals_requested_and_decided_are_events(home: Path) -> None:
+    recorder = Recorder()
+    channel = ApproveAtOnce()
+    approvals = Approvals(approvers=["alice"], channels=[channel], poll=0.01)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+        channel.kit = kit
+        kit.observe(recorder)
+
+        @kit.tool(name="bank.wire", semantics="irreversible")
+        def wire(usd: int) -> str:
+            return f"wired {usd}"
+
+        with kit.transaction("pay"):
+            assert wire(usd=5) == "wired 5"
+    assert recorder.events[1:5] == [
+        ("step_begin", 1, "bank.wire", "irreversible"),
+        ("approval_requested", 1, "bank.wire"),
+        ("approval_decided", 1, "approved", ("alice",)),
+        ("step_end", 1, "NoneType"),
+    ]
+
+
+def test_an_expired_approval_is_decided_then_refused(home: Path) -> None:
+    recorder = Recorder()
+    approvals = Approvals(approvers=["alice"], expires_after=0.05, poll=0.01)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+        kit.observe(recorder)
+
+        @kit.tool(name="bank.wire", semantics="irreversible")
+        def wire(usd: int) -> str:
+            raise AssertionError("never runs")
+
+        with pytest.raises(SagaRolledBack), kit.transaction("pay"):
+            wire(usd=5)
+    assert recorder.events[3:6] == [
+        ("approval_decided", 1, "expired", ()),
+        ("gate_refused", 1, "approval"),
+        ("step_end", 1, "GateRefused"),
+    ]

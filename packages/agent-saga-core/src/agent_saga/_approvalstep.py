@@ -47,6 +47,8 @@ def await_approval(
         expires_at=now + approvals.expires_after,
     )
     saga.log(Kind.APPROVAL_REQUESTED, request.to_data(), durable=True)
+    if saga._obs is not None:
+        saga._obs.approval_requested(saga, ref, decision.reason)
     for channel in approvals.channels:
         try:
             channel.request_posted(request)
@@ -58,7 +60,12 @@ def await_approval(
         executed = action_digest(spec.name, spec.semantics_value, to_jsonable(step.args))
         if executed != digest:
             outcome = "arguments_changed"
-    saga.log(Kind.APPROVAL_DECIDED, waiter.decision_data(outcome), durable=True)
+    decided = waiter.decision_data(outcome)
+    saga.log(Kind.APPROVAL_DECIDED, decided, durable=True)
+    if saga._obs is not None:
+        by = decided["by"]
+        approvers = tuple(str(a) for a in by) if isinstance(by, list) else ()
+        saga._obs.approval_decided(saga, ref, outcome, approvers)
     for channel in approvals.channels:
         try:
             channel.request_decided(request, outcome)

@@ -70,12 +70,13 @@ class Observer:
         """A compensation finished; ``error`` when it failed (the saga will need a human)."""
 
     def approval_requested(self, saga: Saga, step: StepRef, reason: str) -> None:
-        """A step waits for a human's approval (fired once approval channels exist)."""
+        """Step ``step`` waits for humans (after the durable request record, before waiting)."""
 
     def approval_decided(
-        self, saga: Saga, step: StepRef, approved: bool, decided_by: str | None
+        self, saga: Saga, step: StepRef, outcome: str, approvers: tuple[str, ...]
     ) -> None:
-        """A human approved or rejected a waiting step (fired once approval channels exist)."""
+        """The wait ended (after the durable decision record): ``outcome`` is ``approved``,
+        ``denied``, ``expired`` or ``arguments_changed``; ``approvers``: who approved."""
 
     def trace_ids(self) -> Mapping[str, str] | None:
         """The trace context current now (e.g. ``{"trace_id": ..., "span_id": ...}``), which
@@ -190,11 +191,11 @@ class _Dispatch:
                 self._owner._failed(o, "approval_requested", exc)
 
     def approval_decided(
-        self, saga: Saga, step: StepRef, approved: bool, decided_by: str | None
+        self, saga: Saga, step: StepRef, outcome: str, approvers: tuple[str, ...]
     ) -> None:
         for o in self._observers:
             try:
-                o.approval_decided(saga, step, approved, decided_by)
+                o.approval_decided(saga, step, outcome, approvers)
             except Exception as exc:
                 self._owner._failed(o, "approval_decided", exc)
 
