@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
-from agent_saga import AgentKit, DenyTools, SagaRolledBack, SequentialIds
+from agent_saga import (
+    AgentKit,
+    ApprovalRequest,
+    Approvals,
+    DenyTools,
+    SagaRolledBack,
+    SequentialIds,
+    submit_vote,
+)
 from agent_saga_otel import SAGA_ID, OTelObserver
 from agent_saga_otel import _names as names
 from opentelemetry import baggage, trace
@@ -200,3 +209,75 @@ def test_gen_ai_names_match_the_semantic_conventions() -> None:
     ops = semconv.GenAiOperationNameValues
     assert ops.EXECUTE_TOOL.value == names.EXECUTE_TOOL
     assert ops.INVOKE_WORKFLOW.value == names.INVOKE_WORKFLOW
+
+
+class ApproveAtOnce:
+    """An approval channel whose approver says yes as soon as a request is posted."""
+
+    def __init__(self) -> None:
+        self.kit: AgentKit | None = None
+
+    def request_posted(self, request: ApprovalRequest) -> None:
+        assert self.kit is not None
+        submit_vote(self.kit.store, request.id, "alice", "approve", channel="test")
+
+    def request_decided(self, request: ApprovalRequest, outcome: str) -> None:
+        return None
+
+
+def test_approval_events_on_the_step_span(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    channel = ApproveAtOnce()
+    approvals = Approvals(approvers=["alice"], channels=[channel], poll=0.01)
+    with AgentKit(
+        home=tmp_path / "home",
+        ids=SequentialIds(),
+        approvals=approvals,
+        observers=[OTelObserver(provider)],
+    ) as kit:
+        channel.kit = kit
+
+        @kit.tool(name="bank.wire", semantics="irreversible")
+        def wire(usd: int) -> str:
+            return f"wired {usd}"
+
+        with kit.transaction("pay"):
+            wire(usd=5)
+    step = by_name(exporter.get_finished_spans())["execute_tool bank.wire"]
+    assert [e.name for e in step.events] == [
+        "agent_saga.approval.requested",
+        "agent_saga.approval.decided",
+    ]
+    decided = step.events[1].attributes
+    assert decided is not None
+    assert decided[names.APPROVAL_OUTCOME] == "approved"
+    assert tuple(decided[names.APPROVAL_APPROVERS]) == ("alice",)  # type: ignore[arg-type]
+
+
+def test_async_transaction_spans_and_context(kit: AgentKit, exporter: InMemorySpanExporter) -> None:
+    @kit.tool(name="fetch", semantics="reversible")
+    async def fetch(n: int) -> int:
+        await asyncio.sleep(0)
+        return n
+
+    async def agent() -> str:
+        async with kit.transaction("async order") as saga:
+            await fetch(1)
+            await asyncio.gather(fetch(2), fetch(3))
+            assert baggage.get_baggage(SAGA_ID) == saga.id
+        return saga.id
+
+    saga_id = asyncio.run(agent())
+    spans = exporter.get_finished_spans()
+    root = by_name(tuple(s for s in spans if s.name.startswith("invoke")))[
+        "invoke_workflow async order"
+    ]
+    steps = [s for s in spans if s.name == "execute_tool fetch"]
+    assert len(steps) == 3
+    for step in steps:
+        assert step.attributes is not None
+        assert step.attributes[SAGA_ID] == saga_id
+        assert step.parent is not None
+        assert root.context is not None
+        assert step.parent.span_id == root.context.span_id

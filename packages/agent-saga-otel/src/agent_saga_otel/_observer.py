@@ -5,6 +5,7 @@ Span tree of one transaction (names follow the GenAI conventions, ``<op> <target
     invoke_workflow <saga name>          the saga; current for the whole transaction
       execute_tool <tool>                one per step, current while the step is logged and runs
         gate.refused <tool>              when the gate refused the step (the step span ends too)
+                                     (approvals requested and decided: events on the step)
       compensate <tool>                  one per compensation, newest step first
 
 Every one of these spans carries ``agent_saga.saga.id``. While the saga runs, its id is also in
@@ -146,6 +147,21 @@ class OTelObserver(Observer):
         span = self._tracer.start_span(f"gate.refused {step.tool}", None, attributes=attributes)
         span.set_status(Status(StatusCode.ERROR, f"{rule}: {reason}"))
         span.end()
+
+    # -- approvals: events on the waiting step's span ------------------------------------------
+
+    def approval_requested(self, saga: Saga, step: StepRef, reason: str) -> None:
+        entry = self._open.get((saga.id, step.ordinal, "step"))
+        if entry is not None:
+            entry[0].add_event("agent_saga.approval.requested", {n.APPROVAL_REASON: reason})
+
+    def approval_decided(
+        self, saga: Saga, step: StepRef, outcome: str, approvers: tuple[str, ...]
+    ) -> None:
+        entry = self._open.get((saga.id, step.ordinal, "step"))
+        if entry is not None:
+            attributes = {n.APPROVAL_OUTCOME: outcome, n.APPROVAL_APPROVERS: list(approvers)}
+            entry[0].add_event("agent_saga.approval.decided", attributes)
 
     # -- compensations -------------------------------------------------------------------------
 
