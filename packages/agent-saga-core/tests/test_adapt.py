@@ -4,11 +4,14 @@ refusals as outcomes, pauses that re-run a call, and the two-phase form."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_saga import (
     AgentKit,
+    Approvals,
     ConfigurationError,
     DenyTools,
     GateRefused,
@@ -22,6 +25,7 @@ from agent_saga import (
     ToolFailed,
     build_history,
     declarations_for,
+    submit_vote,
 )
 from agent_saga.testing import Ledger
 
@@ -272,3 +276,61 @@ def test_declarations_for_keeps_order_and_catches_typos() -> None:
     assert found == [{}, {"semantics": "reversible"}]
     with pytest.raises(ValueError, match="chrage"):
         declarations_for(["charge"], {"chrage": {"semantics": "reversible"}})
+
+
+class VoteWhenPosted:
+    """An approval channel whose human answers shortly after each request is posted."""
+
+    def __init__(self, decision: str) -> None:
+        self.decision = decision
+        self.kit: AgentKit | None = None
+
+    def request_posted(self, request: Any) -> None:
+        kit = self.kit
+        assert kit is not None
+
+        def vote() -> None:
+            submit_vote(kit.store, request.id, "alice", self.decision, channel="test")
+
+        threading.Timer(0.05, vote).start()
+
+    def request_decided(self, request: Any, decision: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_an_approval_wait_does_not_block_the_event_loop(tmp_path: Path, decision: str) -> None:
+    channel = VoteWhenPosted(decision)
+    approvals = Approvals(approvers=["alice"], channels=[channel], poll=0.01)
+    ledger = Ledger()
+    guard = ToolCallGuard("wire", semantics="irreversible", parameters=["amount"])
+    ticks: list[int] = []
+
+    async def wire(step: StepRef | None) -> str:
+        ledger.record("wire")
+        return "wired"
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(1)
+            await asyncio.sleep(0.005)
+
+    async def main(kit: AgentKit) -> object:
+        task = asyncio.create_task(ticker())
+        try:
+            async with kit.transaction():
+                return await guard.arun({"amount": 5}, wire)
+        finally:
+            task.cancel()
+
+    with AgentKit(home=tmp_path / "h", approvals=approvals) as kit:
+        channel.kit = kit
+        out = asyncio.run(main(kit))
+    assert len(ticks) > 3  # the loop kept running while the human decided
+    if decision == "approve":
+        assert out == "wired"
+        assert ledger.actions() == ["wire"]
+    else:
+        assert isinstance(out, RefusedCall)
+        assert out.rule == "approval"
+        assert ledger.actions() == []

@@ -194,6 +194,16 @@ class ToolCallGuard:
             return RefusedCall(exc.tool, exc.rule, exc.reason)
         return PendingCall(self, saga, prepared, key)
 
+    async def abegin(self, arguments: Mapping[str, Any]) -> PendingCall | RefusedCall | None:
+        """:meth:`begin` for async code: when the gate may wait for a human (an approval set-up),
+        it waits in a worker thread, not on the event loop."""
+        saga = current_saga()
+        if saga is None or saga.runtime.approvals is None:
+            return self.begin(arguments)
+        import asyncio  # the running loop has loaded it already
+
+        return await asyncio.to_thread(self.begin, arguments)
+
     def run(
         self,
         arguments: Mapping[str, Any],
@@ -221,8 +231,8 @@ class ToolCallGuard:
         result_of: Callable[[T], Any] | None = None,
         error_of: Callable[[T], BaseException | None] | None = None,
     ) -> T | RefusedCall:
-        """:meth:`run` for an async effect."""
-        pending = self.begin(arguments)
+        """:meth:`run` for an async effect (see :meth:`abegin` for the gate)."""
+        pending = await self.abegin(arguments)
         if pending is None:
             return await effect(None)
         if isinstance(pending, RefusedCall):
