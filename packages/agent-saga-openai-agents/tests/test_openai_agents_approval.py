@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from pathlib import Path
 from typing import Any
 
-from agent_saga import AgentKit
+import pytest
+from agent_saga import AgentKit, Approvals, submit_vote
 from agent_saga.testing import Ledger
 from agent_saga_openai_agents import SAGA_ID_KEY, run_in_saga, saga_run_config, saga_tool
 from agents import (
@@ -91,6 +94,50 @@ def test_an_sdk_approval_does_not_open_the_gate_without_an_approval_channel(
     assert "no approval channel is configured" in last_output(model)
     refused = [r for r in kit.store.records() if r.kind == "gate.refused"]
     assert [(r.data["tool"], r.data["rule"]) for r in refused] == [("wire", "irreversible")]
+
+
+class VoteWhenPosted:
+    """An agent-saga approval channel whose approver answers shortly after each request."""
+
+    def __init__(self, decision: str) -> None:
+        self.decision = decision
+        self.kit: AgentKit | None = None
+        self.requests: list[str] = []
+
+    def request_posted(self, request: Any) -> None:
+        kit = self.kit
+        assert kit is not None
+        self.requests.append(request.tool)
+
+        def vote() -> None:
+            submit_vote(kit.store, request.id, "alice", self.decision, channel="test")
+
+        threading.Timer(0.05, vote).start()
+
+    def request_decided(self, request: Any, decision: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("vote", ["approve", "deny"])
+def test_after_the_sdk_approval_the_agent_saga_approval_decides(tmp_path: Path, vote: str) -> None:
+    # With an approval set-up, resuming an approved interruption asks agent-saga's approvers
+    # (the SDK's approval is not a vote): the call runs only if they approve.
+    channel = VoteWhenPosted(vote)
+    approvals = Approvals(approvers=["alice"], channels=[channel], poll=0.01)
+    with AgentKit(home=tmp_path / "h", approvals=approvals) as kit:
+        channel.kit = kit
+        ledger, model, final = run_with_approval(kit, approve=True)
+        decided = [r.data["decision"] for r in kit.store.records() if r.kind == "approval.decided"]
+    assert final == ["done"]
+    assert channel.requests == ["wire"]
+    if vote == "approve":
+        assert ledger.actions() == ["wire"]
+        assert last_output(model) == "wired"
+        assert decided == ["approved"]
+    else:
+        assert ledger.actions() == []
+        assert "denied" in last_output(model)
+        assert decided == ["denied"]
 
 
 class Collector(TracingProcessor):

@@ -10,8 +10,9 @@ The wrapped tool is a copy of the original (same name, schema, guardrails, timeo
   that it raises instead of answering a failure with text: the step is recorded as failed (which
   dooms the saga) and only then is the failure given to the model, as the original's own
   failure policy words it;
-* ``needs_approval`` for IRREVERSIBLE tools, so the run is interrupted for a human before the
-  gate is asked (see the README for what an approval can and cannot do yet).
+* ``needs_approval`` for IRREVERSIBLE tools, so the run is interrupted for the application's
+  human before the gate is asked. That approval is not an agent-saga vote: on resume the gate
+  still requires agent-saga's own approval (or refuses when none is set up).
 """
 
 from __future__ import annotations
@@ -101,9 +102,9 @@ def saga_tool(
         else tool
     )
 
-    def gate(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+    async def gate(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         context = data.context
-        pending = guard.begin(_arguments(context.tool_arguments))
+        pending = await guard.abegin(_arguments(context.tool_arguments))
         if pending is None:
             return ToolGuardrailFunctionOutput.allow()
         if isinstance(pending, RefusedCall):
@@ -117,7 +118,7 @@ def saga_tool(
     async def invoke(context: ToolContext[Any], arguments: str) -> Any:
         pending = gated.take(context.tool_call_id)
         if pending is None:  # called without the guardrails (directly, or outside a saga)
-            began = guard.begin(_arguments(arguments))
+            began = await guard.abegin(_arguments(arguments))
             if began is None:
                 return await tool.on_invoke_tool(context, arguments)
             if isinstance(began, RefusedCall):
