@@ -104,6 +104,9 @@ def test_failing_three_step_saga_span_tree(kit: AgentKit, exporter: InMemorySpan
     assert event.attributes is not None
     assert event.attributes["exception.type"] == "RuntimeError"
     assert named["execute_tool book"].status.status_code is StatusCode.UNSET
+    book = named["execute_tool book"].attributes
+    assert book is not None
+    assert names.STEP_OUTCOME not in book
 
     # One span per compensation, newest step first, each after the failing step ended.
     compensations = [s for s in spans if s.name.startswith("compensate ")]

@@ -124,12 +124,12 @@ class OTelObserver(Observer):
         span = self._pop((saga.id, step.ordinal, "step"))
         if span is None:
             return
-        if error is None:
-            span.set_attribute(n.STEP_OUTCOME, "done")
-        elif isinstance(error, (GateRefused, HaltedError)):
+        # A step that took effect gets no outcome attribute and an unset status (a span's
+        # attribute write takes a lock: the common path skips it).
+        if isinstance(error, (GateRefused, HaltedError)):
             span.set_attribute(n.STEP_OUTCOME, "refused")
             _failed(span, error, "refused: ")
-        else:
+        elif error is not None:
             span.set_attribute(n.STEP_OUTCOME, "failed")
             _failed(span, error, "")
         span.end()

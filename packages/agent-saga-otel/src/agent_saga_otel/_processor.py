@@ -34,12 +34,13 @@ class SagaIdSpanProcessor(SpanProcessor):
             self._keys += (n.GEN_AI_CONVERSATION_ID,)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        saga_id = baggage.get_baggage(n.SAGA_ID, parent_context)
-        if not isinstance(saga_id, str):
-            return
         attributes = span.attributes
-        for key in self._keys:
-            if attributes is None or key not in attributes:  # agent-saga's spans have it
+        missing = [k for k in self._keys if attributes is None or k not in attributes]
+        if not missing:  # agent-saga's own spans have it already
+            return
+        saga_id = baggage.get_baggage(n.SAGA_ID, parent_context)
+        if isinstance(saga_id, str):
+            for key in missing:
                 span.set_attribute(key, saga_id)
 
     def on_end(self, span: ReadableSpan) -> None:
