@@ -158,7 +158,7 @@ def test_readme_examples_export_to_the_collector(
 ) -> None:
     monkeypatch.setenv("COLLECTOR", collector.endpoint)
     readme = Path(__file__).resolve().parents[1] / "README.md"
-    assert run_markdown_examples(readme) == 3
+    assert run_markdown_examples(readme) == 4
     spans = collector.spans()
     by_name = dict(spans)
     order_id = by_name["invoke_workflow order"][SAGA_ID]
@@ -169,3 +169,4 @@ def test_readme_examples_export_to_the_collector(
         == by_name["invoke_workflow restock"][SAGA_ID]
     )
     assert all(SAGA_ID in attributes for _, attributes in spans)
+    assert by_name["FunctionTool.acall"][SAGA_ID] == by_name["invoke_workflow trip"][SAGA_ID]

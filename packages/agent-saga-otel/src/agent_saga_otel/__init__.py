@@ -3,9 +3,10 @@
 :class:`OTelObserver` turns a kit's sagas, steps, gate refusals and compensations into spans
 (with ``agent_saga.saga.id`` on each) and puts the saga id in the baggage of the transaction's
 context; :class:`SagaIdSpanProcessor` copies it onto every other span started there. Linking
-LangChain runs (``agent_saga_otel.langchain``), LangSmith runs (``agent_saga_otel.langsmith``)
-and a one-call Phoenix setup (``agent_saga_otel.phoenix``) are in their own modules, imported
-only when used. Nothing here installs a global tracer provider.
+LangChain runs (``agent_saga_otel.langchain``), LangSmith runs (``agent_saga_otel.langsmith``),
+LlamaIndex spans (``agent_saga_otel.llamaindex``) and a one-call Phoenix setup
+(``agent_saga_otel.phoenix``) are in their own modules, imported only when used. Nothing here
+installs a global tracer provider.
 """
 
 import importlib

@@ -1,0 +1,113 @@
+"""A LlamaIndex agent (scripted LLM) in a transaction: its own spans carry the saga id."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_saga import AgentKit, SagaRolledBack, SequentialIds
+from agent_saga_otel import SAGA_ID, OTelObserver
+from agent_saga_otel.llamaindex import LlamaIndexLink
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.base.llms.types import ToolCallBlock
+from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms.mock import MockFunctionCallingLLM
+from llama_index.core.tools import FunctionTool
+from llama_index_instrumentation import get_dispatcher
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+# The agent's workflow inspects its own members, which touches pydantic's deprecated fields.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::pydantic.warnings.PydanticDeprecationWarning:inspect"
+)
+
+
+@pytest.fixture
+def link(provider: TracerProvider) -> Iterator[LlamaIndexLink]:
+    made = LlamaIndexLink(provider)
+    yield made
+    made.uninstall()
+
+
+def script(replies: Sequence[ChatMessage]) -> MockFunctionCallingLLM:
+    pending = list(replies)
+
+    def reply(messages: Sequence[ChatMessage], **kwargs: Any) -> ChatMessage:
+        return pending.pop(0)
+
+    return MockFunctionCallingLLM(response_generator=reply)
+
+
+def tool_call(name: str, call_id: str, **kwargs: Any) -> ChatMessage:
+    block = ToolCallBlock(tool_call_id=call_id, tool_name=name, tool_kwargs=kwargs)
+    return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+
+def test_agent_spans_carry_the_saga_id(
+    tmp_path: Path,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    link: LlamaIndexLink,
+) -> None:
+    assert link.handler not in get_dispatcher().span_handlers  # nothing until a saga starts
+    with AgentKit(
+        home=tmp_path / "home", ids=SequentialIds(), observers=[OTelObserver(provider), link]
+    ) as kit:
+
+        @kit.tool(name="hotel.book", compensate=lambda: None)
+        async def book_hotel(city: str) -> str:
+            return f"booked in {city}"
+
+        async def book(city: str) -> str:
+            """Book a hotel."""
+            return await book_hotel(city=city)
+
+        llm = script(
+            [
+                tool_call("book", "c1", city="Oslo"),
+                ChatMessage(role=MessageRole.ASSISTANT, content="booked"),
+            ]
+        )
+        agent = FunctionAgent(tools=[FunctionTool.from_defaults(async_fn=book)], llm=llm)
+
+        async def run() -> None:
+            async with kit.transaction("trip"):
+                await agent.run(user_msg="book Oslo")
+                raise RuntimeError("the user cancelled")
+
+        with pytest.raises(SagaRolledBack):
+            asyncio.run(run())
+    spans = exporter.get_finished_spans()
+    root = next(s for s in spans if s.name == "invoke_workflow trip")
+    assert root.attributes is not None
+    saga_id = root.attributes[SAGA_ID]
+    llama = [s for s in spans if s.attributes and "llama_index.span.id" in s.attributes]
+    names = {s.name for s in llama}
+    assert "FunctionTool.acall" in names, sorted(names)
+    assert any(name.startswith("MockFunctionCallingLLM.") for name in names), sorted(names)
+    for span in spans:
+        assert span.attributes is not None
+        assert span.attributes[SAGA_ID] == saga_id, span.name
+        assert span.context is not None
+        assert root.context is not None
+        assert span.context.trace_id == root.context.trace_id, span.name
+    assert "compensate hotel.book" in {s.name for s in spans}
+
+
+def test_outside_a_transaction_nothing_is_mirrored(
+    tmp_path: Path, exporter: InMemorySpanExporter, link: LlamaIndexLink
+) -> None:
+    with AgentKit(home=tmp_path / "home", observers=[link]) as kit, kit.transaction("t"):
+        pass  # installs the handler
+    assert link.handler in get_dispatcher().span_handlers
+
+    async def book(city: str) -> str:
+        """Book a hotel."""
+        return city
+
+    asyncio.run(FunctionTool.from_defaults(async_fn=book).acall(city="Oslo"))
+    assert exporter.get_finished_spans() == ()
