@@ -208,7 +208,7 @@ class _Dispatch:
                 self._owner._failed(o, "trace_ids", exc)
                 continue
             if ids:
-                data["trace"] = {str(k): str(v) for k, v in ids.items()}
+                data["trace"] = dict(ids)  # a copy: records never share a mutable value
                 return
 
 
