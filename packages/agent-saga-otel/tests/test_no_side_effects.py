@@ -28,7 +28,7 @@ def test_no_global_tracer_provider_is_installed(tmp_path: Path) -> None:
 
         with kit.transaction("t"):
             note()
-        records = kit.store.records()
+        records = list(kit.store.records())
         assert kit.observers.errors == 0
     assert trace.get_tracer_provider() is before
     # With no SDK provider the spans are not recording: no trace context reaches the log.

@@ -145,6 +145,9 @@ def test_records_keep_the_trace_and_span_of_their_step(
         "trace_id": f"{root.trace_id:032x}",
         "span_id": f"{root.span_id:016x}",
     }
+    report = kit.verify()  # the chain and certify read the trace field like any other
+    assert report.ok
+    assert report.records == len(list(kit.store.records()))
 
 
 def test_gate_refusal_has_its_own_span(
