@@ -338,3 +338,30 @@ def test_a_fork_makes_the_kit_not_ready_and_the_manifest_shows_the_policy(home: 
         assert any("no longer extends its checkpoint" in reason for reason in report.reasons)
     with AgentKit(home=home, store="memory") as memory:
         assert memory.guarantees()["checkpoints"] is None
+
+
+def test_a_kit_on_a_simulated_disk_writes_no_checkpoint_to_the_real_one(tmp_path: Path) -> None:
+    from agent_saga import FileLogStore
+    from agent_saga.testing import SimFileSystem
+
+    fs = SimFileSystem()
+    store = FileLogStore(tmp_path / "virtual", fs=fs)
+    with AgentKit(home=tmp_path / "virtual", store=store) as kit:
+        assert kit.checkpointer is None
+    assert not (tmp_path / "virtual").exists()
+
+
+def test_an_abandoned_kit_stops_its_checkpoint_thread(home: Path) -> None:
+    import gc
+
+    kit = AgentKit(home=home)
+    assert kit.checkpointer is not None
+    thread = kit.checkpointer._thread
+    assert thread is not None
+    assert thread.is_alive()
+    kit.checkpointer.poll = 0.01
+    kit.store.close()
+    del kit
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()

@@ -15,6 +15,7 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 
 from ._checkpoint import Checkpoint, CheckpointError, ForkError, check_extension, open_checkpoint
@@ -160,9 +161,11 @@ class Checkpointer:
         self._wake.set()
 
     def start(self) -> None:
+        # The thread holds the checkpointer weakly: a kit dropped without close() stops it.
         self._thread = threading.Thread(
-            target=self._run, name="agent-saga-checkpoints", daemon=True
+            target=_run, args=(weakref.ref(self), self._stop, self._wake), daemon=True
         )
+        self._thread.name = "agent-saga-checkpoints"
         self._thread.start()
 
     @property
@@ -192,18 +195,20 @@ class Checkpointer:
             return False
         return grown >= self.every or time.monotonic() - self._published_at >= self.interval
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self._poll)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                if self._due():
-                    self.checkpoint()
-                self.last_error = None
-            except Exception as exc:
-                self.last_error = exc
+    def poll_once(self) -> None:
+        """One look from the background thread: publish if due; remember a failure.
+
+        After a fork nothing more is published: the log no longer extends its checkpoint, and
+        that stays so until a human looks (``status()`` says so).
+        """
+        if isinstance(self.last_error, ForkError):
+            return
+        try:
+            if self._due():
+                self.checkpoint()
+            self.last_error = None
+        except Exception as exc:  # reported by status(); retried at the next poll
+            self.last_error = exc
 
     def describe(self) -> dict[str, object]:
         """The checkpoint policy for the guarantees manifest."""
@@ -225,13 +230,36 @@ class Checkpointer:
         return f"{kind}: {error}"
 
     def close(self) -> None:
-        """Stop the thread and publish a last checkpoint if the log grew (clean shutdown)."""
+        """Stop the thread and publish a last checkpoint if the log grew (clean shutdown).
+
+        Nothing is published after a fork (see :meth:`poll_once`).
+        """
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        if isinstance(self.last_error, ForkError):
+            return
         try:
             if self.tree.update() > self._published:
                 self.checkpoint()
-        except Exception as exc:
+        except Exception as exc:  # a failed last checkpoint must not lose the close
             self.last_error = exc
+
+
+def _run(
+    checkpointer: weakref.ref[Checkpointer], stop: threading.Event, wake: threading.Event
+) -> None:
+    while not stop.is_set():
+        current = checkpointer()
+        if current is None:
+            return
+        poll = current.poll
+        del current  # not held while waiting, so an abandoned kit can be collected
+        wake.wait(poll)
+        wake.clear()
+        current = checkpointer()
+        if stop.is_set() or current is None:
+            return
+        current.poll_once()
+        del current

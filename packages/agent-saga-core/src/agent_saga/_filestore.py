@@ -335,6 +335,11 @@ class FileLogStore:
         """The records now on disk, verified while read (raises :class:`CorruptLogError`)."""
         return (record for _, record in iter_log(self.path, self._chain, self._fs))
 
+    @property
+    def on_real_files(self) -> bool:
+        """True unless the store runs on an injected (simulated or faulty) file system."""
+        return self._fs is OS
+
     def follow(self, start: int, seq: int, prev: str) -> Iterator[tuple[int, Record]]:
         """Records after record ``seq`` ending at byte ``start`` (see :func:`follow_log`)."""
         return follow_log(self.path, self._chain, self._fs, start, seq, prev)

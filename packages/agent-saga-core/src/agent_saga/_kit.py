@@ -110,7 +110,9 @@ class AgentKit:
             observers=Observers(observers),
         )
         self.checkpointer: Checkpointer | None = None
-        if checkpoints and opened.kind != "memory":
+        # Checkpoints are files in the real home: not for a log in memory or on a simulated disk.
+        simulated = isinstance(opened, FileLogStore) and not opened.on_real_files
+        if checkpoints and opened.kind != "memory" and not simulated:
             from ._checkpoints import Checkpointer  # cryptography loads on the first checkpoint
 
             poll = 1.0 if isinstance(opened, FileLogStore) else checkpoint_interval
