@@ -23,7 +23,6 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Protocol, runtime_checkable
 
 from ._gate import ALLOW, Decision, Deny, RequireApproval, ToolCall
@@ -140,6 +139,8 @@ def load_labelled(lines: Iterable[str]) -> list[LabelledCall]:
 
 def shipped_calls() -> list[LabelledCall]:
     """The labelled calls shipped with agent-saga (``agent_saga/data/risk_calls.jsonl``)."""
+    from importlib import resources  # loads tempfile and more: only when the data is read
+
     text = resources.files("agent_saga").joinpath("data/risk_calls.jsonl").read_text("utf-8")
     return load_labelled(text.splitlines())
 
