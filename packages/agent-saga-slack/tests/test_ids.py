@@ -11,7 +11,7 @@ def test_a_slack_user_votes_as_slack_and_its_user_id() -> None:
     assert approver_id("W0123ABCD") == "slack:W0123ABCD"
 
 
-@pytest.mark.parametrize("bad", ["", "u123", "T0123ABCD", "U123 or 1=1", "U" + "A" * 60])
+@pytest.mark.parametrize("bad", ["", "U", "u123", "T0123ABCD", "U123 or 1=1", "U" + "A" * 60])
 def test_anything_else_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="not a Slack user id"):
         approver_id(bad)

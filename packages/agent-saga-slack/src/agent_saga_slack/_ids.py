@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 PREFIX = "slack:"
-_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,40}$")
+_USER_ID = re.compile(r"^[UW][A-Z0-9]{1,40}$")
 
 
 def approver_id(user_id: str) -> str:
