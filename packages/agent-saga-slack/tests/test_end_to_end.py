@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 
 from agent_saga import GateRefused, SagaRolledBack
 from agent_saga._approval import ApprovalBook
-from agent_saga_slack import SlackApprovalChannel
+from agent_saga_slack import SlackApprovalChannel, SlackApprovals
 from agent_saga_slack.testing import MockSlackAPI, button_body, signed_headers
+from slack_bolt import BoltRequest
+from slack_sdk import WebClient
 
 if TYPE_CHECKING:
     from conftest import Agent, Sender
@@ -126,3 +128,25 @@ def test_a_replayed_click_inside_the_window_decides_nothing_twice(
     assert [d["decision"] for d in decided] == ["approved"]
     second = mock.wait_for("resp/r", 2)[-1].body["text"]
     assert "Nothing was recorded" in second
+
+
+def test_an_app_given_no_store_votes_in_the_log_the_agents_use(
+    agent: Agent, mock: MockSlackAPI, secret: str
+) -> None:
+    """Both sides resolve the agent-saga home the same way (here ``$AGENT_SAGA_HOME``), so a
+    click finds the request the channel posted: there is no second, app-only store."""
+    agent.start(64)
+    request = agent.request()
+    with SlackApprovals(
+        signing_secret=secret,
+        client=WebClient(token="xoxb-app", base_url=mock.api_url),
+        process_before_response=True,
+    ) as app:
+        assert app.store is not agent.kit.store
+        click = button_body(request.id, user="U1", response_url=mock.response_url("own"))
+        response = app.app.dispatch(
+            BoltRequest(body=click, headers=dict(signed_headers(secret, click)))
+        )
+        assert response.status == 200
+        assert agent.finish()["result"] == "wire-64"
+    assert "Your approval is recorded" in mock.wait_for("resp/own")[0].body["text"]
