@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import uvicorn
+from agent_saga import Approvals
 from agent_saga_slack import (
     SlackApprovalChannel,
     SlackApprovals,
@@ -117,7 +118,7 @@ def test_signed_commands_over_http_and_what_is_refused(
 
 
 def test_install_in_a_workspace_then_approve_there(
-    tmp_path: Path, mock: MockSlackAPI, agent: Agent, secret: str
+    tmp_path: Path, mock: MockSlackAPI, agent: Agent, approvals: Approvals, secret: str
 ) -> None:
     home = tmp_path / "home"
     settings = oauth_settings(
@@ -174,7 +175,7 @@ def test_install_in_a_workspace_then_approve_there(
         with SlackApprovalChannel(
             "C9", installation_store=store, team_id="T1", base_url=mock.api_url
         ) as channel:
-            agent.kit.runtime.approvals.channels = (channel,)  # type: ignore[union-attr]
+            approvals.channels = (channel,)  # the kit's own Approvals
             agent.start(5)
             request = agent.request()
             posted = mock.wait_for("chat.postMessage")[0]
