@@ -492,9 +492,12 @@ def test_two_approval_rules_combine_into_one_approval_that_satisfies_both() -> N
 
 def test_replay_shows_where_a_steps_approval_stands(home: Path) -> None:
     approvals = Approvals(approvers=["alice"], expires_after=0.1, poll=0.01)
-    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
-        with pytest.raises(SagaRolledBack), kit.transaction("pay"):
-            wire(5, {"iban": "DE00"})
+    with (
+        AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit,
+        pytest.raises(SagaRolledBack),
+        kit.transaction("pay"),
+    ):
+        wire(5, {"iban": "DE00"})
     shown = CliRunner().invoke(main, ["--home", str(home), "replay", "saga-0001"])
     assert shown.exit_code == 0, shown.output
     assert "approval      expired (apr-" in shown.output

@@ -61,6 +61,7 @@ import pytest
 from agent_saga import AgentKit, HaltedError, saga_scope, tool
 
 SEEN = []
+BEFORE = os.environ.get("AGENT_SAGA_HOME")
 
 
 @tool(name="crm.note", semantics="reversible")
@@ -86,7 +87,7 @@ def test_each_test_has_its_own_home(round, saga_kit, saga_home):
 
 def test_afterwards():
     assert len(set(SEEN)) == 2
-    assert "AGENT_SAGA_HOME" not in os.environ
+    assert os.environ.get("AGENT_SAGA_HOME") == BEFORE  # restored, whatever it was
     assert not Path(".agent-saga").exists()
     assert all((home / "HALT").exists() for home in SEEN)
 """
