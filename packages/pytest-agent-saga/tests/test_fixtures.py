@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -124,7 +123,7 @@ def test_spend(round, saga_home):
 
 
 def test_the_working_directory_and_configured_stores_are_left_alone(
-    pytester: pytest.Pytester, run: Run
+    pytester: pytest.Pytester, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytester.makepyfile(
         test_cwd="""
@@ -140,11 +139,8 @@ def test_it(saga_kit, saga_home):
     assert not Path(".agent-saga").exists()
 """
     )
-    os.environ["AGENT_SAGA_STORE"] = "memory"
-    try:
-        run().assert_outcomes(passed=1)
-    finally:
-        del os.environ["AGENT_SAGA_STORE"]
+    monkeypatch.setenv("AGENT_SAGA_STORE", "memory")  # the inner run must not log there
+    run().assert_outcomes(passed=1)
 
 
 def test_a_test_without_fixtures_does_not_import_agent_saga(pytester: pytest.Pytester) -> None:
