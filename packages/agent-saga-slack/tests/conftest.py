@@ -164,6 +164,21 @@ def agent(kit: AgentKit) -> Iterator[Agent]:
 
 
 @pytest.fixture
+def agent_on() -> Iterator[Callable[[AgentKit], Agent]]:
+    """Agents on kits a test builds itself; their threads are ended at teardown."""
+    made: list[Agent] = []
+
+    def make(kit: AgentKit) -> Agent:
+        made.append(make_agent(kit))
+        return made[-1]
+
+    yield make
+    for running in made:
+        if running.thread is not None:
+            running.thread.join(timeout=30)
+
+
+@pytest.fixture
 def slack(kit: AgentKit, mock: MockSlackAPI) -> SlackApprovals:
     return SlackApprovals(
         store=kit.store,
