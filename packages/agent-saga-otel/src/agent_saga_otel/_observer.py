@@ -19,8 +19,10 @@ they may hold what ``redact=`` keeps out of the log.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING, Any
 
 from agent_saga import GateRefused, HaltedError, Observer, Saga, Semantics, StepRef
 from opentelemetry import baggage, context, trace
@@ -53,23 +55,39 @@ class OTelObserver(Observer):
         else:
             self._tracer = tracer_provider.get_tracer("agent_saga_otel", VERSION)
         self._openinference = openinference
-        self._last: tuple[object, Mapping[str, str]] = (None, {})
-        """The last span context :meth:`trace_ids` formatted, and its ids (a step writes two
-        records under the same span)."""
-        self._open: dict[tuple[str, int, str], tuple[Span, object]] = {}
-        """Open spans by (saga id, ordinal, role) with the token that made them current (a dict's
-        single set and pop are atomic: steps of one saga may run in several threads)."""
+        self._ids: ContextVar[Mapping[str, str] | None] = ContextVar(
+            "agent_saga_otel_ids", default=None
+        )
+        """The ids of this observer's innermost open span in the current context, formatted
+        once when it opens: what the records written under it keep (see :meth:`trace_ids`)."""
+        self._open: dict[tuple[str, int, str], tuple[Span, object, Token[Any]]] = {}
+        """Open spans by (saga id, ordinal, role) with the tokens that made them current (a
+        dict's single set and pop are atomic: steps of one saga may run in several threads)."""
 
     # -- spans kept open between two events ----------------------------------------------------
 
     def _push(self, key: tuple[str, int, str], span: Span, ctx: Context) -> None:
-        self._open[key] = (span, context.attach(trace.set_span_in_context(span, ctx)))
+        span_context = span.get_span_context()
+        ids = (
+            {
+                "trace_id": format(span_context.trace_id, "032x"),
+                "span_id": format(span_context.span_id, "016x"),
+            }
+            if span_context.is_valid
+            else None
+        )
+        token = context.attach(trace.set_span_in_context(span, ctx))
+        self._open[key] = (span, token, self._ids.set(ids))
 
     def _pop(self, key: tuple[str, int, str]) -> Span | None:
         entry = self._open.pop(key, None)
         if entry is None:
             return None
-        span, token = entry
+        span, token, ids_token = entry
+        # Both tokens belong to the context that opened the span; where a span ends in another
+        # one (a step gated in a worker thread), the context that opened it is left as it is.
+        with contextlib.suppress(ValueError):
+            self._ids.reset(ids_token)
         context.detach(token)  # type: ignore[arg-type]
         return span
 
@@ -191,18 +209,10 @@ class OTelObserver(Observer):
     # -- the log's link to the trace -----------------------------------------------------------
 
     def trace_ids(self) -> Mapping[str, str] | None:
-        span_context = trace.get_current_span().get_span_context()
-        last, ids = self._last
-        if span_context is last:
-            return ids
-        if not span_context.is_valid:
-            return None
-        ids = {
-            "trace_id": format(span_context.trace_id, "032x"),
-            "span_id": format(span_context.span_id, "016x"),
-        }
-        self._last = (span_context, ids)
-        return ids
+        """The ids of the saga's, step's or compensation's span open in this context: records
+        keep the span of the step that wrote them, even when a framework made another span
+        current meanwhile. ``None`` when spans are not recorded (no SDK provider)."""
+        return self._ids.get()
 
 
 def _failed(span: Span, error: BaseException, prefix: str) -> None:
