@@ -197,8 +197,10 @@ class SlackApprovals:
         self, request_id: str, approver: str, team_id: str | None, decision: str
     ) -> None:
         at = self.clock()
+        request = ApprovalBook().take_all(self.store.records()).find(request_id)
         data: dict[str, Any] = {
-            "request": request_id,
+            "request": request.id if request is not None else request_id,
+            "saga": request.saga if request is not None else None,
             "by": approver,
             "decision": decision,
             "channel": CHANNEL,
