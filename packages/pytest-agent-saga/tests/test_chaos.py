@@ -211,9 +211,11 @@ def test_skipping(shop, saga_chaos):
     run().assert_outcomes(passed=2, failed=1)
     result = run("--saga-faults", "exception,compensation")
     result.assert_outcomes(passed=3)
-    result = run("--saga-faults", "exception,approval")
+    result = run("--saga-faults", "exception,power")
     result.assert_outcomes(passed=1, errors=2)
-    result.stdout.fnmatch_lines(["*unknown fault kind(s) approval; known: exception, *"])
+    result.stdout.fnmatch_lines(
+        ["*unknown fault kind(s) power; known: exception, compensation, kill, duplicate, approval"]
+    )
 
 
 def test_the_ini_setting_chooses_the_fault_kinds(pytester: pytest.Pytester, run: Run) -> None:
@@ -360,27 +362,46 @@ def test_retrying_agent(saga_kit, saga_chaos):
     assert "at step #1 bank.charge, before its effect" not in result.stdout.str()
 
 
-def test_configured_approvers_do_not_make_the_runner_wait_for_a_vote(
+def test_approvals_are_given_by_the_runner_and_an_expiring_one_is_a_fault_point(
     pytester: pytest.Pytester, run: Run
 ) -> None:
+    # Approvers listed in the project's configuration are not asked: no run waits for a person.
     pytester.makefile(".toml", **{"agent-saga": 'approvers = ["unix:alice"]\n'})
     pytester.makepyfile(
         test_wire="""
+import pytest
+
+@pytest.mark.saga_chaos(faults=["approval", "exception"])
 def test_wire(saga_kit, saga_chaos):
+    booked = []
+
+    @saga_kit.tool(name="bank.hold", compensate=lambda: booked.pop())
+    def hold():
+        booked.append("hold")
+
     @saga_kit.tool(name="bank.wire", semantics="irreversible")
     def wire(amount):
-        pass
+        booked.append("wire")
 
-    saga_chaos.run(lambda: wire(5_000_000), name="wire")
+    report = saga_chaos.run(lambda: (hold(), wire(5_000_000)), name="wire", fail=False)
+    for result in report.results:
+        details = [v.detail for v in result.violations]
+        print("POINT", result.label, "|", result.outcome, "|", details)
 """
     )
-    result = run()  # refused at once, not after the configured approvers' 600 s expiry
-    result.assert_outcomes(failed=1)
+    result = run("-s")
+    result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*transaction 'wire' does not commit when no fault is injected: SagaRolledBack(*"
-            "needs a human approval; no approver is configured*"
+            # The withheld approval expires: the wire is refused and the hold undone.
+            "*POINT an approval that expires at step #2 bank.wire | rolled_back | []",
+            # An IRREVERSIBLE step that ran before the transaction failed cannot be undone.
+            "POINT an exception at step #2 bank.wire, after its effect (the result never "
+            "arrives) | rolled_back | ['step #2 bank.wire committed and declares no compensation']",
         ]
+    )
+    assert "POINT an exception at step #2 bank.wire, before its effect | rolled_back | []" in (
+        result.stdout.str()
     )
 
 
@@ -515,3 +536,46 @@ def test_an_agent_that_opens_its_own_saga_scope_runs_as_a_savepoint(
         "SIGKILL right after log write 12 (savepoint.rollback), in the rollback, then recovery"
         in {r.label for r in report.results}
     )
+
+
+@pytest.mark.saga_chaos(faults=["kill", "approval"])
+def test_kill_points_run_through_approvals(
+    saga_kit: AgentKit, saga_ledger: JournalLedger, saga_chaos: ChaosRunner
+) -> None:
+    @saga_kit.compensator("bank.release")
+    def release(idempotency_key: str) -> None:
+        if not saga_ledger.count("release", idempotency_key):
+            saga_ledger.record("release", idempotency_key)
+
+    def held(idempotency_key: str) -> bool:
+        return saga_ledger.count("hold", idempotency_key) > 0
+
+    @saga_kit.tool(name="bank.hold", compensate="bank.release", probe=held)
+    def hold(idempotency_key: str = "") -> None:
+        if not saga_ledger.count("hold", idempotency_key):
+            saga_ledger.record("hold", idempotency_key)
+
+    @saga_kit.tool(name="bank.wire", semantics="irreversible")
+    def wire(amount: int) -> None:
+        saga_ledger.record("wire", "")
+
+    report = saga_chaos.run(lambda: (hold(), wire(9)), name="wire", fail=False)
+    labels = [r.label for r in report.results]
+    assert "an approval that expires at step #2 bank.wire" in labels
+    assert any("approval.decided" in label for label in labels)  # approvals are crash points
+    broken = {(v.invariant, v.detail) for r in report.failures for v in r.violations}
+    # Only the wire, once it may have run, is beyond any rollback: recovery hands it to a human.
+    assert broken == {
+        (
+            "recovery settles the saga without a human",
+            "step #2 bank.wire: irreversible step committed; nothing undoes it",
+        ),
+        (
+            "recovery settles the saga without a human",
+            "step #2 bank.wire: outcome unknown and the tool has no probe",
+        ),
+        (
+            "every committed effect is compensated after a rollback",
+            "step #2 bank.wire committed and declares no compensation",
+        ),
+    }

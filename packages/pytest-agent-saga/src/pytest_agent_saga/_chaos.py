@@ -37,6 +37,7 @@ from agent_saga import (
     use_kit,
 )
 
+from ._approving import runner_approvals
 from ._faults import FAULT_KINDS, Baseline, FaultPoint, Injector, RaiseAtStep, Write
 from ._intercept import InterceptingStore
 from ._invariants import EXERCISED, RunOutcome, Violation, check
@@ -195,14 +196,14 @@ class ChaosRunner:
         writes = _writes(clean.records)
         last = Baseline(steps, writes, (), len(writes)).last_ordinal
         if last is None:
-            return Baseline(steps, writes, (), len(writes))
+            return Baseline(steps, writes, (), len(writes), _approved(clean.records))
         failing = self._run(transaction, name, RaiseAtStep(last, before=False), None)
         all_writes = _writes(failing.records)
         begin = next(
             (w.number for w in all_writes if w.kind == "rollback.begin"), len(all_writes) + 1
         )
         rollback = tuple(w for w in all_writes if w.number >= begin)
-        return Baseline(steps, writes, rollback, begin - 1)
+        return Baseline(steps, writes, rollback, begin - 1, _approved(clean.records))
 
     # -- running one point ---------------------------------------------------------------------
 
@@ -260,7 +261,7 @@ class ChaosRunner:
             registry=injector.registry(self.registry, store),
             ids=SequentialIds(prefix),
             fast_path=False,
-            approvals=no_approvals(),
+            approvals=runner_approvals(store, injector.withhold_approval),
         )
         with kit:
             error = execute(kit, transaction, name)
@@ -296,7 +297,7 @@ class ChaosRunner:
                     ids=SequentialIds(prefix),
                     fast_path=False,
                     checkpoints=False,  # a throwaway log: no background thread to kill too
-                    approvals=no_approvals(),
+                    approvals=runner_approvals(store, injector.withhold_approval),
                 )
                 execute(kit, transaction, name)
                 kit.close()
@@ -324,7 +325,7 @@ class ChaosRunner:
 
 def no_approvals() -> Approvals:
     """No approver: a call that needs an approval is refused at once, even when the project's
-    configuration lists approvers (the runner's kits would otherwise wait for a human vote)."""
+    configuration lists approvers (a recovering kit runs no gated call)."""
     return Approvals()
 
 
@@ -368,6 +369,15 @@ def _reap(pid: int) -> list[Violation]:
             )
         ]
     return [Violation(EXERCISED, f"the child process failed (exit {code}); see its stderr")]
+
+
+def _approved(records: list[Record]) -> tuple[int, ...]:
+    """Ordinals of the steps that asked for an approval."""
+    return tuple(
+        ordinal
+        for r in records
+        if r.kind == "approval.requested" and isinstance(ordinal := r.data.get("ordinal"), int)
+    )
 
 
 def _writes(records: list[Record]) -> tuple[Write, ...]:

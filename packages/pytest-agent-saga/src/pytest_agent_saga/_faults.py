@@ -5,7 +5,7 @@ transaction did (its :class:`Baseline`) into fault *points*, one per place the f
 strike. Each point carries an :class:`Injector` (hooks between log writes, a compensator
 registry, an action after the transaction) and says whether it runs in this process or in a
 child process that is killed. Kinds are looked up by name in :data:`FAULT_KINDS`;
-:func:`register_fault_kind` adds one (approval expiry will be one once approvals exist).
+:func:`register_fault_kind` adds one.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ class Baseline:
     """The failing run's writes after the last one it shares with the clean run's prefix."""
     failing_prefix: int
     """How many writes the failing run made before its rollback began."""
+    approved: tuple[int, ...] = ()
+    """Ordinals of the clean run's steps that waited for an approval."""
 
     @property
     def last_ordinal(self) -> int | None:
@@ -67,6 +69,9 @@ class Baseline:
 
 class Injector:
     """What one fault point does to one run; every hook defaults to doing nothing."""
+
+    withhold_approval: int | None = None
+    """The step whose approval the runner's approver does not give (it expires)."""
 
     def before_write(self, number: int, entries: Sequence[Entry]) -> None:
         return None
@@ -90,6 +95,8 @@ class Expect:
     """The ordinal whose compensation is made to fail (the saga must need a human)."""
     compare_upto: int | None = None
     """Steps up to this ordinal must match the clean run (``None``: every step it ran)."""
+    refused: int | None = None
+    """The ordinal that must be refused (its approval expired), its effect never run."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,13 @@ class KillAtWrite(RaiseAtStep):
             os.kill(os.getpid(), signal.SIGKILL)
         if self.fail:
             super().after_write(number, records)
+
+
+class WithholdApproval(Injector):
+    """The runner's approver gives no vote for one step: its approval request expires."""
+
+    def __init__(self, ordinal: int) -> None:
+        self.withhold_approval = ordinal
 
 
 class Redeliver(Injector):
@@ -299,8 +313,33 @@ class DuplicateKind:
         return points, []
 
 
+class ApprovalExpiryKind:
+    name = "approval"
+    description = "an approval that expires, at each step that waits for one"
+
+    def points(self, baseline: Baseline) -> tuple[list[FaultPoint], list[tuple[str, str]]]:
+        tools = {s.ordinal: s.tool for s in baseline.steps}
+        points = [
+            FaultPoint(
+                self.name,
+                f"an approval that expires at {step_name(ordinal, tools.get(ordinal, '?'))}",
+                WithholdApproval(ordinal),
+                expect=Expect(compare_upto=ordinal - 1, refused=ordinal),
+            )
+            for ordinal in baseline.approved
+        ]
+        return points, []
+
+
 FAULT_KINDS: dict[str, FaultKind] = {
-    kind.name: kind for kind in (ExceptionKind(), CompensationKind(), KillKind(), DuplicateKind())
+    kind.name: kind
+    for kind in (
+        ExceptionKind(),
+        CompensationKind(),
+        KillKind(),
+        DuplicateKind(),
+        ApprovalExpiryKind(),
+    )
 }
 """The fault kinds the runner knows, by name, in the order it runs them."""
 

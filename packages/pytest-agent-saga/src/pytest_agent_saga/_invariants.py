@@ -33,6 +33,7 @@ HUMAN = "recovery settles the saga without a human"
 REPORTED = "a failed compensation leaves the saga needing a human"
 DETERMINISTIC = "the transaction calls the same steps as in the clean run"
 EXERCISED = "the fault point is reached"
+EXPIRED = "a step whose approval expired does not run"
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def check(
         found += _compensated(view, outcome, expect, set(escalated))
         found += _order(view, outcome.records)
         found += _reported(view, expect)
+        found += _expired(view, expect)
     found += _once(views, outcome)
     found += _world(views, outcome, clean)
     found += _deterministic(views, baseline, expect)
@@ -131,6 +133,8 @@ def _compensated(
         action = _recovery_action(outcome.recovery, view.id, step.ordinal)
         state = step.compensation_state
         if step.outcome is StepOutcome.UNKNOWN:
+            if step.idempotency_key is None:
+                continue  # no intent was logged (only, say, its approval): its effect never ran
             if action in ("not landed", "compensated") or state is CompensationState.COMPENSATED:
                 continue
             if action != "local":
@@ -211,6 +215,18 @@ def _reported(view: SagaView, expect: Expect) -> list[Violation]:
     return []
 
 
+def _expired(view: SagaView, expect: Expect) -> list[Violation]:
+    if expect.refused is None:
+        return []
+    step = next((s for s in view.steps if s.ordinal == expect.refused), None)
+    if step is None:
+        return [Violation(EXPIRED, f"step #{expect.refused} was never reached")]
+    if step.outcome is not StepOutcome.REFUSED:
+        name = step_name(step.ordinal, step.tool)
+        return [Violation(EXPIRED, f"{name} ended {step.outcome.value}, not refused")]
+    return []
+
+
 def _who(views: tuple[SagaView, ...], key: str) -> str:
     for view in views:
         for step in view.steps:
@@ -276,7 +292,13 @@ def _world(
 def _deterministic(
     views: tuple[SagaView, ...], baseline: Baseline, expect: Expect
 ) -> list[Violation]:
-    ran = {s.ordinal: s for view in views for s in view.steps}
+    # A step known only from its approval records never logged its call: nothing to compare.
+    ran = {
+        s.ordinal: s
+        for view in views
+        for s in view.steps
+        if s.idempotency_key is not None or s.outcome is StepOutcome.REFUSED
+    }
     upto = expect.compare_upto
     wanted = [s for s in baseline.steps if upto is None or s.ordinal <= upto]
     for expected in wanted:

@@ -24,8 +24,9 @@ from agent_saga import (
     find_saga,
 )
 
+from ._approving import runner_approvals
 from ._assertions import LogSource, records_of
-from ._chaos import execute, no_approvals
+from ._chaos import execute
 from ._intercept import InterceptingStore
 from ._invariants import divergence
 from ._registry import ACTIVE
@@ -155,7 +156,7 @@ def _run(
         registry=registry or ACTIVE.get(),
         ids=SequentialIds("replay"),
         fast_path=False,
-        approvals=no_approvals(),
+        approvals=runner_approvals(store),
     )
     with kit:
         execute(kit, transaction, name)

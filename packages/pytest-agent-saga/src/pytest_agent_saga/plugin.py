@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 FAULTS_HELP = (
     "comma-separated fault kinds the saga_chaos runner exercises "
-    "(exception, compensation, kill, duplicate; default: all)"
+    "(exception, compensation, kill, duplicate, approval; default: all)"
 )
 MARKER = (
     "saga_chaos(faults=None, skip=()): configure the saga_chaos runner for this test: the fault "
