@@ -259,3 +259,6 @@ def test_oauth_needs_its_secret(missing: str, tmp_path: Path) -> None:
 
     with pytest.raises(ConfigurationError, match=missing):
         oauth_settings(home=tmp_path / "home", client_id="111.222")
+    settings = oauth_settings(home=tmp_path / "home", client_id="111.222", client_secret="c")
+    with pytest.raises(ConfigurationError, match="not both"):
+        SlackApprovals(signing_secret="s", token="xoxb-x", oauth=settings)

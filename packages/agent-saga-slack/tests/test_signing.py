@@ -117,6 +117,9 @@ def test_the_app_refuses_to_start_without_a_signing_secret(mock: MockSlackAPI) -
 
     with pytest.raises(ConfigurationError, match="signing secret"):
         SlackApprovals(token="xoxb-x", base_url=mock.api_url)
+    with pytest.raises(ConfigurationError, match="no Slack bot token"):
+        SlackApprovals(signing_secret="s", base_url=mock.api_url)
+    assert mock.calls == []  # nothing was sent before the configuration was complete
 
 
 def test_a_fractional_timestamp_is_rejected_and_records_nothing(

@@ -103,6 +103,8 @@ class SlackApprovals:
             )
         if isinstance(teams, str):
             raise ConfigurationError("teams takes a list of workspace ids, not one string")
+        if oauth is not None and token is not None:
+            raise ConfigurationError("give a bot token (one workspace) or oauth=, not both")
         url = base_url or os.environ.get(API_URL_ENV) or WebClient.BASE_URL
         if oauth is None and client is None:
             bot_token = token or os.environ.get(TOKEN_ENV)
