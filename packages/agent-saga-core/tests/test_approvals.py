@@ -502,3 +502,45 @@ def test_replay_shows_where_a_steps_approval_stands(home: Path) -> None:
     assert shown.exit_code == 0, shown.output
     assert "approval      expired (apr-" in shown.output
     assert "not interpreted" not in shown.output
+
+
+def test_an_approved_wire_in_a_saga_that_then_fails_needs_a_human(
+    home: Path, run_agent: Any
+) -> None:
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+
+        def agent() -> None:
+            with kit.transaction("pay"):
+                hold(1)
+                wire(8, {"iban": "DE00"})
+                raise RuntimeError("the invoice system is down")
+
+        outcome = run_agent(agent)
+        submit_vote(kit.store, wait_for_request(kit).id, "alice", "approve", channel="test")
+        error = finished(outcome)["error"]
+        assert isinstance(error, SagaRolledBack)
+        assert error.report.status.value == "needs_human"  # the wire stands; the hold was undone
+        assert [s.tool for s in error.report.compensated] == ["bank.hold"]
+        end = [r for r in kit.store.records() if r.kind == "saga.end"][-1]
+    assert end.data["status"] == "needs_human"
+    assert end.data["irreversible"] == [2]
+
+
+def test_a_fake_clock_lets_an_async_request_expire(home: Path) -> None:
+    from agent_saga import FakeClock
+
+    @tool(name="bank.async_wire2")
+    async def async_wire(usd: int) -> str:
+        return f"async-{usd}"
+
+    approvals = Approvals(approvers=["alice"], expires_after=5, poll=0.5)
+    with AgentKit(home=home, clock=FakeClock(), approvals=approvals) as kit:
+
+        async def agent() -> str:
+            async with kit.transaction("pay"):
+                return await async_wire(1)
+
+        with pytest.raises(SagaRolledBack) as caught:
+            asyncio.run(agent())
+    assert "expired" in str(caught.value.cause)

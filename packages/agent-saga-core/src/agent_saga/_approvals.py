@@ -9,7 +9,6 @@ appends them after the same checks the engine repeats when it counts them.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -148,13 +147,6 @@ class Waiter:
             if decision is not None:
                 return decision
             self.clock.sleep(self.approvals.poll)
-
-    async def wait_async(self, digest: str) -> str:
-        while True:
-            decision = await asyncio.to_thread(self.look, digest)
-            if decision is not None:
-                return decision
-            await asyncio.sleep(self.approvals.poll)
 
 
 class ApprovalRefused(AgentSagaError):

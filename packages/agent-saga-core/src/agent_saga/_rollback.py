@@ -114,19 +114,21 @@ class RollbackState:
         # A terminal record covers the whole saga: a compensation that failed in a savepoint
         # earlier is an effect still in place, so the saga needs a human.
         failed = self.saga.failed_compensations if terminal else self.failed
-        status = SagaStatus.NEEDS_HUMAN if failed else SagaStatus.ROLLED_BACK
+        # An IRREVERSIBLE effect that took place stands after the rollback: as after a crash
+        # (recovery escalates it), the saga needs a human rather than reading "rolled back".
+        standing = self.saga.irreversible_done() if terminal else []
+        status = SagaStatus.NEEDS_HUMAN if failed or standing else SagaStatus.ROLLED_BACK
         if terminal:
             self.saga.status = status
-            self._log(
-                Kind.SAGA_END,
-                {
-                    "status": status.value,
-                    "cause": error_info(self.cause),
-                    "compensated": [r.ordinal for r in self.compensated],
-                    "failed": [f.step.ordinal for f in failed],
-                },
-                durable=True,
-            )
+            end: dict[str, JSONValue] = {
+                "status": status.value,
+                "cause": error_info(self.cause),
+                "compensated": [r.ordinal for r in self.compensated],
+                "failed": [f.step.ordinal for f in failed],
+            }
+            if standing:
+                end["irreversible"] = list(standing)
+            self._log(Kind.SAGA_END, end, durable=True)
         else:
             self._log(
                 Kind.SAVEPOINT_ROLLBACK,

@@ -450,6 +450,13 @@ class Saga:
         self.log(Kind.SAVEPOINT_BEGIN, {"savepoint": number, "from_ordinal": first}, durable=False)
         return first
 
+    def irreversible_done(self) -> list[int]:
+        """Ordinals of IRREVERSIBLE steps whose effect took place (nothing can undo them)."""
+        with self._lock:
+            return [
+                s.ref.ordinal for s in self._steps if s.spec.semantics is Semantics.IRREVERSIBLE
+            ]
+
     def _to_undo(self, from_ordinal: int) -> list[_Step]:
         with self._lock:
             steps = [s for s in self._steps if s.ref.ordinal >= from_ordinal and not s.compensated]
