@@ -70,8 +70,8 @@ class OTelObserver(Observer):
         span_context = span.get_span_context()
         ids = (
             {
-                "trace_id": format(span_context.trace_id, "032x"),
-                "span_id": format(span_context.span_id, "016x"),
+                "trace_id": "%032x" % span_context.trace_id,  # noqa: UP031 - the fastest form
+                "span_id": "%016x" % span_context.span_id,  # noqa: UP031
             }
             if span_context.is_valid
             else None

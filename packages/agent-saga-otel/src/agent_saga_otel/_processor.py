@@ -35,12 +35,11 @@ class SagaIdSpanProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         attributes = span.attributes
-        missing = [k for k in self._keys if attributes is None or k not in attributes]
-        if not missing:  # agent-saga's own spans have it already
+        if attributes and self._keys[-1] in attributes:  # agent-saga's own spans have them
             return
         saga_id = baggage.get_baggage(n.SAGA_ID, parent_context)
         if isinstance(saga_id, str):
-            for key in missing:
+            for key in self._keys:
                 span.set_attribute(key, saga_id)
 
     def on_end(self, span: ReadableSpan) -> None:
