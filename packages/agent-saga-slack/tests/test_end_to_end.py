@@ -150,3 +150,27 @@ def test_an_app_given_no_store_votes_in_the_log_the_agents_use(
         assert response.status == 200
         assert agent.finish()["result"] == "wire-64"
     assert "Your approval is recorded" in mock.wait_for("resp/own")[0].body["text"]
+
+
+def test_a_double_click_arriving_at_once_is_one_vote(
+    agent: Agent, send: Sender, mock: MockSlackAPI
+) -> None:
+    import threading
+
+    agent.start(9)
+    request = agent.request()
+    clicks = [
+        button_body(request.id, user="U1", response_url=mock.response_url(f"d{n}"))
+        for n in range(4)
+    ]
+    threads = [threading.Thread(target=send, args=(click,)) for click in clicks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert agent.finish()["result"] == "wire-9"
+    assert agent.bank.wired == [9]
+    assert len(kinds(agent, "approval.vote")) == 1
+    replies = [mock.wait_for(f"resp/d{n}")[-1].body["text"] for n in range(4)]
+    assert sum("Your approval is recorded" in text for text in replies) == 1
+    assert sum("Nothing was recorded" in text for text in replies) == 3
