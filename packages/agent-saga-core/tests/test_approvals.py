@@ -401,7 +401,8 @@ AGENT = textwrap.dedent(
 
     with open(os.environ["WIRES"], "a") as out:
         kit = AgentKit(home=os.environ["AGENT_SAGA_HOME"],
-                       approvals=Approvals(approvers=[os.environ["APPROVER"]], poll=0.02))
+                       approvals=Approvals(approvers=[os.environ["APPROVER"]], poll=0.02,
+                                           expires_after=float(os.environ["EXPIRES"])))
         try:
             with kit.transaction("pay"):
                 t.hold(1)
@@ -414,7 +415,7 @@ AGENT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("decision", ["approve", "deny"])
+@pytest.mark.parametrize("decision", ["approve", "deny", "expire"])
 def test_another_process_decides_through_the_cli(home: Path, tmp_path: Path, decision: str) -> None:
     wires = tmp_path / "wires"
     env = {
@@ -424,6 +425,7 @@ def test_another_process_decides_through_the_cli(home: Path, tmp_path: Path, dec
         "WIRES": str(wires),
         "APPROVER": cli_identity(),
         "USD": "77",
+        "EXPIRES": "1.5" if decision == "expire" else "600",
     }
     agent = subprocess.Popen(
         [sys.executable, "-c", AGENT], env=env, stdout=subprocess.PIPE, text=True
@@ -440,12 +442,19 @@ def test_another_process_decides_through_the_cli(home: Path, tmp_path: Path, dec
             request_id = found[0] if found else None
             time.sleep(0.05)
         assert request_id is not None
-        done = subprocess.run(
-            [CLI, decision, request_id, "--note", "checked"],
-            env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr + done.stdout
+        if decision != "expire":
+            done = subprocess.run(
+                [CLI, decision, request_id, "--note", "checked"],
+                env=env, capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr + done.stdout
         out, _ = agent.communicate(timeout=30)
+        if decision == "expire":  # too late now: the CLI is told so, and it is logged
+            late = subprocess.run(
+                [CLI, "approve", request_id], env=env, capture_output=True, text=True, check=False
+            )
+            assert late.returncode == 1
+            assert "already decided: expired" in late.stdout
     finally:
         agent.kill()
     if decision == "approve":
@@ -453,8 +462,33 @@ def test_another_process_decides_through_the_cli(home: Path, tmp_path: Path, dec
         assert wires.read_text() == "wire-77\n"  # exactly once
     else:
         assert out.startswith("rolled back:")
-        assert "denied" in out
+        assert ("denied" if decision == "deny" else "expired") in out
         assert not wires.exists() or wires.read_text() == ""
+        with AgentKit(home=home, checkpoints=False) as kit:
+            kinds = [r.kind for r in kit.store.records()]
+        assert "approval.decided" in kinds
+        assert kinds.count("approval.refused") == (1 if decision == "expire" else 0)
+
+
+def test_each_request_needs_its_own_votes(home: Path, run_agent: Any) -> None:
+    """A quorum is per request: votes on one never count toward the next identical one."""
+    approvals = Approvals(approvers=["alice", "bob"], poll=0.01, expires_after=0.5)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+
+        def agent() -> str:
+            with kit.transaction("pay"):
+                return wire(9, {"iban": "DE00"})
+
+        first = run_agent(agent)
+        request = wait_for_request(kit)
+        assert submit_vote(kit.store, request.id, "alice", "approve", channel="t").accepted
+        assert finished(first)["result"] == "wire-9"
+        second = run_agent(agent)  # the same action again, in a new saga
+        deadline = time.monotonic() + 10
+        while len(requests_of(kit)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        error = finished(second)["error"]  # nobody voted again: it expires
+        assert "expired" in str(error.cause)
 
 
 def test_request_ids_are_unguessable() -> None:
