@@ -24,7 +24,8 @@ def await_approval(
     waiting are refused.
     """
     approvals = saga.runtime.approvals
-    assert approvals is not None
+    if approvals is None:
+        return decision.rule, f"{decision.reason}; no approval channel is configured"
     spec, ref, clock = step.spec, step.ref, saga.runtime.clock
     approvers = decision.approvers or approvals.approvers
     if not approvers:

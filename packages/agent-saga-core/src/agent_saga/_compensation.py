@@ -18,10 +18,13 @@ import inspect
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._codec import JSONValue
 from ._errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ._semantics import ToolSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -221,3 +224,28 @@ def compensator_kwargs(
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return offered
     return {name: offered[name] for name in params if name in offered}
+
+
+def resolve_compensator(
+    spec: ToolSpec, registry: CompensatorRegistry
+) -> tuple[Callable[..., Any] | None, str | None]:
+    """The compensator a tool declared, checked to fit it; or why the step must be refused
+    (a name not registered, or a registered compensator that does not fit the tool)."""
+    ref = spec.compensation
+    if ref is None:
+        return None, None
+    func = ref.func if ref.name is None else registry.get(ref.name)
+    if func is None:
+        return None, f"compensator {ref.name!r} is not registered; the step could not be undone"
+    if ref.name is not None:
+        try:
+            check_compensator_fits(func, spec.signature.parameters)
+        except Exception as exc:
+            return None, str(exc)
+    return func, None
+
+
+def validate_callable_compensation(spec_params: Mapping[str, object], ref: CompensationRef) -> None:
+    """Check at declaration time that a callable compensation can be called for this tool."""
+    if ref.func is not None:
+        check_compensator_fits(ref.func, spec_params)

@@ -8,6 +8,7 @@ still run.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from ._compensation import CompensationRef, compensator_kwargs
 from ._errors import LogError
 from ._records import Kind, SagaStatus
 from ._report import CompensationFailure, RollbackReport, StepRef
+from ._semantics import Semantics
 
 if TYPE_CHECKING:
     from ._saga import Saga, _Step
@@ -116,7 +118,7 @@ class RollbackState:
         failed = self.saga.failed_compensations if terminal else self.failed
         # An IRREVERSIBLE effect that took place stands after the rollback: as after a crash
         # (recovery escalates it), the saga needs a human rather than reading "rolled back".
-        standing = self.saga.irreversible_done() if terminal else []
+        standing = _irreversible_done(self.saga) if terminal else []
         status = SagaStatus.NEEDS_HUMAN if failed or standing else SagaStatus.ROLLED_BACK
         if terminal:
             self.saga.status = status
@@ -185,3 +187,65 @@ def run_coroutine(awaitable: Any) -> None:
 
 async def as_coroutine(awaitable: Any) -> None:
     await awaitable
+
+
+def roll_back(
+    saga: Saga, cause: BaseException, from_ordinal: int, terminal: bool
+) -> RollbackReport:
+    """Compensate ``saga``'s committed steps from ``from_ordinal`` on, newest first, each at
+    most once (see :meth:`Saga.rollback`); async compensators are run to completion."""
+    state = RollbackState(saga, cause, from_ordinal)
+    for step in _to_undo(saga, from_ordinal):
+        func = state.begin_step(step)
+        if func is None:
+            continue
+        try:
+            outcome = func(**state.kwargs(step, func))
+            if inspect.isawaitable(outcome):
+                run_coroutine(outcome)
+        except Exception as exc:
+            state.step_failed(step, exc)
+        else:
+            state.step_done(step)
+    return _finish(saga, state, from_ordinal, terminal)
+
+
+async def aroll_back(
+    saga: Saga, cause: BaseException, from_ordinal: int, terminal: bool
+) -> RollbackReport:
+    """:func:`roll_back` for async transactions: async compensators are awaited."""
+    state = RollbackState(saga, cause, from_ordinal)
+    for step in _to_undo(saga, from_ordinal):
+        func = state.begin_step(step)
+        if func is None:
+            continue
+        try:
+            outcome = func(**state.kwargs(step, func))
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception as exc:
+            state.step_failed(step, exc)
+        else:
+            state.step_done(step)
+    return _finish(saga, state, from_ordinal, terminal)
+
+
+def _finish(saga: Saga, state: RollbackState, from_ordinal: int, terminal: bool) -> RollbackReport:
+    report = state.finish(terminal)
+    if saga._holds:
+        saga._holds.settle(from_ordinal, keep={f.step.ordinal for f in report.failed})
+    return report
+
+
+def _to_undo(saga: Saga, from_ordinal: int) -> list[_Step]:
+    steps = [s for s in saga.committed_steps() if s.ref.ordinal >= from_ordinal]
+    return sorted(
+        (s for s in steps if not s.compensated), key=lambda s: s.ref.ordinal, reverse=True
+    )
+
+
+def _irreversible_done(saga: Saga) -> list[int]:
+    """Ordinals of IRREVERSIBLE steps whose effect took place (nothing can undo them)."""
+    return [
+        s.ref.ordinal for s in saga.committed_steps() if s.spec.semantics is Semantics.IRREVERSIBLE
+    ]

@@ -13,28 +13,26 @@ A saga's terminal record is durable before the transaction that owns it returns.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import inspect
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
-from ._codec import JSONValue, is_flat, is_restorable, to_jsonable
-from ._compensation import CompensationRef, check_compensator_fits
+from ._codec import JSONValue, is_flat, to_jsonable
+from ._compensation import resolve_compensator, validate_callable_compensation
 from ._errors import ArgumentsRefused, GateRefused, HaltedError
-from ._gate import Deny, Hold, RequireApproval, ToolCall, commit_all, release_all
+from ._gate import Deny, RequireApproval, ToolCall
 from ._records import Entry, Kind, SagaStatus
 from ._redaction import AT_WRITE, mask
 from ._report import CompensationFailure, RollbackReport, StepRef
-from ._rollback import RollbackState, error_info, run_coroutine
+from ._rollback import aroll_back, error_info, roll_back
 from ._runtime import Runtime
+from ._sagastep import Doom, StepHolds, _Prepared, _Step, done_record
 from ._semantics import Semantics, ToolSpec
 
 _HOST = os.uname().nodename
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 _CURRENT: ContextVar[Saga | None] = ContextVar("agent_saga_current", default=None)
 
 
@@ -47,38 +45,6 @@ def idempotency_key(saga_id: str, ordinal: int, tool: str) -> str:
     """The deterministic key of step ``(saga_id, ordinal, tool)``."""
     digest = hashlib.sha256(f"{saga_id}\x00{ordinal}\x00{tool}".encode()).hexdigest()
     return f"as1-{digest[:32]}"
-
-
-class _Step:
-    """A step that ran; mutable only to mark it compensated (at most once)."""
-
-    __slots__ = ("args", "compensated", "ref", "result", "spec")
-
-    def __init__(self, ref: StepRef, spec: ToolSpec, args: dict[str, Any]) -> None:
-        self.ref = ref
-        self.spec = spec
-        self.args = args
-        self.result: Any = None
-        self.compensated = False
-
-
-class _Prepared:
-    __slots__ = ("call_args", "call_kwargs", "compensation", "intent", "step")
-
-    def __init__(
-        self,
-        step: _Step,
-        call_kwargs: dict[str, Any],
-        call_args: tuple[Any, ...],
-        compensation: Callable[..., Any] | None,
-        intent: Entry | None,
-    ) -> None:
-        self.step = step
-        self.call_kwargs = call_kwargs
-        self.call_args = call_args
-        self.compensation = compensation
-        self.intent = intent
-        """A fast-path intent not yet buffered: it joins the buffer with the step's outcome."""
 
 
 class Saga:
@@ -95,10 +61,8 @@ class Saga:
         self._steps: list[_Step] = []
         self._ordinal = 0
         self._savepoints = 0
-        self._doom: tuple[int, Exception] | None = None
-        """A failure no exception carried to the transaction (see :meth:`doom`)."""
-        self._holds: list[tuple[int, Hold]] = []
-        """Reservations (budgets) taken for steps, settled when the saga or a savepoint ends."""
+        self._doom = Doom()
+        self._holds = StepHolds(self.log)
         self.failed_compensations: list[CompensationFailure] = []
         """Every compensation of this saga that failed, savepoints' included: a terminal
         rollback after one of them ends ``needs_human`` even if its own compensations succeed."""
@@ -165,7 +129,7 @@ class Saga:
                 self._obs.saga_end(self, exc)
             raise
         if self._holds:
-            self._settle_holds(1, keep=None)
+            self._holds.settle(1, keep=None)
         if self._obs is not None:
             self._obs.saga_end(self, None)
 
@@ -230,7 +194,7 @@ class Saga:
             self.log(Kind.STEP_INTENT, intent, durable=spec.durable_intent)
         except BaseException:
             if self._holds:  # the effect will not run: its reservation goes back
-                self._release_step(ordinal)
+                self._holds.release(ordinal)
             raise
         return _Prepared(step, call_kwargs, args, compensation, None)
 
@@ -246,8 +210,8 @@ class Saga:
         halt = self.runtime.kill_switch.state()
         if halt.halted:
             self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
-        if self._doom is not None:
-            cause = self._doom[1]
+        cause = self._doom.cause
+        if cause is not None:
             reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
             self._refuse(ref, jsonable_args, "saga_failed", reason)
         gate = self.runtime.gate
@@ -260,10 +224,7 @@ class Saga:
         if isinstance(decision, Deny):
             self._refuse(ref, jsonable_args, decision.rule, decision.reason)
         if isinstance(decision, RequireApproval):
-            if self.runtime.approvals is None:
-                reason = f"{decision.reason}; no approval channel is configured"
-                self._refuse(ref, jsonable_args, decision.rule, reason)
-            from ._approvalstep import await_approval  # only sagas that need a human load it
+            from ._approvalstep import await_approval  # only steps that need a human load it
 
             denied = await_approval(self, step, decision, jsonable_args)
             if denied is not None:
@@ -273,60 +234,19 @@ class Saga:
             holds, refusal = gate.reserve(call)
             if refusal is not None:
                 self._refuse(ref, jsonable_args, refusal.rule, refusal.reason)
-            with self._lock:
-                self._holds.extend((ref.ordinal, hold) for hold in holds)
+            self._holds.add(ref.ordinal, holds)
         return compensation
 
     def _gate_record(self, kind: str, data: dict[str, JSONValue]) -> None:
         """Lets a rule log into this saga (a validator's vote), buffered with the step."""
         self.log(Kind(kind), data, durable=False)
 
-    def _release_step(self, ordinal: int) -> None:
-        with self._lock:
-            due = [h for o, h in self._holds if o == ordinal]
-            self._holds = [(o, h) for o, h in self._holds if o != ordinal]
-        errors = release_all(due)
-        if errors:
-            self.log(Kind.HOLD_UNSETTLED, {"errors": list(errors)}, durable=False)
-
-    def _settle_holds(self, from_ordinal: int, keep: set[int] | None) -> None:
-        """Settle the reservations of steps from ``from_ordinal`` on.
-
-        ``keep=None`` commits them all (the saga committed). Otherwise the steps were rolled
-        back: reservations of steps in ``keep`` (whose compensation failed, so the effect
-        stands) are committed, the others released. A settlement that fails leaves the
-        reservation counted against its limit, and is logged.
-        """
-        with self._lock:
-            due = [(o, h) for o, h in self._holds if o >= from_ordinal]
-            self._holds = [(o, h) for o, h in self._holds if o < from_ordinal]
-        spent = [h for o, h in due if keep is None or o in keep]
-        undone = [h for o, h in due if keep is not None and o not in keep]
-        errors = commit_all(spent) + release_all(undone)
-        if errors:
-            # The holds stay counted against their limits; a log failure here changes nothing.
-            with contextlib.suppress(Exception):
-                self.log(Kind.HOLD_UNSETTLED, {"errors": list(errors)}, durable=True)
-
     def _resolve_compensation(
         self, step: _Step, jsonable_args: JSONValue
     ) -> Callable[..., Any] | None:
-        ref = step.spec.compensation
-        if ref is None:
-            return None
-        func = ref.func if ref.name is None else self.runtime.registry.get(ref.name)
-        if func is None:
-            self._refuse(
-                step.ref,
-                jsonable_args,
-                "compensation",
-                f"compensator {ref.name!r} is not registered; the step could not be undone",
-            )
-        if ref.name is not None:
-            try:
-                check_compensator_fits(func, step.spec.signature.parameters)
-            except Exception as exc:
-                self._refuse(step.ref, jsonable_args, "compensation", str(exc))
+        func, problem = resolve_compensator(step.spec, self.runtime.registry)
+        if problem is not None:
+            self._refuse(step.ref, jsonable_args, "compensation", problem)
         return func
 
     def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> NoReturn:
@@ -352,13 +272,7 @@ class Saga:
     def _done(self, prepared: _Prepared, result: Any) -> None:
         step = prepared.step
         step.result = result
-        stored = to_jsonable(result)
-        done: dict[str, JSONValue] = {
-            "ordinal": step.ref.ordinal,
-            "tool": step.ref.tool,
-            "result": stored,
-            "result_restorable": type(stored) in _SCALARS or is_restorable(stored),
-        }
+        done = done_record(step, result)
         if prepared.intent is not None:  # fast path: intent and outcome join the buffer
             if self._obs is not None:
                 self._obs.stamp(done)
@@ -379,7 +293,7 @@ class Saga:
     def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
         step = prepared.step
         if self._holds:  # a step whose tool raised is taken to have had no effect
-            self._release_step(step.ref.ordinal)
+            self._holds.release(step.ref.ordinal)
         if prepared.intent is not None:
             with self._lock:
                 self._pending.append(prepared.intent)
@@ -427,17 +341,11 @@ class Saga:
         :class:`SagaRolledBack`) instead of committing. Like a database transaction after an
         error, every later step is refused. The first cause is kept.
         """
-        with self._lock:
-            if self._doom is None:
-                self._doom = (self._ordinal, cause)
+        self._doom.set(self._ordinal, cause)
 
     def take_doom(self, from_ordinal: int) -> Exception | None:
         """The doom's cause if it came at or after ``from_ordinal``; the doom is then cleared."""
-        with self._lock:
-            if self._doom is None or self._doom[0] < from_ordinal:
-                return None
-            cause, self._doom = self._doom[1], None
-            return cause
+        return self._doom.take(from_ordinal)
 
     # -- savepoints and rollback -------------------------------------------------------------
 
@@ -450,17 +358,10 @@ class Saga:
         self.log(Kind.SAVEPOINT_BEGIN, {"savepoint": number, "from_ordinal": first}, durable=False)
         return first
 
-    def irreversible_done(self) -> list[int]:
-        """Ordinals of IRREVERSIBLE steps whose effect took place (nothing can undo them)."""
+    def committed_steps(self) -> list[_Step]:
+        """The steps whose effect took place, in order (rollback reads them)."""
         with self._lock:
-            return [
-                s.ref.ordinal for s in self._steps if s.spec.semantics is Semantics.IRREVERSIBLE
-            ]
-
-    def _to_undo(self, from_ordinal: int) -> list[_Step]:
-        with self._lock:
-            steps = [s for s in self._steps if s.ref.ordinal >= from_ordinal and not s.compensated]
-        return sorted(steps, key=lambda s: s.ref.ordinal, reverse=True)
+            return list(self._steps)
 
     def rollback(
         self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
@@ -470,51 +371,21 @@ class Saga:
         A failing compensation is recorded and the rest still run; the saga then ends
         ``needs_human``. With ``terminal``, the saga's end record is durable on return.
         """
-        state = RollbackState(self, cause, from_ordinal)
-        for step in self._to_undo(from_ordinal):
-            func = state.begin_step(step)
-            if func is None:
-                continue
-            try:
-                outcome = func(**state.kwargs(step, func))
-                if inspect.isawaitable(outcome):
-                    run_coroutine(outcome)
-            except Exception as exc:
-                state.step_failed(step, exc)
-            else:
-                state.step_done(step)
-        report = state.finish(terminal)
-        if self._holds:
-            self._settle_holds(from_ordinal, keep={f.step.ordinal for f in report.failed})
-        return report
+        return roll_back(self, cause, from_ordinal, terminal)
 
     async def arollback(
         self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
     ) -> RollbackReport:
         """:meth:`rollback` for async transactions: async compensators are awaited."""
-        state = RollbackState(self, cause, from_ordinal)
-        for step in self._to_undo(from_ordinal):
-            func = state.begin_step(step)
-            if func is None:
-                continue
-            try:
-                outcome = func(**state.kwargs(step, func))
-                if inspect.isawaitable(outcome):
-                    await outcome
-            except Exception as exc:
-                state.step_failed(step, exc)
-            else:
-                state.step_done(step)
-        report = state.finish(terminal)
-        if self._holds:
-            self._settle_holds(from_ordinal, keep={f.step.ordinal for f in report.failed})
-        return report
+        return await aroll_back(self, cause, from_ordinal, terminal)
 
 
-def validate_callable_compensation(spec_params: Mapping[str, object], ref: CompensationRef) -> None:
-    """Check at declaration time that a callable compensation can be called for this tool."""
-    if ref.func is not None:
-        check_compensator_fits(ref.func, spec_params)
-
-
-__all__ = ["Saga", "Semantics", "current_saga", "idempotency_key"]
+__all__ = [
+    "Saga",
+    "Semantics",
+    "_Prepared",
+    "_Step",
+    "current_saga",
+    "idempotency_key",
+    "validate_callable_compensation",
+]

@@ -12,10 +12,11 @@ from ._compensation import (
     CompensatorRegistry,
     check_compensator_fits,
     compensation_ref,
+    validate_callable_compensation,
 )
 from ._errors import ConfigurationError
 from ._redaction import parse_path
-from ._saga import current_saga, validate_callable_compensation
+from ._saga import current_saga
 from ._semantics import Semantics, ToolRegistry, ToolSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
