@@ -365,3 +365,68 @@ def test_an_abandoned_kit_stops_its_checkpoint_thread(home: Path) -> None:
     gc.collect()
     thread.join(timeout=5)
     assert not thread.is_alive()
+
+
+def test_the_kit_checkpoints_after_the_interval_when_the_log_grew(home: Path) -> None:
+    with AgentKit(
+        home=home, ids=SequentialIds(), checkpoint_every=1000, checkpoint_interval=0.2
+    ) as kit:
+        with kit.transaction("notes"):
+            note_down("a")
+        size = len(list(kit.store.records()))
+        log = CheckpointLog(home)
+        deadline = time.monotonic() + 10
+        current = None
+        while time.monotonic() < deadline:
+            verifier = home_verifier(home)
+            current = None if verifier is None else log.latest([verifier])
+            if current is not None:
+                break
+            time.sleep(0.02)
+        assert current is not None  # far fewer than 1,000 records: published for the interval
+        assert current.size == size
+
+
+def test_concurrent_publishers_of_one_log_never_fork_and_keep_the_largest(home: Path) -> None:
+    signer = new_signer()
+    errors: list[BaseException] = []
+
+    def publisher(sizes: range) -> None:
+        try:
+            for size in sizes:  # each its own file handles, as separate processes would have
+                CheckpointLog(home).publish(leaves(size), signer)
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=publisher, args=(range(1, 60, k),)) for k in (1, 2, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    latest = CheckpointLog(home).latest([signer.verifier])
+    assert latest is not None
+    assert latest.size == 59
+    assert not (home / "checkpoints" / "forks").exists()
+
+
+def test_closing_a_kit_whose_store_failed_still_closes_the_store(home: Path) -> None:
+    from agent_saga import MemoryLogStore, StoreFailedError
+
+    class FailedStore(MemoryLogStore):
+        kind = "failed-on-sync"
+        closed = False
+
+        def sync(self) -> None:
+            raise StoreFailedError("the server went away")
+
+        def close(self) -> None:
+            self.closed = True
+
+    store = FailedStore()
+    kit = AgentKit(home=home, store=store)
+    assert kit.checkpointer is not None
+    kit.close()  # no last checkpoint for a failed store, and no error from it
+    assert store.closed
+    assert kit.checkpointer._thread is not None
+    assert not kit.checkpointer._thread.is_alive()

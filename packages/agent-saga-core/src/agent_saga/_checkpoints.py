@@ -229,16 +229,15 @@ class Checkpointer:
         kind = "FORK" if isinstance(error, ForkError) else type(error).__name__
         return f"{kind}: {error}"
 
-    def close(self) -> None:
-        """Stop the thread and publish a last checkpoint if the log grew (clean shutdown).
-
-        Nothing is published after a fork (see :meth:`poll_once`).
+    def close(self, *, final: bool = True) -> None:
+        """Stop the thread and, with ``final``, publish a last checkpoint if the log grew
+        (clean shutdown). Nothing is published after a fork (see :meth:`poll_once`).
         """
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
-        if isinstance(self.last_error, ForkError):
+        if not final or isinstance(self.last_error, ForkError):
             return
         try:
             if self.tree.update() > self._published:

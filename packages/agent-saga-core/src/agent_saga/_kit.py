@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._clock import Clock, IdSource, RandomIds, SystemClock
 from ._compensation import DEFAULT_REGISTRY, CompensatorRegistry
-from ._errors import ConfigurationError
+from ._errors import AgentSagaError, ConfigurationError
 from ._filestore import FileLogStore
 from ._gate import Gate, Rule
 from ._home import resolve_home
@@ -286,8 +286,12 @@ class AgentKit:
         opened it)."""
         try:
             if self.checkpointer is not None:
-                self.runtime.store.sync()
-                self.checkpointer.close()
+                try:
+                    self.runtime.store.sync()  # the last checkpoint covers every record
+                except (AgentSagaError, OSError):
+                    self.checkpointer.close(final=False)  # closing the store reports it
+                else:
+                    self.checkpointer.close()
             self.runtime.store.close()
         finally:
             close_switch = getattr(self.runtime.kill_switch, "close", None)
