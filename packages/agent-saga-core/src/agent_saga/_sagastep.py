@@ -110,27 +110,26 @@ class StepHolds:
 
 
 class Doom:
-    """A failure no exception carried to the transaction (see :meth:`Saga.doom`)."""
+    """A failure no exception carried to the transaction (see :meth:`Saga.doom`).
+
+    ``cause`` is a plain attribute: every step reads it.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._doom: tuple[int, Exception] | None = None
-
-    @property
-    def cause(self) -> Exception | None:
-        doom = self._doom
-        return None if doom is None else doom[1]
+        self.cause: Exception | None = None
+        self._ordinal = 0
 
     def set(self, ordinal: int, cause: Exception) -> None:
         """Keep the first cause, with the ordinal of the last step before it."""
         with self._lock:
-            if self._doom is None:
-                self._doom = (ordinal, cause)
+            if self.cause is None:
+                self.cause, self._ordinal = cause, ordinal
 
     def take(self, from_ordinal: int) -> Exception | None:
         """The cause if it came at or after ``from_ordinal``; it is then cleared."""
         with self._lock:
-            if self._doom is None or self._doom[0] < from_ordinal:
+            if self.cause is None or self._ordinal < from_ordinal:
                 return None
-            cause, self._doom = self._doom[1], None
+            cause, self.cause = self.cause, None
             return cause
