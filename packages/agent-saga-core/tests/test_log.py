@@ -24,8 +24,10 @@ from agent_saga import (
     verify_file,
 )
 from agent_saga._chain import GENESIS
-from agent_saga._codec import CodecError, canonical, decode, to_jsonable
+from agent_saga._codec import CodecError, canonical, decode, is_flat, to_jsonable
 from agent_saga.testing import FaultyFileSystem
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def entry(n: int, saga: str | None = "s") -> Entry:
@@ -318,6 +320,49 @@ def test_codec_is_strict() -> None:
     assert to_jsonable({1: "a"}) == {"$repr": "{1: 'a'}", "$type": "dict"}
     assert to_jsonable((1, {2, 3})) == [1, [2, 3]]
     assert decode(canonical(2**80)) == 2**80
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, derandomize=True)
+@given(_JSON)
+def test_canonical_is_the_standard_encoding_with_sorted_keys(value: object) -> None:
+    try:
+        expected = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no canonical form
+        with pytest.raises(CodecError):
+            canonical(value)
+        return
+    assert canonical(value) == expected
+    assert decode(expected) == value
+
+
+@settings(max_examples=300, derandomize=True)
+@given(st.dictionaries(st.text(max_size=4), _JSON, max_size=4))
+def test_flat_dicts_are_exactly_those_to_jsonable_keeps(value: dict[str, object]) -> None:
+    flat = is_flat(value)
+    scalars = all(v is None or type(v) in (bool, int, float, str) for v in value.values())
+    encodable = True
+    try:
+        canonical(value)
+    except CodecError:
+        encodable = False
+    assert flat == (scalars and encodable)
+    if flat:
+        assert to_jsonable(value) == value
 
 
 def test_concurrent_processes_and_threads_keep_one_chain(home: Path) -> None:

@@ -25,6 +25,30 @@ _ENCODER = json.JSONEncoder(
 )
 
 
+def _fast_encoder() -> Any:
+    """The C encoder behind ``_ENCODER``, built once instead of on every call (``encode``
+    rebuilds it each time), without the cycle check: values reaching :func:`canonical` are
+    trees (a cycle still fails, as a RecursionError). ``None`` where the C accelerator is
+    missing or does not produce exactly ``_ENCODER``'s output."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        encoder = make(
+            None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+            True, False, False,
+        )  # fmt: skip
+        sample = {"b": [1.5, -0.0, 10**20, "\u00e9\n"], "a": {"z": None, "y": True}}
+        if "".join(encoder(sample, 0)) != _ENCODER.encode(sample):
+            return None
+    except Exception:  # another interpreter's signature: use the plain encoder
+        return None
+    return encoder
+
+
+_C_ENCODER = _fast_encoder()
+
+
 class CodecError(ValueError):
     """Bytes that are not a canonical JSON value, or a value that has no canonical form."""
 
@@ -37,6 +61,8 @@ def canonical(value: Any) -> bytes:
             type JSON has no form for.
     """
     try:
+        if _C_ENCODER is not None:
+            return "".join(_C_ENCODER(value, 0)).encode("utf-8")
         return _ENCODER.encode(value).encode("utf-8")
     except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:
         raise CodecError(f"no canonical JSON form: {exc}") from exc
@@ -87,7 +113,11 @@ def to_jsonable(value: Any, _depth: int = 0) -> JSONValue:
     becomes ``{"$repr": "...", "$type": "..."}`` so the record is still written; such a value is
     marked as not restorable (see :func:`is_restorable`).
     """
-    if type(value) is dict and is_flat(value):
+    kind = type(value)
+    if kind is int or kind is bool or value is None:  # the common results: no checks to make
+        scalar: JSONValue = value
+        return scalar
+    if kind is dict and is_flat(value):
         return dict(value)
     if value is None or isinstance(value, bool | int | str):
         if isinstance(value, str) and not _encodable(value):
@@ -126,14 +156,16 @@ _SCALARS = frozenset({str, int, bool, type(None)})
 def is_flat(value: dict[Any, Any]) -> bool:
     """A dict of str keys and plain scalars (the common case) needs no conversion."""
     for key, item in value.items():
+        if type(key) is not str or not (key.isascii() or _encodable(key)):
+            return False
         kind = type(item)
-        if type(key) is not str or kind not in _SCALARS:
-            if kind is float and math.isfinite(item) and type(key) is str:
+        if kind not in _SCALARS:
+            if kind is float and math.isfinite(item):
                 continue
             return False
         if kind is str and not item.isascii() and not _encodable(item):
             return False
-    return all(k.isascii() or _encodable(k) for k in value)
+    return True
 
 
 def is_restorable(value: JSONValue) -> bool:

@@ -33,6 +33,9 @@ from ._sagastep import Doom, StepHolds, _Prepared, _Step, done_record
 from ._semantics import Semantics, ToolSpec
 
 _HOST = os.uname().nodename
+_tuple = tuple.__new__
+"""Builds the step's named tuples (StepRef, Entry) without their Python-level ``__new__``: the
+step path makes three per call."""
 _CURRENT: ContextVar[Saga | None] = ContextVar("agent_saga_current", default=None)
 
 
@@ -71,6 +74,9 @@ class Saga:
         self._key_prefix = hashlib.sha256(f"{saga_id}\x00".encode())
         self._obs = runtime.observers.active()
         """The saga's observers, fixed when it starts; ``None`` (no cost) when there are none."""
+        self._add_tool = runtime.tools.add
+        self._halt_state = runtime.kill_switch.state
+        self._gate_rules = runtime.gate
 
     # -- logging ---------------------------------------------------------------------------
 
@@ -136,7 +142,7 @@ class Saga:
     # -- steps -----------------------------------------------------------------------------
 
     def _prepare(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Prepared:
-        self.runtime.tools.add(spec)
+        self._add_tool(spec)
         with self._lock:
             self._ordinal += 1
             ordinal = self._ordinal
@@ -144,7 +150,7 @@ class Saga:
         call_kwargs = dict(kwargs)
         if spec.accepts_idempotency_key and "idempotency_key" not in kwargs:
             call_kwargs["idempotency_key"] = key
-        ref = StepRef(ordinal, spec.name, key)
+        ref = _tuple(StepRef, (ordinal, spec.name, key))
         obs = self._obs
         if obs is None:
             return self._admit(spec, ref, args, kwargs, call_kwargs)
@@ -188,7 +194,7 @@ class Saga:
             # Buffered either way: it joins the buffer together with the outcome, in order.
             if self._obs is not None:
                 self._obs.stamp(intent)
-            entry = Entry(Kind.STEP_INTENT, self.id, intent, int(self._now() * 1000))
+            entry = _tuple(Entry, (Kind.STEP_INTENT, self.id, intent, int(self._now() * 1000)))
             return _Prepared(step, call_kwargs, args, compensation, entry)
         try:
             self.log(Kind.STEP_INTENT, intent, durable=spec.durable_intent)
@@ -207,15 +213,17 @@ class Saga:
     def _gate(self, step: _Step, jsonable_args: JSONValue) -> Callable[..., Any] | None:
         """Decide on the call; returns the resolved compensator. Raises on any refusal."""
         spec, ref = step.spec, step.ref
-        halt = self.runtime.kill_switch.state()
+        halt = self._halt_state()
         if halt.halted:
             self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
         cause = self._doom.cause
         if cause is not None:
             reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
             self._refuse(ref, jsonable_args, "saga_failed", reason)
-        gate = self.runtime.gate
+        gate = self._gate_rules
         if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
+            if spec.compensation is None:  # a REVERSIBLE step: nothing to resolve
+                return None
             return self._resolve_compensation(step, jsonable_args)  # nothing could refuse it
         call = ToolCall(
             spec.name, spec.semantics, step.args, self.id, ref.ordinal, spec, self._gate_record
@@ -273,16 +281,16 @@ class Saga:
         step = prepared.step
         step.result = result
         done = done_record(step, result)
+        obs = self._obs
         if prepared.intent is not None:  # fast path: intent and outcome join the buffer
-            if self._obs is not None:
-                self._obs.stamp(done)
-            entry = Entry(Kind.STEP_DONE, self.id, done, int(self._now() * 1000))
+            if obs is not None:
+                obs.stamp(done)
+            entry = _tuple(Entry, (Kind.STEP_DONE, self.id, done, int(self._now() * 1000)))
             with self._lock:
                 self._steps.append(step)
-                self._pending.append(prepared.intent)
-                self._pending.append(entry)
-            if self._obs is not None:
-                self._obs.step_end(self, step.ref, None)
+                self._pending += (prepared.intent, entry)
+            if obs is not None:
+                obs.step_end(self, step.ref, None)
             return
         with self._lock:
             self._steps.append(step)

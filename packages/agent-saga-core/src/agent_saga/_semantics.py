@@ -39,6 +39,7 @@ class ToolSpec:
     """Everything the engine knows about a wrapped tool. Immutable after construction."""
 
     __slots__ = (
+        "_all_positional",
         "_count",
         "_defaults",
         "_positional",
@@ -86,6 +87,11 @@ class ToolSpec:
         )
         self._defaults = {n: p.default for n, p in params.items() if p.default is not p.empty}
         self._count = len(params)
+        self._all_positional = (
+            self._simple
+            and len(self._positional) == self._count
+            and "idempotency_key" not in params
+        )
 
     def __repr__(self) -> str:
         return f"ToolSpec({self.name!r}, {self.semantics.name})"
@@ -95,6 +101,8 @@ class ToolSpec:
 
         ``idempotency_key`` is not part of the result: it is logged on its own.
         """
+        if not kwargs and self._all_positional and len(args) == self._count:
+            return dict(zip(self._positional, args, strict=True))  # every parameter given
         if self._simple and len(args) <= len(self._positional):
             named = dict(self._defaults)
             named.update(zip(self._positional, args, strict=False))

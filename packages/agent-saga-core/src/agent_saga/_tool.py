@@ -16,12 +16,15 @@ from ._compensation import (
 )
 from ._errors import ConfigurationError
 from ._redaction import parse_path
-from ._saga import current_saga
+from ._saga import _CURRENT
 from ._semantics import Semantics, ToolRegistry, ToolSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 SPEC_ATTR = "__agent_saga_tool__"
+
+_current = _CURRENT.get
+"""``current_saga`` without its call: every wrapped call asks."""
 
 
 DEFAULT_TOOLS = ToolRegistry()
@@ -99,7 +102,7 @@ def wrap(spec: ToolSpec) -> Callable[..., Any]:
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            saga = current_saga()
+            saga = _current()
             if saga is None:
                 return await func(*args, **kwargs)
             return await saga.run_async(spec, args, kwargs)
@@ -109,7 +112,7 @@ def wrap(spec: ToolSpec) -> Callable[..., Any]:
 
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            saga = current_saga()
+            saga = _current()
             if saga is None:
                 return func(*args, **kwargs)
             return saga.run_sync(spec, args, kwargs)
