@@ -71,9 +71,15 @@ class RandomIds:
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock = clock or SystemClock()
+        self._second: tuple[int, str] = (-1, "")
+        """The last second formatted, and its text (formatting is most of an id's cost)."""
 
     def new_id(self) -> str:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock.now()))
+        second = int(self._clock.now())
+        last, stamp = self._second
+        if second != last:
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(second))
+            self._second = (second, stamp)
         return f"{stamp}-{os.urandom(8).hex()}"
 
 

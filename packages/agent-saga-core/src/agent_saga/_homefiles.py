@@ -73,7 +73,15 @@ def decode_watermark(raw: bytes) -> int:
 
 def write_fully(fs: FileSystem, fd: int, data: bytes, offset: int | None = None) -> int:
     """Write all of ``data`` (looping over short writes); returns the bytes written."""
-    view, done = memoryview(data), 0
+    if offset is not None and data:  # one call writes it all, nearly always: no copy first
+        done = fs.pwrite(fd, data, offset)
+        if done == len(data):
+            return done
+        if done <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+    else:
+        done = 0
+    view = memoryview(data)
     while done < len(data):
         chunk = bytes(view[done:])
         written = fs.write(fd, chunk) if offset is None else fs.pwrite(fd, chunk, offset + done)
