@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 from agent_saga import CorruptLogError, Entry, FileLogStore, StoreFailedError
+from agent_saga._logscan import scan
 from agent_saga.testing import SimFileSystem
 
 TRIALS = 10_000
@@ -103,8 +104,9 @@ class NoDirFsync(SimFileSystem):
 class NoTruncation(FileLogStore):
     """The bug: a torn tail is left in place and new records land after it."""
 
-    def _repair_or_refuse(self, damage: CorruptLogError, end: int, size: int, mark: int) -> None:
-        return None
+    def _open_scan(self) -> None:
+        tail = scan(self._fs, self._fd, self._chain, str(self.path))
+        self._seq, self._prev, self._end = tail.seq, tail.hash, tail.end
 
 
 SEEDED_BUGS: dict[str, dict[str, object]] = {

@@ -12,11 +12,37 @@ import hashlib
 import time
 from pathlib import Path
 
+from ._chain import Chain
 from ._errors import CorruptLogError
 from ._fs import FileSystem
-from ._homefiles import LOG_NAME, REPAIRED, write_fully
-from ._logscan import looks_like_record_after
+from ._homefiles import LOG_NAME, REPAIRED, decode_watermark, write_fully
+from ._logscan import Tail, looks_like_record_after, scan
 from ._records import Entry
+
+
+def scan_on_open(
+    fs: FileSystem, fd: int, mark_fd: int, chain: Chain, home: Path
+) -> tuple[Tail, dict[str, object] | None]:
+    """Verify the whole log when a store opens it; repair a torn tail, refuse other damage.
+
+    Returns the verified tail (where appending continues) and the repair made, if any.
+
+    Raises:
+        CorruptLogError: damage that is not a torn tail, or a log shorter than the synced
+            watermark (records were removed).
+    """
+    path = str(home / LOG_NAME)
+    tail = scan(fs, fd, chain, path)
+    watermark = decode_watermark(fs.pread(mark_fd, 64, 0))
+    if tail.damage is None and tail.end < watermark:
+        raise CorruptLogError(
+            path, tail.end,
+            f"log ends at {tail.end} bytes but {watermark} bytes were synced: records "
+            "were removed",
+        )  # fmt: skip
+    if tail.damage is None:
+        return tail, None
+    return tail, repair_torn_tail(fs, fd, home, tail.damage, tail.end, tail.size, watermark)
 
 
 def repair_torn_tail(

@@ -37,21 +37,22 @@ from pathlib import Path
 
 from ._chain import Chain
 from ._codec import CodecError
-from ._errors import ConfigurationError, CorruptLogError, StoreFailedError
+from ._errors import CorruptLogError, StoreFailedError
 from ._filelocks import FileLease, hold_owner_lock, owner_alive, take_lease
-from ._filerepair import repair_entry, repair_torn_tail
-from ._fs import NETWORK_FS_TYPES, FileSystem
+from ._filerepair import repair_entry, scan_on_open
+from ._fs import FileSystem
 from ._groupcommit import Ticket
 from ._homefiles import (
-    FILE_CRASH_MODEL,
+    FILE_STORE_TRAITS,
     LOCK_NAME,
     LOG_NAME,
     OS,
     OWNERS_DIR,
     WATERMARK_NAME,
-    decode_watermark,
     encode_watermark,
     ensure_dir,
+    open_durably,
+    refuse_network_fs,
     write_fully,
 )
 from ._logread import follow_log, iter_log, verify_file
@@ -95,16 +96,11 @@ class FileLogStore:
         self._chain = Chain(key)
         self.repairs: list[dict[str, object]] = []
         ensure_dir(self.home, fs)
-        fs_type = fs.fs_type(str(self.home))
-        if fs_type in NETWORK_FS_TYPES and not allow_network_fs:
-            raise ConfigurationError(
-                f"{self.home} is on a {fs_type} file system, where file locks and fsync do not "
-                "hold across hosts; put AGENT_SAGA_HOME on a local disk or use the PostgreSQL "
-                "store for fleets"
-            )
-        self._fd = self._open_durably(LOG_NAME, append=False)
+        if not allow_network_fs:
+            refuse_network_fs(fs, self.home)
+        self._fd = open_durably(fs, self.home, LOG_NAME)
         self._preallocate = max(1, preallocate)
-        self._mark_fd = self._open_durably(WATERMARK_NAME, append=False)
+        self._mark_fd = open_durably(fs, self.home, WATERMARK_NAME)
         self._lock_fd = fs.open_rw(str(self.home / LOCK_NAME))
         self.owner_id = f"{os.getpid()}-{os.urandom(6).hex()}"
         self._owner_fd = hold_owner_lock(self._fs, self.home, self.owner_id)
@@ -125,42 +121,16 @@ class FileLogStore:
         self._written = self._synced = self._end
         self._capacity = self._fs.size(self._fd)
 
-    def _open_durably(self, name: str, *, append: bool) -> int:
-        path = str(self.home / name)
-        created = not self._fs.exists(path)
-        fd = self._fs.open_append(path) if append else self._fs.open_rw(path)
-        if created:
-            self._fs.fsync(fd)
-            self._fs.fsync_dir(str(self.home))
-        return fd
-
-    # -- opening: verify, and repair a torn tail -------------------------------------------------
-
     def _open_scan(self) -> None:
-        tail = scan(self._fs, self._fd, self._chain, str(self.path))
-        watermark = decode_watermark(self._fs.pread(self._mark_fd, 64, 0))
-        if tail.damage is None and tail.end < watermark:
-            raise CorruptLogError(
-                str(self.path), tail.end,
-                f"log ends at {tail.end} bytes but {watermark} bytes were synced: records "
-                "were removed",
-            )  # fmt: skip
-        if tail.damage is not None:
-            self._repair_or_refuse(tail.damage, tail.end, tail.size, watermark)
+        """Verify the log; a repaired torn tail is recorded by a ``store.repaired`` record."""
+        tail, repair = scan_on_open(self._fs, self._fd, self._mark_fd, self._chain, self.home)
         self._seq, self._prev, self._end = tail.seq, tail.hash, tail.end
-        if self.repairs:
+        if repair is not None:
+            self.repairs.append(repair)
             self._capacity = self._fs.size(self._fd)
-            self._append_locked([repair_entry(self.repairs[-1])])
+            self._append_locked([repair_entry(repair)])
             self._fs.fsync(self._fd)
             self._write_watermark(self._end)
-
-    def _repair_or_refuse(
-        self, damage: CorruptLogError, end: int, size: int, watermark: int
-    ) -> None:
-        """Repair a torn tail (see :func:`repair_torn_tail`), or raise for any other damage."""
-        self.repairs.append(
-            repair_torn_tail(self._fs, self._fd, self.home, damage, end, size, watermark)
-        )
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -368,16 +338,8 @@ class FileLogStore:
         return {
             "kind": self.kind,
             "path": str(self.path),
-            "durable": True,
-            "survives": ["process crash", "power loss (when fsync reaches stable storage)"],
-            "crash_model": FILE_CRASH_MODEL,
-            "fsync": "F_FULLFSYNC" if os.uname().sysname == "Darwin" else "fsync",
-            "directory_fsync_on_create": True,
-            "group_commit": True,
+            **FILE_STORE_TRAITS,
             "preallocated_bytes": self._preallocate,
-            "multi_process": "flock on log.lock per batch; owner lock per open store",
-            "torn_tail_repair": "only beyond the synced watermark, with a .broken copy",
-            "assumes": ["powersafe overwrite: appending never garbles synced bytes"],
             "keyed_chain": self._chain.keyed,
         }
 

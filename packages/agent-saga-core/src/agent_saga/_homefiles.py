@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import os
 from pathlib import Path
 
-from ._fs import FileSystem, OsFileSystem
+from ._errors import ConfigurationError
+from ._fs import NETWORK_FS_TYPES, FileSystem, OsFileSystem
 
 LOG_NAME = "log.jsonl"
 LOCK_NAME = "log.lock"
@@ -109,3 +111,39 @@ FILE_CRASH_MODEL = {
         "store on a replicated server, to survive it."
     ),
 }
+
+
+def open_durably(fs: FileSystem, home: Path, name: str) -> int:
+    """Open (read-write) ``home/name``; a file created here is fsynced, and so is ``home``."""
+    path = str(home / name)
+    created = not fs.exists(path)
+    fd = fs.open_rw(path)
+    if created:
+        fs.fsync(fd)
+        fs.fsync_dir(str(home))
+    return fd
+
+
+def refuse_network_fs(fs: FileSystem, home: Path) -> None:
+    """Raise :class:`ConfigurationError` when ``home`` is on an NFS/SMB-like file system."""
+    fs_type = fs.fs_type(str(home))
+    if fs_type in NETWORK_FS_TYPES:
+        raise ConfigurationError(
+            f"{home} is on a {fs_type} file system, where file locks and fsync do not "
+            "hold across hosts; put AGENT_SAGA_HOME on a local disk or use the PostgreSQL "
+            "store for fleets"
+        )
+
+
+FILE_STORE_TRAITS: dict[str, object] = {
+    "durable": True,
+    "survives": ["process crash", "power loss (when fsync reaches stable storage)"],
+    "crash_model": FILE_CRASH_MODEL,
+    "fsync": "F_FULLFSYNC" if os.uname().sysname == "Darwin" else "fsync",
+    "directory_fsync_on_create": True,
+    "group_commit": True,
+    "multi_process": "flock on log.lock per batch; owner lock per open store",
+    "torn_tail_repair": "only beyond the synced watermark, with a .broken copy",
+    "assumes": ["powersafe overwrite: appending never garbles synced bytes"],
+}
+"""What every file store's ``describe()`` says about itself."""

@@ -7,11 +7,16 @@ its ``hash`` column must match the line's hash (a rewritten column is found).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._chain import Chain, ChainBreak, parse_line
 from ._errors import CorruptLogError
 from ._records import GENESIS, Record
+
+if TYPE_CHECKING:
+    from psycopg.sql import Composed
+
+    from ._pgfleet import PgConnection
 
 PAGE = 1000
 
@@ -51,3 +56,30 @@ def checked_records(
             raise CorruptLogError(where, index, "hash column does not match the record", expect)
         yield result
         prev, expect = result.hash, expect + 1
+
+
+def check_tail(conn: PgConnection, last: Composed, chain: Chain, where: str) -> None:
+    """Check the stored tail row (query ``last``) is a well-formed record of the chain.
+
+    Raises:
+        CorruptLogError: the line does not parse, is off its own ``prev``, or its ``hash``
+            column does not match it.
+    """
+    row = conn.execute(last).fetchone()
+    if row is None:
+        return
+    seq, digest, line = int(row[0]), str(row[1]), bytes(row[2])
+    result = parse_line(chain, line, seq, _prev_field(line))
+    if isinstance(result, ChainBreak):
+        reason = result.reason
+    elif digest != result.hash:
+        reason = "hash column does not match the record"
+    else:
+        return
+    raise CorruptLogError(where, seq - 1, f"stored tail: {reason}", seq=seq)
+
+
+def _prev_field(line: bytes) -> str:
+    """The ``prev`` a stored line claims (checked by hash, not trusted)."""
+    marker = line.find(b'"prev":"')
+    return line[marker + 8 : marker + 72].decode("ascii", "replace") if marker >= 0 else ""

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._chain import Chain, ChainBreak, parse_line
+from ._chain import Chain
 from ._errors import ConfigurationError, CorruptLogError, StoreFailedError
 from ._pgfleet import (
     DEFAULT_SCHEMA,
@@ -45,8 +45,9 @@ from ._pgfleet import (
     server_settings,
 )
 from ._pgkillswitch import PostgresKillSwitch
-from ._pgread import checked_records, paged_rows
+from ._pgread import check_tail, checked_records, paged_rows
 from ._pgsql import crash_model, queries
+from ._pgwrite import NotSent, insert_batch
 from ._records import GENESIS, Entry, Record
 from ._store import VerifyReport
 
@@ -56,10 +57,6 @@ if TYPE_CHECKING:
     from ._pgfleet import PgConnection
 
 DEFAULT_OWNER_TTL = 15.0
-
-
-class _NotSent(Exception):
-    """The connection broke before the commit was sent: nothing from the batch was written."""
 
 
 class PostgresLogStore:
@@ -117,7 +114,7 @@ class PostgresLogStore:
             with self._main.lock:
                 conn = self._main.connection()
                 ensure_schema(conn, schema)
-                self._check_tail(conn)
+                check_tail(conn, self._q["last"], self._chain, self.where)
                 self._owner.register(conn)
             self._flusher.query("SELECT 1")
         except psycopg.Error as exc:
@@ -147,9 +144,9 @@ class PostgresLogStore:
             try:
                 try:
                     out = self._insert(self._main.connection(), entries)
-                except _NotSent:
+                except NotSent:
                     out = self._insert(self._main.connection(), entries)
-            except (OwnerExpired, _NotSent, psycopg.Error) as exc:
+            except (OwnerExpired, NotSent, psycopg.Error) as exc:
                 self._fail(exc)
                 raise StoreFailedError(f"{self.where}: append failed: {exc}") from exc
             if out:
@@ -160,47 +157,7 @@ class PostgresLogStore:
         return out
 
     def _insert(self, conn: PgConnection, entries: Sequence[Entry]) -> list[Record]:
-        """Two round trips: open, fence, lock and read the tail; then insert and commit.
-
-        The statements travel as literals in the simple protocol, several to a message, each
-        with its own snapshot, so the tail is read after the lock is granted.
-        """
-        import psycopg
-        from psycopg import sql
-
-        out: list[Record] = []
-        committing = False
-        try:
-            cursor = conn.execute(self._q["begin"], prepare=False)
-            fenced = [cursor.rowcount]
-            while cursor.nextset():
-                fenced.append(cursor.rowcount)
-            tail = cursor.fetchone()
-            if fenced[2] != 1:  # BEGIN, SET, the owner row, the lock, the tail
-                raise OwnerExpired(f"owner {self.owner_id} expired; reopen the store")
-            seq, prev = (int(tail[0]), str(tail[1])) if tail else (0, GENESIS)
-            rows: list[sql.Composable] = []
-            for entry in entries:
-                seq += 1
-                record, line = self._chain.seal(entry, seq, prev)
-                out.append(record)
-                values = (seq, record.hash, line[:-1])
-                rows.append(sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Literal, values))))
-                prev = record.hash
-            if not rows:
-                conn.execute("ROLLBACK")
-                return out
-            committing = True
-            insert = self._q["insert"] + sql.SQL(", ").join(rows) + sql.SQL("; COMMIT")
-            conn.execute(insert, prepare=False)
-        except BaseException as exc:
-            if conn.broken:
-                if not committing and isinstance(exc, psycopg.OperationalError):
-                    raise _NotSent(str(exc)) from exc
-            elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
-            raise
-        return out
+        return insert_batch(conn, self._q, self._chain, self.owner_id, entries)
 
     def sync(self) -> None:
         """Make every record this store appended so far durable."""
@@ -270,20 +227,6 @@ class PostgresLogStore:
         return self._main.query(query, params)
 
     # -- reading ------------------------------------------------------------------------------
-
-    def _check_tail(self, conn: PgConnection) -> None:
-        row = conn.execute(self._q["last"]).fetchone()
-        if row is None:
-            return
-        seq, digest, line = int(row[0]), str(row[1]), bytes(row[2])
-        result = parse_line(self._chain, line, seq, _prev_field(line))
-        if isinstance(result, ChainBreak):
-            reason = result.reason
-        elif digest != result.hash:
-            reason = "hash column does not match the record"
-        else:
-            return
-        raise CorruptLogError(self.where, seq - 1, f"stored tail: {reason}", seq=seq)
 
     def _checked(self) -> Iterator[Record]:
         return checked_records(paged_rows(self._query, self._q["page"]), self._chain, self.where)
@@ -438,12 +381,6 @@ class PostgresLogStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _prev_field(line: bytes) -> str:
-    """The ``prev`` a stored line claims (checked by hash, not trusted)."""
-    marker = line.find(b'"prev":"')
-    return line[marker + 8 : marker + 72].decode("ascii", "replace") if marker >= 0 else ""
 
 
 __all__ = ["PostgresLease", "PostgresLogStore"]
