@@ -34,6 +34,13 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
 
 
+_SAGA_ID, _OPERATION, _EXECUTE_TOOL = n.SAGA_ID, n.GEN_AI_OPERATION_NAME, n.EXECUTE_TOOL
+_TOOL_NAME, _TOOL_CALL_ID = n.GEN_AI_TOOL_NAME, n.GEN_AI_TOOL_CALL_ID
+_ORDINAL, _SEMANTICS = n.STEP_ORDINAL, n.STEP_SEMANTICS
+_SEMANTICS_TEXT = {s: s.value for s in Semantics}
+_INTERNAL = SpanKind.INTERNAL
+
+
 class OTelObserver(Observer):
     """An :class:`agent_saga.Observer` that turns a kit's sagas into spans.
 
@@ -59,6 +66,8 @@ class OTelObserver(Observer):
         )
         """The ids of this observer's innermost open span in the current context, formatted
         once when it opens: what the records written under it keep (see :meth:`trace_ids`)."""
+        self._last_trace: tuple[int, str] = (0, "")
+        """The last trace id formatted, and its text."""
         self._open: dict[tuple[str, int, str], tuple[Span, object, Token[Any]]] = {}
         """Open spans by (saga id, ordinal, role) with the tokens that made them current (a
         dict's single set and pop are atomic: steps of one saga may run in several threads)."""
@@ -68,14 +77,13 @@ class OTelObserver(Observer):
     def _push(self, key: tuple[str, int, str], span: Span, ctx: Context) -> None:
         span_context = span.get_span_context()
         trace_id = span_context.trace_id  # 0 for the API's invalid context (no SDK)
-        ids = (
-            {
-                "trace_id": "%032x" % trace_id,  # noqa: UP031 - the fastest form
-                "span_id": "%016x" % span_context.span_id,  # noqa: UP031
-            }
-            if trace_id
-            else None
-        )
+        ids = None
+        if trace_id:
+            last_id, trace_hex = self._last_trace  # a saga's spans share one trace
+            if last_id != trace_id:
+                trace_hex = "%032x" % trace_id  # noqa: UP031 - the fastest form
+                self._last_trace = (trace_id, trace_hex)
+            ids = {"trace_id": trace_hex, "span_id": "%016x" % span_context.span_id}  # noqa: UP031
         token = context.attach(trace.set_span_in_context(span, ctx))
         self._open[key] = (span, token, self._ids.set(ids))
 
@@ -123,21 +131,21 @@ class OTelObserver(Observer):
     # -- steps ---------------------------------------------------------------------------------
 
     def step_begin(self, saga: Saga, step: StepRef, semantics: Semantics) -> None:
+        # The hottest event: names are module constants here, not attribute lookups.
+        tool = step.tool
         attributes: dict[str, str | int] = {
-            n.SAGA_ID: saga.id,
-            n.GEN_AI_OPERATION_NAME: n.EXECUTE_TOOL,
-            n.GEN_AI_TOOL_NAME: step.tool,
-            n.GEN_AI_TOOL_CALL_ID: step.idempotency_key,
-            n.STEP_ORDINAL: step.ordinal,
-            n.STEP_SEMANTICS: semantics.value,
+            _SAGA_ID: saga.id,
+            _OPERATION: _EXECUTE_TOOL,
+            _TOOL_NAME: tool,
+            _TOOL_CALL_ID: step.idempotency_key,
+            _ORDINAL: step.ordinal,
+            _SEMANTICS: _SEMANTICS_TEXT[semantics],
         }
         if self._openinference:
             attributes[n.OPENINFERENCE_SPAN_KIND] = "TOOL"
-            attributes[n.OPENINFERENCE_TOOL_NAME] = step.tool
+            attributes[n.OPENINFERENCE_TOOL_NAME] = tool
         ctx = context.get_current()
-        span = self._tracer.start_span(
-            f"{n.EXECUTE_TOOL} {step.tool}", ctx, SpanKind.INTERNAL, attributes
-        )
+        span = self._tracer.start_span(f"{_EXECUTE_TOOL} {tool}", ctx, _INTERNAL, attributes)
         self._push((saga.id, step.ordinal, "step"), span, ctx)
 
     def step_end(self, saga: Saga, step: StepRef, error: BaseException | None) -> None:
@@ -146,12 +154,10 @@ class OTelObserver(Observer):
             return
         # A step that took effect gets no outcome attribute and an unset status (a span's
         # attribute write takes a lock: the common path skips it).
-        if isinstance(error, (GateRefused, HaltedError)):
-            span.set_attribute(n.STEP_OUTCOME, "refused")
-            _failed(span, error, "refused: ")
-        elif error is not None:
-            span.set_attribute(n.STEP_OUTCOME, "failed")
-            _failed(span, error, "")
+        if error is not None:
+            refused = isinstance(error, (GateRefused, HaltedError))
+            span.set_attribute(n.STEP_OUTCOME, "refused" if refused else "failed")
+            _failed(span, error, "refused: " if refused else "")
         span.end()
 
     def gate_refused(self, saga: Saga, step: StepRef, rule: str, reason: str) -> None:
