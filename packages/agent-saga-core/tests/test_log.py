@@ -322,6 +322,27 @@ def test_codec_is_strict() -> None:
     assert decode(canonical(2**80)) == 2**80
 
 
+def test_a_cycle_is_a_codec_error_whatever_the_recursion_limit() -> None:
+    code = (
+        "import sys\n"
+        "from agent_saga._codec import CodecError, canonical\n"
+        "sys.setrecursionlimit(100_000)\n"
+        "loop = []\n"
+        "loop.append(loop)\n"
+        "try:\n"
+        "    canonical({'a': loop})\n"
+        "except CodecError as exc:\n"
+        "    print('refused:', exc)\n"
+        "print(canonical({'a': [1]}).decode())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "refused: no canonical JSON form: Circular reference detected",
+        '{"a":[1]}',
+    ]
+
+
 _JSON = st.recursive(
     st.none()
     | st.booleans()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 from agent_saga import CorruptLogError, Entry, FileLogStore, StoreFailedError
+from agent_saga._homefiles import decode_watermark
 from agent_saga._logscan import scan
 from agent_saga.testing import SimFileSystem
 
@@ -104,8 +105,11 @@ class NoDirFsync(SimFileSystem):
 class NoTruncation(FileLogStore):
     """The bug: a torn tail is left in place and new records land after it."""
 
-    def _open_scan(self) -> None:
+    def _open_scan(self) -> None:  # the store's own, minus the repair
         tail = scan(self._fs, self._fd, self._chain, str(self.path))
+        watermark = decode_watermark(self._fs.pread(self._mark_fd, 64, 0))
+        if tail.damage is None and tail.end < watermark:
+            raise CorruptLogError(str(self.path), tail.end, "records were removed")
         self._seq, self._prev, self._end = tail.seq, tail.hash, tail.end
 
 

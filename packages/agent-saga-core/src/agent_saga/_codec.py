@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import json
 import math
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,28 +26,32 @@ _ENCODER = json.JSONEncoder(
 )
 
 
-def _fast_encoder() -> Any:
-    """The C encoder behind ``_ENCODER``, built once instead of on every call (``encode``
-    rebuilds it each time), without the cycle check: values reaching :func:`canonical` are
-    trees (a cycle still fails, as a RecursionError). ``None`` where the C accelerator is
-    missing or does not produce exactly ``_ENCODER``'s output."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
+_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_THREAD = threading.local()
+
+
+def _c_encoder() -> tuple[Any, dict[int, Any]] | None:
+    """This thread's C encoder for ``_ENCODER`` and the dict it tracks open containers in (a
+    cycle raises ``ValueError``, as with ``_ENCODER``). ``encode`` builds a new one on every
+    call, which is most of its cost. ``None`` where the C accelerator is missing or does not
+    produce exactly ``_ENCODER``'s output."""
+    if _MAKE_ENCODER is None or getattr(_THREAD, "plain", False):
         return None
+    markers: dict[int, Any] = {}
     try:
-        encoder = make(
-            None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+        encoder = _MAKE_ENCODER(
+            markers, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
             True, False, False,
         )  # fmt: skip
         sample = {"b": [1.5, -0.0, 10**20, "\u00e9\n"], "a": {"z": None, "y": True}}
         if "".join(encoder(sample, 0)) != _ENCODER.encode(sample):
-            return None
-    except Exception:  # another interpreter's signature: use the plain encoder
+            raise ValueError("different output")
+    except Exception:  # another interpreter's signature or output: use the plain encoder
+        _THREAD.plain = True
         return None
-    return encoder
-
-
-_C_ENCODER = _fast_encoder()
+    pair = (encoder, markers)
+    _THREAD.encoder = pair
+    return pair
 
 
 class CodecError(ValueError):
@@ -60,10 +65,15 @@ def canonical(value: Any) -> bytes:
         CodecError: the value holds NaN/infinity, a non-string key, an unencodable string or a
             type JSON has no form for.
     """
+    pair = getattr(_THREAD, "encoder", None) or _c_encoder()
     try:
-        if _C_ENCODER is not None:
-            return "".join(_C_ENCODER(value, 0)).encode("utf-8")
-        return _ENCODER.encode(value).encode("utf-8")
+        if pair is None:
+            return _ENCODER.encode(value).encode("utf-8")
+        try:
+            return "".join(pair[0](value, 0)).encode("utf-8")
+        except BaseException:
+            pair[1].clear()  # an error part-way through leaves containers marked open
+            raise
     except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:
         raise CodecError(f"no canonical JSON form: {exc}") from exc
 

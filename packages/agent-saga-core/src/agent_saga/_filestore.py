@@ -43,7 +43,6 @@ from ._filerepair import repair_entry, scan_on_open
 from ._fs import FileSystem
 from ._groupcommit import Ticket
 from ._homefiles import (
-    FILE_STORE_TRAITS,
     LOCK_NAME,
     LOG_NAME,
     OS,
@@ -51,6 +50,7 @@ from ._homefiles import (
     WATERMARK_NAME,
     encode_watermark,
     ensure_dir,
+    file_store_traits,
     open_durably,
     refuse_network_fs,
     write_fully,
@@ -338,7 +338,7 @@ class FileLogStore:
         return {
             "kind": self.kind,
             "path": str(self.path),
-            **FILE_STORE_TRAITS,
+            **file_store_traits(),
             "preallocated_bytes": self._preallocate,
             "keyed_chain": self._chain.keyed,
         }

@@ -135,15 +135,16 @@ def refuse_network_fs(fs: FileSystem, home: Path) -> None:
         )
 
 
-FILE_STORE_TRAITS: dict[str, object] = {
-    "durable": True,
-    "survives": ["process crash", "power loss (when fsync reaches stable storage)"],
-    "crash_model": FILE_CRASH_MODEL,
-    "fsync": "F_FULLFSYNC" if os.uname().sysname == "Darwin" else "fsync",
-    "directory_fsync_on_create": True,
-    "group_commit": True,
-    "multi_process": "flock on log.lock per batch; owner lock per open store",
-    "torn_tail_repair": "only beyond the synced watermark, with a .broken copy",
-    "assumes": ["powersafe overwrite: appending never garbles synced bytes"],
-}
-"""What every file store's ``describe()`` says about itself."""
+def file_store_traits() -> dict[str, object]:
+    """What every file store's ``describe()`` says about itself (a new dict each time)."""
+    return {
+        "durable": True,
+        "survives": ["process crash", "power loss (when fsync reaches stable storage)"],
+        "crash_model": dict(FILE_CRASH_MODEL),
+        "fsync": "F_FULLFSYNC" if os.uname().sysname == "Darwin" else "fsync",
+        "directory_fsync_on_create": True,
+        "group_commit": True,
+        "multi_process": "flock on log.lock per batch; owner lock per open store",
+        "torn_tail_repair": "only beyond the synced watermark, with a .broken copy",
+        "assumes": ["powersafe overwrite: appending never garbles synced bytes"],
+    }

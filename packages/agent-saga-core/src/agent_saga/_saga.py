@@ -222,7 +222,7 @@ class Saga:
             self._refuse(ref, jsonable_args, "saga_failed", reason)
         gate = self._gate_rules
         if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
-            if spec.compensation is None:  # a REVERSIBLE step: nothing to resolve
+            if spec.compensation is None:  # no compensation to resolve
                 return None
             return self._resolve_compensation(step, jsonable_args)  # nothing could refuse it
         call = ToolCall(

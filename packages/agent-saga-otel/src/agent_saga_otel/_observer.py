@@ -78,7 +78,7 @@ class OTelObserver(Observer):
         span_context = span.get_span_context()
         trace_id = span_context.trace_id  # 0 for the API's invalid context (no SDK)
         ids = None
-        if trace_id:
+        if trace_id and span_context.span_id:
             last_id, trace_hex = self._last_trace  # a saga's spans share one trace
             if last_id != trace_id:
                 trace_hex = "%032x" % trace_id  # noqa: UP031 - the fastest form
