@@ -7,6 +7,8 @@ that they match it).
 
 from __future__ import annotations
 
+OWN_SCOPE = "agent_saga_otel"
+"""The instrumentation scope of :class:`~agent_saga_otel.OTelObserver`'s spans."""
 SAGA_ID = "agent_saga.saga.id"
 """The saga id: on every span of a transaction, and the baggage key that carries it."""
 SAGA_NAME = "agent_saga.saga.name"

@@ -57,9 +57,9 @@ class OTelObserver(Observer):
         self, tracer_provider: TracerProvider | None = None, *, openinference: bool = False
     ) -> None:
         if tracer_provider is None:
-            self._tracer = trace.get_tracer("agent_saga_otel", VERSION)
+            self._tracer = trace.get_tracer(n.OWN_SCOPE, VERSION)
         else:
-            self._tracer = tracer_provider.get_tracer("agent_saga_otel", VERSION)
+            self._tracer = tracer_provider.get_tracer(n.OWN_SCOPE, VERSION)
         self._openinference = openinference
         self._ids: ContextVar[Mapping[str, str] | None] = ContextVar(
             "agent_saga_otel_ids", default=None

@@ -32,8 +32,12 @@ class SagaIdSpanProcessor(SpanProcessor):
             self._keys += (n.OPENINFERENCE_SESSION_ID,)
         if conversation_id:
             self._keys += (n.GEN_AI_CONVERSATION_ID,)
+        self._saga_id_only = len(self._keys) == 1
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        scope = span.instrumentation_scope
+        if self._saga_id_only and scope is not None and scope.name == n.OWN_SCOPE:
+            return  # an OTelObserver span: it has the saga id already (the cheap test first)
         attributes = span.attributes
         if attributes and self._keys[-1] in attributes:  # agent-saga's own spans have them
             return
