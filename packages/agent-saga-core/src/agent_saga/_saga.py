@@ -76,7 +76,7 @@ class Saga:
         """The saga's observers, fixed when it starts; ``None`` (no cost) when there are none."""
         self._add_tool = runtime.tools.add
         self._halt_state = runtime.kill_switch.state
-        self._gate_rules = runtime.gate
+        self._gatekeeper = runtime.gate
 
     # -- logging ---------------------------------------------------------------------------
 
@@ -220,7 +220,7 @@ class Saga:
         if cause is not None:
             reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
             self._refuse(ref, jsonable_args, "saga_failed", reason)
-        gate = self._gate_rules
+        gate = self._gatekeeper
         if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
             if spec.compensation is None:  # no compensation to resolve
                 return None
