@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from agent_saga import AgentKit, SagaRolledBack, SequentialIds
 from agent_saga_otel import SAGA_ID, OTelObserver
+from agent_saga_otel._names import OWN_SCOPE as OWN
 from agent_saga_otel.langchain import LangChainLink, RunSpans
 from agent_saga_otel.langsmith import LangSmithLink
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -145,8 +146,8 @@ def test_agent_runs_and_spans_carry_the_saga_id(
     }
     assert sorted(tool_spans) == ["call_1", "call_2"]
     assert tool_spans["call_2"].status.status_code is StatusCode.ERROR
-    steps = [s for s in spans if s.attributes and "agent_saga.step.ordinal" in s.attributes]
-    assert sorted(s.name for s in steps) == [
+    own = [s for s in spans if s.instrumentation_scope and s.instrumentation_scope.name == OWN]
+    assert sorted(s.name for s in own if s is not root) == [
         "compensate payments.charge",
         "execute_tool payments.charge",
         "execute_tool shipping.book",

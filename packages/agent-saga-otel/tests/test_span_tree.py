@@ -85,12 +85,13 @@ def test_failing_three_step_saga_span_tree(kit: AgentKit, exporter: InMemorySpan
     assert root.attributes[names.SAGA_STATUS] == "rolled_back"
     assert root.status.status_code is StatusCode.ERROR
 
-    for ordinal, tool in enumerate(["book", "charge", "ship"], start=1):
+    for tool in ["book", "charge", "ship"]:
         step = named[f"execute_tool {tool}"]
         assert step.attributes is not None
         assert step.attributes[names.GEN_AI_OPERATION_NAME] == "execute_tool"
         assert step.attributes[names.GEN_AI_TOOL_NAME] == tool
-        assert step.attributes[names.STEP_ORDINAL] == ordinal
+        assert names.STEP_ORDINAL not in step.attributes  # detail is opt-in on step spans
+        assert names.STEP_SEMANTICS not in step.attributes
         call_id = step.attributes[names.GEN_AI_TOOL_CALL_ID]
         assert isinstance(call_id, str)
         assert call_id.startswith("as1-")
@@ -119,6 +120,23 @@ def test_failing_three_step_saga_span_tree(kit: AgentKit, exporter: InMemorySpan
     assert second.start_time is not None
     assert first.end_time <= second.start_time
     assert all(s.status.status_code is StatusCode.UNSET for s in compensations)
+
+
+def test_step_details_put_ordinal_and_semantics_on_step_spans(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    observer = OTelObserver(provider, step_details=True)
+    with AgentKit(home=tmp_path / "details", ids=SequentialIds(), observers=[observer]) as kit:
+        failing_order(kit, [])
+    named = by_name(exporter.get_finished_spans())
+    for ordinal, tool in enumerate(["book", "charge", "ship"], start=1):
+        attributes = named[f"execute_tool {tool}"].attributes
+        assert attributes is not None
+        assert attributes[names.STEP_ORDINAL] == ordinal
+        assert attributes[names.STEP_SEMANTICS] == "compensable"
+    compensation = named["compensate charge"].attributes
+    assert compensation is not None
+    assert compensation[names.STEP_ORDINAL] == 2
 
 
 def test_records_keep_the_trace_and_span_of_their_step(
