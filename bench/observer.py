@@ -18,10 +18,9 @@ Usage: uv run python bench/observer.py [--quick]
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable, Iterable
 
+from _timing import p50, timed
 from agent_saga import REVERSIBLE, AgentKit, Observer
 from agent_saga_otel import OTelObserver, SagaIdSpanProcessor
 from opentelemetry.sdk.trace import TracerProvider
@@ -29,20 +28,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 STEPS_PER_SAGA = 50
-
-
-def p50(samples: list[int]) -> float:
-    return statistics.median(samples) / 1000.0
-
-
-def timed(func: Callable[[], object], n: int) -> list[int]:
-    clock = time.perf_counter_ns
-    out = []
-    for _ in range(n):
-        start = clock()
-        func()
-        out.append(clock() - start)
-    return out
 
 
 def step_samples(observers: Iterable[Observer], n: int, after: Callable[[], None]) -> list[int]:

@@ -22,27 +22,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _timing import p50, timed
 from agent_saga import REVERSIBLE, AgentKit
 
 Timer = Callable[[], int]
-
-
-def p50(samples: list[int]) -> float:
-    return statistics.median(samples) / 1000.0
-
-
-def timed(func: Callable[[], object], n: int) -> list[int]:
-    clock = time.perf_counter_ns
-    out = []
-    for _ in range(n):
-        start = clock()
-        func()
-        out.append(clock() - start)
-    return out
 
 
 def raw_fsync_floor(directory: Path, n: int) -> list[int]:
