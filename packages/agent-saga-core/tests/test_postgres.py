@@ -152,7 +152,7 @@ def test_missing_psycopg_is_a_configuration_error() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 2
-    assert all("agent-saga-core[postgres]" in line for line in lines)
+    assert all("agent-saga[postgres]" in line for line in lines)
 
 
 def test_schema_names_are_plain_identifiers(pg_url: str) -> None:

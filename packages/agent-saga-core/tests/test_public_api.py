@@ -136,4 +136,4 @@ def test_import_loads_no_cli_library_or_framework() -> None:
 def test_version_matches_package_metadata() -> None:
     from importlib.metadata import version
 
-    assert agent_saga.__version__ == version("agent-saga-core")
+    assert agent_saga.__version__ == version("agent-saga")

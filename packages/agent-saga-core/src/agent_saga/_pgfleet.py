@@ -74,7 +74,7 @@ def require_psycopg() -> None:
         import psycopg  # noqa: F401
     except ImportError as exc:
         raise ConfigurationError(
-            "PostgreSQL stores need psycopg 3: pip install 'agent-saga-core[postgres]'"
+            "PostgreSQL stores need psycopg 3: pip install 'agent-saga[postgres]'"
         ) from exc
 
 
