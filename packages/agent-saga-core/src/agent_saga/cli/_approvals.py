@@ -32,7 +32,8 @@ from .._signing import PASSPHRASE_ENV
 from .._store import LogStore
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import require_home
-from ._proofs import _settings, keys
+from ._proofs import keys
+from ._settings import current_settings
 
 
 def cli_identity() -> str:
@@ -65,7 +66,7 @@ def _show(request: ApprovalRequest, now: float) -> str:
 @click.command()
 def approvals() -> None:
     """List pending approval requests, with the action shown in full."""
-    settings = _settings()
+    settings = current_settings()
     with _store(settings.home) as store:
         pending = _book(store).pending(time.time())
     if not pending:
@@ -95,7 +96,7 @@ def _verifier_text(approver: str, public: Ed25519PublicKey) -> str:
 
 
 def _vote(request_id: str, decision: str, note: str, sign: Path | None) -> None:
-    settings = _settings()
+    settings = current_settings()
     with _store(settings.home) as store:
         book = _book(store)
         request = book.find(request_id)
@@ -184,7 +185,7 @@ def _control(store: LogStore, kind: str, data: dict[str, JSONValue]) -> None:
 @click.argument("public_key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def keys_add(approver: str, public_key: Path) -> None:
     """Register an approver's Ed25519 public key (PEM or verifier key)."""
-    settings = _settings()
+    settings = current_settings()
     key_text = _read_public(public_key, approver)
     with _store(settings.home) as store:
         _control(store, KEY_ADDED, {"approver": approver, "key": key_text, "by": cli_identity()})
@@ -194,7 +195,7 @@ def keys_add(approver: str, public_key: Path) -> None:
 @keys.command(name="list")
 def keys_list() -> None:
     """List registered approver keys (revoked ones marked)."""
-    settings = _settings()
+    settings = current_settings()
     with _store(settings.home) as store:
         book = _book(store)
     if not book.keys.owners:
@@ -208,7 +209,7 @@ def keys_list() -> None:
 @click.argument("key")
 def keys_revoke(key: str) -> None:
     """Revoke a registered key (give the key text as listed); its signatures stop counting."""
-    settings = _settings()
+    settings = current_settings()
     with _store(settings.home) as store:
         book = _book(store)
         if key not in book.keys.owners:
@@ -221,7 +222,7 @@ def keys_revoke(key: str) -> None:
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
 def keys_new(out: Path) -> None:
     """Create an Ed25519 key pair for an approver: OUT (private, 0600) and OUT.pub (PEM)."""
-    settings = _settings()
+    settings = current_settings()
     key = Ed25519PrivateKey.generate()
     passphrase = os.environ.get(PASSPHRASE_ENV)
     encryption: serialization.KeySerializationEncryption = (

@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from .._audit import snapshot
 from .._config import find_config, store_setting
@@ -35,10 +33,12 @@ from .._version import __version__
 from ._approvals import COMMANDS as APPROVAL_COMMANDS
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import log_path, read_history, require_home, require_log, shared_lock
+from ._plugins import load_plugin_command, plugin_commands
 from ._proofs import COMMANDS as PROOF_COMMANDS
 from ._proofs import KEY_HELP, checkpoint_lines, redaction_lines
 from ._recover import recover
 from ._render import make_console, render_replay, render_sagas, render_status, render_verify
+from ._settings import Settings, pass_settings
 
 EPILOG = """\b
 Exit codes:
@@ -49,16 +49,6 @@ Exit codes:
      no agent-saga home or no log at the given path
   3  recover: at least one saga needs a human
 """
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What every command gets from the global options."""
-
-    home: Path
-    home_given: bool
-    console: Console
-    err: Console
 
 
 class _OneLineUsageError(click.UsageError):
@@ -90,6 +80,15 @@ class _Group(click.Group):
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
             raise _one_line_usage(exc) from exc
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *plugin_commands()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in plugin_commands():
+            command = load_plugin_command(cmd_name)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -125,9 +124,6 @@ def main(ctx: click.Context, home: Path | None, no_color: bool) -> None:
         console=make_console(no_color=no_color),
         err=make_console(no_color=no_color, stderr=True),
     )
-
-
-pass_settings = click.make_pass_decorator(Settings)
 
 
 def kill_switch_for(home: Path) -> KillSwitch:

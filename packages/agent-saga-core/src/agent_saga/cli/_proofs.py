@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -31,16 +31,9 @@ from .._redaction import REDACTION_KIND
 from .._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import require_home, require_log, shared_lock
-
-if TYPE_CHECKING:
-    from ._main import Settings
+from ._settings import current_settings
 
 KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
-
-
-def _settings() -> Settings:
-    settings: Settings = click.get_current_context().find_root().obj
-    return settings
 
 
 def _verifier(key: str | None) -> NoteVerifier | None:
@@ -95,7 +88,7 @@ def keys(ctx: click.Context) -> None:
     """The checkpoint public key (created on first use); approver keys: add, list, revoke, new."""
     if ctx.invoked_subcommand is not None:
         return
-    settings = _settings()
+    settings = current_settings()
     require_home(settings.home)
     signer = home_signer(settings.home)
     settings.console.print(signer.verifier.encode(), markup=False, soft_wrap=True)
@@ -104,7 +97,7 @@ def keys(ctx: click.Context) -> None:
 @click.command()
 def checkpoint() -> None:
     """Sign and publish a checkpoint of the log now (checkpoints/latest.note)."""
-    settings = _settings()
+    settings = current_settings()
     require_log(settings.home)
     with shared_lock(settings.home):
         log = snapshot(settings.home)
@@ -128,7 +121,7 @@ def checkpoint() -> None:
 )
 def prove_command(saga_id: str, out: Path) -> None:
     """Write a disclosure bundle: one saga's records, proven included and complete."""
-    settings = _settings()
+    settings = current_settings()
     require_log(settings.home)
     try:
         bundle = prove(settings.home, saga_id)
@@ -144,7 +137,7 @@ def prove_command(saga_id: str, out: Path) -> None:
 @click.option("--key", required=True, help="The log's public key (text or file).")
 def verify_proof(bundle: Path, key: str) -> None:
     """Check a disclosure bundle offline, with the log's public key only (exit 1 if not)."""
-    settings = _settings()
+    settings = current_settings()
     verifier = read_verifier(key)
     if bundle.stat().st_size > MAX_BUNDLE_BYTES:
         raise CliError(f"{bundle} is larger than {MAX_BUNDLE_BYTES} bytes")
@@ -170,7 +163,7 @@ def verify_proof(bundle: Path, key: str) -> None:
 )
 def certify_command(out: Path | None) -> None:
     """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL."""
-    settings = _settings()
+    settings = current_settings()
     require_log(settings.home)
     cert, findings = certify(settings.home)
     for finding in findings:
@@ -202,7 +195,7 @@ def redact(path: str, seqs: tuple[int, ...], reason: str) -> None:
     Refused while an agent has the log open. The log still verifies afterwards, and a
     log.redaction record says which records were masked; exit 1 when nothing matched.
     """
-    settings = _settings()
+    settings = current_settings()
     require_log(settings.home)
     report = redact_path(settings.home, path, seqs=seqs or None, reason=reason)
     if not report.masked:
