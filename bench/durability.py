@@ -191,7 +191,7 @@ def postgres_figures(appends: int) -> None:
     """The PostgreSQL store's figures (bench/durability_pg.py), when a server is available."""
     try:
         import durability_pg  # the sibling script: python puts bench/ on the path
-        from agent_saga.testing_postgres import PostgresUnavailable
+        from agent_saga.testing.postgres import PostgresUnavailable
     except ImportError as exc:
         print(f"PostgreSQL figures skipped: {exc}")
         return

@@ -30,7 +30,7 @@ from contextlib import ExitStack
 import psycopg
 from agent_saga import Entry
 from agent_saga._pgstore import PostgresLogStore
-from agent_saga.testing_postgres import postgres_server, scratch_schema
+from agent_saga.testing.postgres import postgres_server, scratch_schema
 from psycopg import sql
 
 LINE = b'{"data":{"amount":250,"tool":"payments.charge"},"kind":"step.intent"}' * 3

@@ -28,7 +28,7 @@ from agent_saga import (
     SagaRolledBack,
 )
 from agent_saga.testing import Ledger
-from agent_saga.testing_postgres import scratch_schema, server_for_tests
+from agent_saga.testing.postgres import scratch_schema, server_for_tests
 
 
 @pytest.fixture(scope="module")

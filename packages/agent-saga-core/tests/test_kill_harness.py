@@ -254,7 +254,7 @@ def test_sigkill_harness_file_store(tmp_path: Path) -> None:
 
 
 def test_sigkill_harness_postgres(tmp_path: Path) -> None:
-    from agent_saga.testing_postgres import scratch_schema, server_for_tests
+    from agent_saga.testing.postgres import scratch_schema, server_for_tests
 
     with ExitStack() as stack:
         url = stack.enter_context(server_for_tests())

@@ -37,7 +37,7 @@ from agent_saga import (
 from agent_saga._pgkillswitch import PostgresKillSwitch
 from agent_saga._pgstore import PostgresLogStore
 from agent_saga.testing import Ledger
-from agent_saga.testing_postgres import (
+from agent_saga.testing.postgres import (
     ThrowawayCluster,
     find_bindir,
     scratch_schema,

@@ -22,11 +22,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ._clock import FakeClock, SequentialIds
-from ._fs import OsFileSystem
-from ._killswitch import MemoryKillSwitch
+from .._clock import FakeClock, SequentialIds
+from .._fs import OsFileSystem
+from .._killswitch import MemoryKillSwitch
+from .._store import MemoryLogStore
 from ._simfs import SimCrash, SimFileSystem
-from ._store import MemoryLogStore
 
 
 @dataclass(frozen=True, slots=True)
