@@ -29,7 +29,7 @@ from contextlib import ExitStack
 
 import psycopg
 from agent_saga import Entry
-from agent_saga._pgstore import PostgresLogStore
+from agent_saga._postgres.store import PostgresLogStore
 from agent_saga.testing.postgres import postgres_server, scratch_schema
 from psycopg import sql
 

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from agent_saga._merkle import leaf_hash, verify_consistency, verify_inclusion
-from agent_saga._merkle_tree import MerkleTree
+from agent_saga.proofs._merkle import leaf_hash, verify_consistency, verify_inclusion
+from agent_saga.proofs._tree import MerkleTree
 
 BUILD_TARGET_S = 3.0
 PROOF_TARGET_US = 100.0

@@ -17,7 +17,7 @@ import statistics
 import time
 
 from agent_saga import COMPENSABLE, ToolCall
-from agent_saga._risk import (
+from agent_saga._gate.risk import (
     DEFAULT_THRESHOLD,
     EmbeddingRiskScorer,
     LabelledCall,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, FileLogStore, LogStore, MemoryLogStore
-from agent_saga._sink import MemorySink, SinkLogStore, SqliteSink
+from agent_saga._log.sink import MemorySink, SinkLogStore, SqliteSink
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "guarantees.md"
 
@@ -41,7 +41,7 @@ def test_manifest_carries_the_crash_model(tmp_path: Path) -> None:
 
 
 def test_postgres_crash_model_sentences_are_in_the_doc() -> None:
-    from agent_saga._pgsql import DISK_LOSS, POWER_LOSS, PROCESS_CRASH
+    from agent_saga._postgres.sql import DISK_LOSS, POWER_LOSS, PROCESS_CRASH
 
     text = DOC.read_text()
     for sentence in (PROCESS_CRASH, *POWER_LOSS.values(), *DISK_LOSS.values()):

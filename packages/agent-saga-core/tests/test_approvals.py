@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from agent_saga import AgentKit, GateRefused, SagaRolledBack, SequentialIds, compensator, tool
-from agent_saga._approval import (
+from agent_saga._approvals.channel import Approvals, submit_vote
+from agent_saga._approvals.request import (
     ApprovalBook,
     ApprovalRequest,
     Vote,
@@ -24,10 +25,9 @@ from agent_saga._approval import (
     check_vote,
     signing_message,
 )
-from agent_saga._approvals import Approvals, submit_vote
-from agent_saga._note import NoteVerifier
 from agent_saga.cli import main
 from agent_saga.cli._approvals import cli_identity
+from agent_saga.proofs._note import NoteVerifier
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -396,7 +396,7 @@ AGENT = textwrap.dedent(
     import os, sys
     sys.path.insert(0, os.environ["TESTS_DIR"])
     from agent_saga import AgentKit, SagaRolledBack
-    from agent_saga._approvals import Approvals
+    from agent_saga._approvals.channel import Approvals
     import test_approvals as t
 
     with open(os.environ["WIRES"], "a") as out:
@@ -492,7 +492,7 @@ def test_each_request_needs_its_own_votes(home: Path, run_agent: Any) -> None:
 
 
 def test_request_ids_are_unguessable() -> None:
-    from agent_saga._approvals import new_request_id
+    from agent_saga._approvals.channel import new_request_id
 
     ids = {new_request_id() for _ in range(1000)}
     assert len(ids) == 1000

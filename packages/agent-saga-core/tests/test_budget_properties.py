@@ -10,7 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from agent_saga import FileBudgetStore, MemoryBudgetStore
-from agent_saga._budget_store import BudgetStore
+from agent_saga._gate.budget_store import BudgetStore
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (

@@ -19,9 +19,9 @@ from agent_saga import (
     compensator,
     tool,
 )
-from agent_saga._certify import verify_certificate
-from agent_saga._signing import home_verifier
 from agent_saga.cli import main
+from agent_saga.proofs._certify import verify_certificate
+from agent_saga.proofs._signing import home_verifier
 from click.testing import CliRunner, Result
 
 REFUNDS: list[str] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, SequentialIds, tool
-from agent_saga._checkpoint import (
+from agent_saga.proofs._checkpoint import (
     Checkpoint,
     CheckpointError,
     ForkError,
@@ -18,12 +18,12 @@ from agent_saga._checkpoint import (
     open_checkpoint,
     parse_checkpoint,
 )
-from agent_saga._checkpoints import CheckpointLog
-from agent_saga._logtree import tree_of
-from agent_saga._merkle import EMPTY_ROOT, leaf_hash
-from agent_saga._merkle_tree import MerkleTree
-from agent_saga._note import NoteError, NoteSigner, NoteVerifier, open_note, sign_note
-from agent_saga._signing import home_signer, home_verifier
+from agent_saga.proofs._checkpoints import CheckpointLog
+from agent_saga.proofs._logtree import tree_of
+from agent_saga.proofs._merkle import EMPTY_ROOT, leaf_hash
+from agent_saga.proofs._note import NoteError, NoteSigner, NoteVerifier, open_note, sign_note
+from agent_saga.proofs._signing import home_signer, home_verifier
+from agent_saga.proofs._tree import MerkleTree
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 # The signed-note specification's worked example (also Go's golang.org/x/mod/sumdb/note tests).

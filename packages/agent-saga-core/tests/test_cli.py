@@ -344,7 +344,7 @@ def test_no_color_and_NO_COLOR_give_plain_text(tmp_path: Path) -> None:
 
 def test_import_agent_saga_loads_no_cli_dependency() -> None:
     code = (
-        "import sys, agent_saga, agent_saga._history; "
+        "import sys, agent_saga, agent_saga._history.build; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('click', 'rich')))"
     )
     out = subprocess.run(

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import ConfigurationError
-from agent_saga._config import find_config, store_setting
-from agent_saga._home import resolve_home
+from agent_saga._config import find_config, resolve_home, store_setting
 
 
 def test_pyproject_section(tmp_path: Path) -> None:

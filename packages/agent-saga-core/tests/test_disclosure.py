@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from agent_saga import AgentKit, Kind, SagaRolledBack, SequentialIds, compensator, tool
-from agent_saga._audit import prove
-from agent_saga._disclosure import DisclosureError, verify_bundle
-from agent_saga._note import NoteSigner, NoteVerifier
-from agent_saga._signing import home_verifier
 from agent_saga.cli import main
+from agent_saga.proofs._audit import prove
+from agent_saga.proofs._disclosure import DisclosureError, verify_bundle
+from agent_saga.proofs._note import NoteSigner, NoteVerifier
+from agent_saga.proofs._signing import home_verifier
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 

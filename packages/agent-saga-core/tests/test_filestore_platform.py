@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import ConfigurationError, Entry, FileLogStore, verify_file
-from agent_saga._fs import OsFileSystem, mount_fs_type
+from agent_saga._log.fs import OsFileSystem, mount_fs_type
 from agent_saga.testing import SimCrash, SimFileSystem
 
 MOUNTINFO = """\

@@ -28,7 +28,7 @@ from agent_saga import (
     tool,
     tool_spec,
 )
-from agent_saga._gate import strictest
+from agent_saga._gate.decisions import strictest
 from agent_saga.testing import Ledger
 
 

@@ -21,7 +21,7 @@ from agent_saga import (
     compensator,
     tool,
 )
-from agent_saga._history import (
+from agent_saga._history.build import (
     AmbiguousSagaError,
     CompensationState,
     ErrorInfo,

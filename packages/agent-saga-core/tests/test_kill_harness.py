@@ -77,7 +77,7 @@ class Backend:
     def store(self, home: Path) -> LogStore:
         if self.url is None:
             return FileLogStore(home)
-        from agent_saga._pgstore import PostgresLogStore
+        from agent_saga._postgres.store import PostgresLogStore
 
         return PostgresLogStore(self.url, schema=home.name, owner_ttl=self.owner_ttl)
 

@@ -23,8 +23,8 @@ from agent_saga import (
     default_kit,
     verify_file,
 )
-from agent_saga._chain import GENESIS
-from agent_saga._codec import CodecError, canonical, decode, is_flat, to_jsonable
+from agent_saga._log.chain import GENESIS
+from agent_saga._log.codec import CodecError, canonical, decode, is_flat, to_jsonable
 from agent_saga.testing import FaultyFileSystem
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -325,7 +325,7 @@ def test_codec_is_strict() -> None:
 def test_a_cycle_is_a_codec_error_whatever_the_recursion_limit() -> None:
     code = (
         "import sys\n"
-        "from agent_saga._codec import CodecError, canonical\n"
+        "from agent_saga._log.codec import CodecError, canonical\n"
         "sys.setrecursionlimit(100_000)\n"
         "loop = []\n"
         "loop.append(loop)\n"

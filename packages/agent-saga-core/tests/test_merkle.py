@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from agent_saga._errors import AgentSagaError
-from agent_saga._merkle import (
+from agent_saga.proofs._merkle import (
     EMPTY_ROOT,
     HASH_SIZE,
     InvalidProofError,
@@ -25,7 +25,7 @@ from agent_saga._merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from agent_saga._merkle_tree import MerkleTree, consistency_proof, inclusion_proof, root
+from agent_saga.proofs._tree import MerkleTree, consistency_proof, inclusion_proof, root
 
 VECTORS = Path(__file__).parent / "vectors" / "rfc6962_transparency_dev.json"
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import pytest
-from agent_saga._merkle import (
+from agent_saga.proofs._merkle import (
     EMPTY_ROOT,
     InvalidProofError,
     ProofError,
@@ -17,7 +17,7 @@ from agent_saga._merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from agent_saga._merkle_tree import MerkleTree, root
+from agent_saga.proofs._tree import MerkleTree, root
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule

@@ -17,8 +17,8 @@ from agent_saga import (
     SequentialIds,
     StepRef,
 )
-from agent_saga._approval import ApprovalRequest
-from agent_saga._approvals import Approvals, submit_vote
+from agent_saga._approvals.channel import Approvals, submit_vote
+from agent_saga._approvals.request import ApprovalRequest
 
 
 class Recorder(Observer):

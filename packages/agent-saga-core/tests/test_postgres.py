@@ -34,8 +34,8 @@ from agent_saga import (
     SequentialIds,
     StoreFailedError,
 )
-from agent_saga._pgkillswitch import PostgresKillSwitch
-from agent_saga._pgstore import PostgresLogStore
+from agent_saga._gate.killswitch_pg import PostgresKillSwitch
+from agent_saga._postgres.store import PostgresLogStore
 from agent_saga.testing import Ledger
 from agent_saga.testing.postgres import (
     ThrowawayCluster,
@@ -85,7 +85,7 @@ def entry(i: int, **data: Any) -> Entry:
 CHILD_PRELUDE = """
 import json, os, sys, time
 from agent_saga import Entry
-from agent_saga._pgstore import PostgresLogStore
+from agent_saga._postgres.store import PostgresLogStore
 url, schema, tag = sys.argv[1], sys.argv[2], sys.argv[3]
 store = PostgresLogStore(url, schema=schema, owner_ttl=float(os.environ.get("TTL", "15")))
 print("ready", store.owner_id, flush=True)
@@ -125,7 +125,7 @@ def start_children(code: str, url: str, schema: str, tags: list[str], **env: str
 
 def test_importing_the_modules_does_not_import_psycopg() -> None:
     probe = (
-        "import sys, agent_saga, agent_saga._pgstore, agent_saga._pgkillswitch\n"
+        "import sys, agent_saga, agent_saga._postgres.store, agent_saga._gate.killswitch_pg\n"
         "print('psycopg' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -141,8 +141,8 @@ def test_missing_psycopg_is_a_configuration_error() -> None:
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "sys.meta_path.insert(0, NoPsycopg())\n"
         "from agent_saga import ConfigurationError\n"
-        "from agent_saga._pgstore import PostgresLogStore\n"
-        "from agent_saga._pgkillswitch import PostgresKillSwitch\n"
+        "from agent_saga._postgres.store import PostgresLogStore\n"
+        "from agent_saga._gate.killswitch_pg import PostgresKillSwitch\n"
         "for make in (PostgresLogStore, PostgresKillSwitch):\n"
         "    try:\n"
         "        make('postgresql://127.0.0.1/x')\n"

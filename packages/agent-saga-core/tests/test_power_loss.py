@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 from agent_saga import CorruptLogError, Entry, FileLogStore, StoreFailedError
-from agent_saga._homefiles import decode_watermark
-from agent_saga._logscan import scan
+from agent_saga._log.files import decode_watermark
+from agent_saga._log.scan import scan
 from agent_saga.testing import SimFileSystem
 
 TRIALS = 10_000

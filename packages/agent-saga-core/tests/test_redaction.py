@@ -22,10 +22,10 @@ from agent_saga import (
     redact_path,
     tool,
 )
-from agent_saga._audit import prove
-from agent_saga._disclosure import DisclosureError, verify_bundle
-from agent_saga._signing import home_verifier
 from agent_saga.cli import main
+from agent_saga.proofs._audit import prove
+from agent_saga.proofs._disclosure import DisclosureError, verify_bundle
+from agent_saga.proofs._signing import home_verifier
 from click.testing import CliRunner, Result
 
 SEEN: list[dict[str, Any]] = []

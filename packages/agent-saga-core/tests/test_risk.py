@@ -19,7 +19,7 @@ from agent_saga import (
     Semantics,
     ToolCall,
 )
-from agent_saga._risk import LabelledCall, load_labelled, shipped_calls, split_halves
+from agent_saga._gate.risk import LabelledCall, load_labelled, shipped_calls, split_halves
 from agent_saga.testing import Ledger
 
 

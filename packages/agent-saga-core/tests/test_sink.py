@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, CorruptLogError, Entry, SagaRolledBack
-from agent_saga._sink import AsyncSink, MemorySink, SinkLogStore, SqliteSink
+from agent_saga._log.sink import AsyncSink, MemorySink, SinkLogStore, SqliteSink
 
 
 def entry(n: int) -> Entry:
@@ -98,7 +98,7 @@ def test_single_writer_sink_recovers_an_earlier_run(tmp_path: Path) -> None:
     tx.__enter__()
     step(5)
     kit.close()  # the process "dies": the saga is never finished
-    from agent_saga._saga import _CURRENT
+    from agent_saga._engine.saga import _CURRENT
 
     _CURRENT.set(None)
     with AgentKit(home=tmp_path / "home", store=SinkLogStore(sink)) as restarted:

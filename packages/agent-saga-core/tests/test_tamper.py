@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, Entry, SequentialIds, compensator, tool
-from agent_saga._chain import Chain
+from agent_saga._log.chain import Chain
 from agent_saga.cli import main
 from click.testing import CliRunner, Result
 
@@ -98,7 +98,7 @@ def truncate_inside_a_record(lines: Lines) -> Lines:
 
 def reseal(lines: Lines, first: int, edit: Callable[[dict[str, object]], None]) -> Lines:
     """Rewrite every record from index ``first`` with recomputed, valid hashes."""
-    from agent_saga._codec import decode
+    from agent_saga._log.codec import decode
 
     chain = Chain()
     out = lines[:first]
@@ -207,7 +207,7 @@ def test_deleting_the_final_record_is_caught(copy: Path) -> None:
 
 def test_an_edited_final_record_with_its_hash_stripped_is_caught(copy: Path) -> None:
     lines = lines_of(copy)
-    from agent_saga._codec import canonical, decode
+    from agent_saga._log.codec import canonical, decode
 
     last = decode(lines[-1])
     del last["hash"]
@@ -220,7 +220,7 @@ def test_an_edited_final_record_with_its_hash_stripped_is_caught(copy: Path) -> 
 
 
 def test_a_deleted_record_covered_by_a_forged_gap_record_is_caught(copy: Path) -> None:
-    from agent_saga._codec import decode
+    from agent_saga._log.codec import decode
 
     lines = lines_of(copy)
     victim = decode(lines[6])

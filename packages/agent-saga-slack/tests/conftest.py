@@ -19,7 +19,7 @@ from agent_saga import (
     SequentialIds,
     submit_vote,
 )
-from agent_saga._approval import ApprovalBook
+from agent_saga._approvals.request import ApprovalBook
 from agent_saga.testing import loopback_only
 from agent_saga_slack import SlackApprovalChannel, SlackApprovals
 from agent_saga_slack.testing import MockSlackAPI, signed_headers

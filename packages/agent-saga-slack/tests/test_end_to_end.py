@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from agent_saga import GateRefused, SagaRolledBack
-from agent_saga._approval import ApprovalBook
+from agent_saga._approvals.request import ApprovalBook
 from agent_saga_slack import SlackApprovalChannel, SlackApprovals
 from agent_saga_slack.testing import MockSlackAPI, button_body, signed_headers
 from slack_bolt import BoltRequest

@@ -8,7 +8,8 @@ reverse order.
 import importlib
 from typing import TYPE_CHECKING
 
-from ._adapt import (
+from ._clock import FakeClock, SequentialIds, SystemClock
+from ._engine.adapt import (
     OnRefusal,
     PendingCall,
     RefusedCall,
@@ -17,12 +18,14 @@ from ._adapt import (
     ToolFailed,
     declarations_for,
 )
-from ._budget import Budget
-from ._budget_file import FileBudgetStore
-from ._budget_store import BudgetStore, MemoryBudgetStore
-from ._clock import FakeClock, SequentialIds, SystemClock
-from ._compensation import CompensatorRegistry, compensator
-from ._consensus import Consensus
+from ._engine.compensation import CompensatorRegistry, compensator
+from ._engine.observe import Observer, Observers
+from ._engine.report import CompensationFailure, RollbackReport, StepRef
+from ._engine.saga import Saga, current_saga, idempotency_key
+from ._engine.selfheal import Escalation, SelfHealingExhausted, SelfHealingLoop
+from ._engine.semantics import Semantics
+from ._engine.tool import tool, tool_spec
+from ._engine.transaction import Transaction
 from ._errors import (
     AgentSagaError,
     ArgumentsRefused,
@@ -34,31 +37,38 @@ from ._errors import (
     SagaRolledBack,
     StoreFailedError,
 )
-from ._filestore import FileLogStore
-from ._gate import Allow, Decision, Deny, DenyTools, Gate, MaxValue, RequireApproval, Rule, ToolCall
-from ._killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
-from ._kit import AgentKit, default_kit, saga_scope, use_kit
-from ._logread import read_log, verify_file
-from ._manifest import Status
-from ._observe import Observer, Observers
-from ._records import Entry, Kind, Record, SagaStatus
-from ._report import CompensationFailure, RollbackReport, StepRef
-from ._risk import EmbeddingRiskScorer, RiskRule, RiskScorer
-from ._rules import AllowTools, AllowValues, DenyValues, Range, RateLimit, require_approval
-from ._saga import Saga, current_saga, idempotency_key
-from ._selfheal import Escalation, SelfHealingExhausted, SelfHealingLoop
-from ._semantics import Semantics
-from ._store import LogStore, MemoryLogStore, VerifyReport
-from ._tool import tool, tool_spec
-from ._transaction import Transaction
-from ._typecheck import ArgumentTypes
-from ._version import __version__
+from ._gate.budget import Budget
+from ._gate.budget_file import FileBudgetStore
+from ._gate.budget_store import BudgetStore, MemoryBudgetStore
+from ._gate.consensus import Consensus
+from ._gate.decisions import (
+    Allow,
+    Decision,
+    Deny,
+    DenyTools,
+    Gate,
+    MaxValue,
+    RequireApproval,
+    Rule,
+    ToolCall,
+)
+from ._gate.killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillSwitch
+from ._gate.risk import EmbeddingRiskScorer, RiskRule, RiskScorer
+from ._gate.rules import AllowTools, AllowValues, DenyValues, Range, RateLimit, require_approval
+from ._gate.typecheck import ArgumentTypes
+from ._kit.agentkit import AgentKit, default_kit, saga_scope, use_kit
+from ._kit.manifest import Status
+from ._kit.version import __version__
+from ._log.filestore import FileLogStore
+from ._log.read import read_log, verify_file
+from ._log.records import Entry, Kind, Record, SagaStatus
+from ._log.store import LogStore, MemoryLogStore, VerifyReport
 
 if TYPE_CHECKING:
-    from ._approval import ApprovalRequest, action_digest
-    from ._approvals import ApprovalChannel, Approvals, VoteResult, submit_vote
-    from ._budget_pg import PostgresBudgetStore
-    from ._history import (
+    from ._approvals.channel import ApprovalChannel, Approvals, VoteResult, submit_vote
+    from ._approvals.request import ApprovalRequest, action_digest
+    from ._gate.budget_pg import PostgresBudgetStore
+    from ._history.build import (
         CompensationState,
         SagaView,
         StepOutcome,
@@ -66,31 +76,31 @@ if TYPE_CHECKING:
         build_history,
         find_saga,
     )
-    from ._recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
-    from ._redact_file import RedactionReport, redact_path
+    from ._history.recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
+    from .proofs._redact import RedactionReport, redact_path
 
 # Loaded on first use: reading history and recovering are not needed to run transactions, and
 # importing agent_saga stays light.
 _LAZY = {
-    "PostgresBudgetStore": "_budget_pg",
-    "CompensationState": "_history",
-    "SagaView": "_history",
-    "StepOutcome": "_history",
-    "StepView": "_history",
-    "build_history": "_history",
-    "find_saga": "_history",
-    "RecoveredSaga": "_recovery",
-    "RecoveryReport": "_recovery",
-    "StepRecovery": "_recovery",
-    "recover": "_recovery",
-    "RedactionReport": "_redact_file",
-    "redact_path": "_redact_file",
-    "ApprovalChannel": "_approvals",
-    "ApprovalRequest": "_approval",
-    "Approvals": "_approvals",
-    "VoteResult": "_approvals",
-    "action_digest": "_approval",
-    "submit_vote": "_approvals",
+    "PostgresBudgetStore": "_gate.budget_pg",
+    "CompensationState": "_history.build",
+    "SagaView": "_history.build",
+    "StepOutcome": "_history.build",
+    "StepView": "_history.build",
+    "build_history": "_history.build",
+    "find_saga": "_history.build",
+    "RecoveredSaga": "_history.recovery",
+    "RecoveryReport": "_history.recovery",
+    "StepRecovery": "_history.recovery",
+    "recover": "_history.recovery",
+    "RedactionReport": "proofs._redact",
+    "redact_path": "proofs._redact",
+    "ApprovalChannel": "_approvals.channel",
+    "ApprovalRequest": "_approvals.request",
+    "Approvals": "_approvals.channel",
+    "VoteResult": "_approvals.channel",
+    "action_digest": "_approvals.request",
+    "submit_vote": "_approvals.channel",
 }
 
 

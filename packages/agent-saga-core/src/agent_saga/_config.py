@@ -1,4 +1,5 @@
-"""Project configuration: ``agent-saga.toml`` or ``[tool.agent-saga]`` in ``pyproject.toml``.
+"""Project configuration (``agent-saga.toml`` or ``[tool.agent-saga]`` in ``pyproject.toml``), and
+where the agent-saga home is when nothing else is said.
 
 Looked up in the working directory, then its parents (the first file that has a section wins).
 Keys:
@@ -14,7 +15,6 @@ Environment variables win over the file: ``AGENT_SAGA_HOME``, ``AGENT_SAGA_STORE
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ from typing import Any
 from ._errors import ConfigurationError
 
 CONFIG_FILE = "agent-saga.toml"
+HOME_ENV = "AGENT_SAGA_HOME"
+DEFAULT_HOME = ".agent-saga"
 KNOWN_KEYS = frozenset({"home", "store", "imports", "approvers"})
 
 
@@ -56,6 +58,8 @@ def find_config(start: Path | None = None) -> Config:
 
 
 def _load(path: Path) -> dict[str, Any]:
+    import tomllib  # deferred: only a lookup that finds a file parses TOML
+
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -88,3 +92,19 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
 def store_setting(config: Config) -> str | None:
     """The store to use: ``$AGENT_SAGA_STORE``, else the configuration's ``store``."""
     return os.environ.get("AGENT_SAGA_STORE") or config.store
+
+
+def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
+    """The agent-saga home.
+
+    In order: ``home`` if given; ``$AGENT_SAGA_HOME``; ``home`` in the project's configuration
+    (``agent-saga.toml`` or ``[tool.agent-saga]`` in ``pyproject.toml``); ``./.agent-saga``.
+    Only a call without ``home`` or the environment variable reads files.
+    """
+    if home is not None:
+        return Path(home)
+    env = os.environ.get(HOME_ENV)
+    if env:
+        return Path(env)
+    configured = find_config().home
+    return configured if configured is not None else Path.cwd() / DEFAULT_HOME

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._report import RollbackReport
+    from ._engine.report import RollbackReport
 
 
 class AgentSagaError(Exception):

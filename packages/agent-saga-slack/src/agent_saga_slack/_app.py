@@ -31,7 +31,7 @@ from agent_saga import (
     LogStore,
     submit_vote,
 )
-from agent_saga._approval import ApprovalBook
+from agent_saga._approvals.request import ApprovalBook
 from slack_bolt import Ack, App, Respond
 from slack_bolt.oauth.oauth_settings import OAuthSettings
 from slack_sdk import WebClient

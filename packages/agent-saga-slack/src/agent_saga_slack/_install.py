@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent_saga import ConfigurationError
-from agent_saga._home import resolve_home
+from agent_saga._config import resolve_home
 from slack_bolt.oauth.oauth_settings import OAuthSettings
 from slack_sdk.oauth.installation_store.sqlite3 import SQLite3InstallationStore
 from slack_sdk.oauth.state_store.sqlite3 import SQLite3OAuthStateStore

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent_saga import Entry, LogStore, Record, VerifyReport
-    from agent_saga._store import Lease
+    from agent_saga._log.store import Lease
 
 BeforeHook = Callable[[int, "Sequence[Entry]"], None]
 """Called with the 1-based number of the write about to happen and its entries."""

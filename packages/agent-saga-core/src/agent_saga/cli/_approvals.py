@@ -22,14 +22,20 @@ import click
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .._approval import KEY_ADDED, KEY_REVOKED, ApprovalBook, ApprovalRequest, signing_message
-from .._approvals import submit_vote
-from .._codec import JSONValue
-from .._kit import AgentKit
-from .._note import NoteVerifier
-from .._records import Entry
-from .._signing import PASSPHRASE_ENV
-from .._store import LogStore
+from .._approvals.channel import submit_vote
+from .._approvals.request import (
+    KEY_ADDED,
+    KEY_REVOKED,
+    ApprovalBook,
+    ApprovalRequest,
+    signing_message,
+)
+from .._kit.agentkit import AgentKit
+from .._log.codec import JSONValue
+from .._log.records import Entry
+from .._log.store import LogStore
+from ..proofs._note import NoteVerifier
+from ..proofs._signing import PASSPHRASE_ENV
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import require_home
 from ._proofs import keys

@@ -24,13 +24,13 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from .._compensation import compensator
+from .._engine.compensation import compensator
+from .._engine.semantics import Semantics
+from .._engine.tool import tool, tool_spec
 from .._errors import GateRefused, HaltedError, SagaRolledBack
-from .._gate import MaxValue
-from .._kit import AgentKit
-from .._records import SagaStatus
-from .._semantics import Semantics
-from .._tool import tool, tool_spec
+from .._gate.decisions import MaxValue
+from .._kit.agentkit import AgentKit
+from .._log.records import SagaStatus
 from ._logfile import log_path, verify_log
 
 CHARGE_CAP = 500.0

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .._chain import Chain
 from .._errors import CorruptLogError
-from .._history import History, build_history
-from .._homefiles import LOCK_NAME, LOG_NAME
-from .._logread import iter_log, verify_file
-from .._store import VerifyReport
+from .._history.build import History, build_history
+from .._log.chain import Chain
+from .._log.files import LOCK_NAME, LOG_NAME
+from .._log.read import iter_log, verify_file
+from .._log.store import VerifyReport
 from ._errors import BadInputError, CliError
 
 LOCK_TIMEOUT = 10.0

@@ -4,7 +4,7 @@ Invariants:
 
 * Reading commands (``sagas``, ``replay``, ``verify``, ``status``, ``guarantees``) never create
   the home or the log; ``sagas``, ``replay`` and ``verify`` never open the log for writing.
-* ``replay`` runs no tool and no compensator: it renders :mod:`agent_saga._history` views.
+* ``replay`` runs no tool and no compensator: it renders :mod:`agent_saga._history.build` views.
 * ``halt`` engages the kill switch before anything else and reports success once the ``HALT``
   file is durable, even when the log (and so the ``control.halt`` record) cannot be written.
 * Every expected failure ends as one ``Error: ...`` line on stderr with a documented exit code.
@@ -20,16 +20,15 @@ from typing import Any
 
 import click
 
-from .._audit import snapshot
-from .._config import find_config, store_setting
+from .._config import find_config, resolve_home, store_setting
 from .._errors import AgentSagaError, LogError
-from .._history import SagaLookupError, find_saga
-from .._home import resolve_home
-from .._killswitch import FileKillSwitch, KillSwitch
-from .._kit import AgentKit
-from .._manifest import Status
-from .._records import SagaStatus
-from .._version import __version__
+from .._gate.killswitch import FileKillSwitch, KillSwitch
+from .._history.build import SagaLookupError, find_saga
+from .._kit.agentkit import AgentKit
+from .._kit.manifest import Status
+from .._kit.version import __version__
+from .._log.records import SagaStatus
+from ..proofs._audit import snapshot
 from ._approvals import COMMANDS as APPROVAL_COMMANDS
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import log_path, read_history, require_home, require_log, shared_lock
@@ -130,7 +129,7 @@ def kill_switch_for(home: Path) -> KillSwitch:
     """The switch agents read: a row beside a PostgreSQL log (fleet mode), else the HALT file."""
     store = store_setting(find_config())
     if store is not None and store.startswith(("postgresql://", "postgres://")):
-        from .._pgkillswitch import PostgresKillSwitch
+        from .._gate.killswitch_pg import PostgresKillSwitch
 
         return PostgresKillSwitch(store)
     require_home(home)

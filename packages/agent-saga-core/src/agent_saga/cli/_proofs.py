@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from .._audit import (
+from .._log.redaction import REDACTION_KIND
+from ..proofs._audit import (
     LogSnapshot,
     certify,
     check_checkpoint,
@@ -22,13 +23,12 @@ from .._audit import (
     publish,
     snapshot,
 )
-from .._certify import CRITICAL
-from .._checkpoint import CheckpointError, open_checkpoint
-from .._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
-from .._note import NoteVerifier
-from .._redact_file import redact_path
-from .._redaction import REDACTION_KIND
-from .._signing import home_signer, read_verifier
+from ..proofs._certify import CRITICAL
+from ..proofs._checkpoint import CheckpointError, open_checkpoint
+from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
+from ..proofs._note import NoteVerifier
+from ..proofs._redact import redact_path
+from ..proofs._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import require_home, require_log, shared_lock
 from ._settings import current_settings

@@ -16,8 +16,8 @@ import time
 import click
 
 from .._config import find_config
-from .._kit import AgentKit
-from .._recovery import RecoveryReport
+from .._history.recovery import RecoveryReport
+from .._kit.agentkit import AgentKit
 from ._errors import CliError, one_line
 from ._logfile import require_log
 

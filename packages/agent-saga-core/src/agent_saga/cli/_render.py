@@ -16,8 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .._clock import format_ts
-from .._codec import JSONValue
-from .._history import (
+from .._history.build import (
     CompensationState,
     LogEvent,
     RollbackView,
@@ -25,9 +24,10 @@ from .._history import (
     StepOutcome,
     StepView,
 )
-from .._manifest import Status
-from .._records import SagaStatus
-from .._store import VerifyReport
+from .._kit.manifest import Status
+from .._log.codec import JSONValue
+from .._log.records import SagaStatus
+from .._log.store import VerifyReport
 from ._errors import one_line
 
 PIPE_WIDTH = 160

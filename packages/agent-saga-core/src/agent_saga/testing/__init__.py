@@ -23,9 +23,9 @@ from types import ModuleType
 from typing import Any
 
 from .._clock import FakeClock, SequentialIds
-from .._fs import OsFileSystem
-from .._killswitch import MemoryKillSwitch
-from .._store import MemoryLogStore
+from .._gate.killswitch import MemoryKillSwitch
+from .._log.fs import OsFileSystem
+from .._log.store import MemoryLogStore
 from ._simfs import SimCrash, SimFileSystem
 
 

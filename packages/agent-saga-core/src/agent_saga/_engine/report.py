@@ -1,0 +1,61 @@
+"""What a rollback did, as handed to the caller inside :class:`SagaRolledBack`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .._log.records import SagaStatus
+
+
+class StepRef(NamedTuple):
+    """A step of a saga: ``(saga_id, ordinal, tool)`` is its identity."""
+
+    ordinal: int
+    tool: str
+    idempotency_key: str
+
+
+class CompensationFailure(NamedTuple):
+    step: StepRef
+    error: str
+
+
+@dataclass(frozen=True)
+class RollbackReport:
+    """The outcome of compensating a saga's (or savepoint's) committed steps, newest first."""
+
+    saga_id: str
+    status: SagaStatus
+    compensated: tuple[StepRef, ...] = ()
+    failed: tuple[CompensationFailure, ...] = ()
+    nothing_to_undo: tuple[StepRef, ...] = ()
+    log_errors: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when every committed effect was compensated and every record was written."""
+        return not self.failed and not self.log_errors
+
+    def summary(self) -> str:
+        parts = [f"status {self.status.value}", f"{len(self.compensated)} compensated"]
+        if self.failed:
+            names = ", ".join(f"#{f.step.ordinal} {f.step.tool}" for f in self.failed)
+            parts.append(f"{len(self.failed)} compensation(s) failed ({names})")
+        if self.log_errors:
+            parts.append(f"{len(self.log_errors)} log write(s) failed")
+        return "; ".join(parts)
+
+    def merged(self, inner: RollbackReport) -> RollbackReport:
+        """This report extended by an inner savepoint's report (the inner one ran first)."""
+        status = self.status
+        if inner.status is SagaStatus.NEEDS_HUMAN:
+            status = SagaStatus.NEEDS_HUMAN
+        return RollbackReport(
+            self.saga_id,
+            status,
+            inner.compensated + self.compensated,
+            inner.failed + self.failed,
+            inner.nothing_to_undo + self.nothing_to_undo,
+            inner.log_errors + self.log_errors,
+        )

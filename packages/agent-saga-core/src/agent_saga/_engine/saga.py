@@ -1,0 +1,399 @@
+"""A running saga: gated, logged steps and their reverse-order compensation.
+
+Order of work for one step (the write-ahead rule):
+
+1. bind the arguments, assign the next ordinal and the step's idempotency key;
+2. the kill switch and the gate decide; a refusal is logged and raised, the body never runs;
+3. the intent (tool, arguments, declared compensation, key) is logged, and for COMPENSABLE and
+   IRREVERSIBLE steps made durable before the body runs;
+4. the body runs; its outcome (result or error) is logged.
+
+A saga's terminal record is durable before the transaction that owns it returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, NoReturn
+
+from .._errors import ArgumentsRefused, GateRefused, HaltedError
+from .._gate.decisions import Deny, RequireApproval, ToolCall
+from .._log.codec import JSONValue, is_flat, to_jsonable
+from .._log.records import Entry, Kind, SagaStatus
+from .._log.redaction import AT_WRITE, mask
+from .compensation import resolve_compensator, validate_callable_compensation
+from .report import CompensationFailure, RollbackReport, StepRef
+from .rollback import aroll_back, error_info, roll_back
+from .runtime import Runtime
+from .semantics import Semantics, ToolSpec
+from .steps import Doom, StepHolds, _Prepared, _Step, done_record
+
+_HOST = os.uname().nodename
+_tuple = tuple.__new__
+"""Builds the step's named tuples (StepRef, Entry) without their Python-level ``__new__``: the
+step path makes three per call."""
+_CURRENT: ContextVar[Saga | None] = ContextVar("agent_saga_current", default=None)
+
+
+def current_saga() -> Saga | None:
+    """The saga of the innermost open transaction in this thread or task, or ``None``."""
+    return _CURRENT.get()
+
+
+def idempotency_key(saga_id: str, ordinal: int, tool: str) -> str:
+    """The deterministic key of step ``(saga_id, ordinal, tool)``."""
+    digest = hashlib.sha256(f"{saga_id}\x00{ordinal}\x00{tool}".encode()).hexdigest()
+    return f"as1-{digest[:32]}"
+
+
+class Saga:
+    """One transaction's state. Created by a transaction; not meant to be built directly."""
+
+    def __init__(self, runtime: Runtime, saga_id: str, name: str) -> None:
+        self.runtime = runtime
+        self.id = saga_id
+        self.name = name
+        self.status = SagaStatus.RUNNING
+        self._lock = threading.Lock()
+        self._pending: list[Entry] = []
+        self._written = 0
+        self._steps: list[_Step] = []
+        self._ordinal = 0
+        self._savepoints = 0
+        self._doom = Doom()
+        self._holds = StepHolds(self.log)
+        self.failed_compensations: list[CompensationFailure] = []
+        """Every compensation of this saga that failed, savepoints' included: a terminal
+        rollback after one of them ends ``needs_human`` even if its own compensations succeed."""
+        self._now = runtime.clock.now
+        self._fast_path = runtime.fast_path
+        self._key_prefix = hashlib.sha256(f"{saga_id}\x00".encode())
+        self._obs = runtime.observers.active()
+        """The saga's observers, fixed when it starts; ``None`` (no cost) when there are none."""
+        self._add_tool = runtime.tools.add
+        self._halt_state = runtime.kill_switch.state
+        self._gatekeeper = runtime.gate
+
+    # -- logging ---------------------------------------------------------------------------
+
+    def log(
+        self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
+    ) -> None:
+        """Append a record of this saga.
+
+        With ``durable``, return only once it is on stable storage (fsync). With ``flush``, it
+        is written to the store now (it survives the process, not necessarily a power loss).
+        Otherwise it may be buffered (fast path) and written, in order, with the next record
+        that is flushed or durable.
+        """
+        if self._obs is not None:
+            self._obs.stamp(data)
+        entry = Entry(kind, self.id, data, int(self._now() * 1000))
+        with self._lock:
+            if kind is Kind.SAGA_END:
+                # The terminal record commits to how many records of this saga precede it, so
+                # a disclosure that leaves one out cannot verify (see _disclosure.py).
+                data["records"] = self._written + len(self._pending)
+            self._pending.append(entry)
+            if not (durable or flush) and self._fast_path:
+                return
+            batch, self._pending = self._pending, []
+            # Under the saga's lock, so its records keep their order; other sagas still share
+            # the store's group commit.
+            self.runtime.store.append(batch, sync=durable)
+            self._written += len(batch)
+
+    def begin(self) -> None:
+        if self._obs is not None:
+            self._obs.saga_begin(self)
+        self.log(
+            Kind.SAGA_BEGIN,
+            {
+                "name": self.name,
+                "pid": os.getpid(),
+                "host": _HOST,
+                "owner": self.runtime.store.owner_id,
+            },
+            durable=False,
+        )
+
+    def commit(self) -> None:
+        """Write the terminal ``committed`` record durably."""
+        self.status = SagaStatus.COMMITTED
+        try:
+            self.log(
+                Kind.SAGA_END,
+                {"status": self.status.value, "steps": len(self._steps)},
+                durable=True,
+            )
+        except BaseException as exc:
+            if self._obs is not None:
+                self._obs.saga_end(self, exc)
+            raise
+        if self._holds:
+            self._holds.settle(1, keep=None)
+        if self._obs is not None:
+            self._obs.saga_end(self, None)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _prepare(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Prepared:
+        self._add_tool(spec)
+        with self._lock:
+            self._ordinal += 1
+            ordinal = self._ordinal
+        key = kwargs.get("idempotency_key") or self._step_key(ordinal, spec.name)
+        call_kwargs = dict(kwargs)
+        if spec.accepts_idempotency_key and "idempotency_key" not in kwargs:
+            call_kwargs["idempotency_key"] = key
+        ref = _tuple(StepRef, (ordinal, spec.name, key))
+        obs = self._obs
+        if obs is None:
+            return self._admit(spec, ref, args, kwargs, call_kwargs)
+        obs.step_begin(self, ref, spec.semantics)
+        try:
+            return self._admit(spec, ref, args, kwargs, call_kwargs)
+        except BaseException as exc:  # refused, or the intent could not be logged
+            obs.step_end(self, ref, exc)
+            raise
+
+    def _admit(
+        self,
+        spec: ToolSpec,
+        ref: StepRef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call_kwargs: dict[str, Any],
+    ) -> _Prepared:
+        """Gate step ``ref`` and log its intent (buffered on the fast path)."""
+        ordinal, key = ref.ordinal, ref.idempotency_key
+        try:
+            named = spec.bind(args, call_kwargs)
+        except TypeError as exc:
+            given = AT_WRITE if spec.redact else to_jsonable({"args": args, "kwargs": kwargs})
+            self._refuse(ref, given, "signature", str(exc))
+        step = _Step(ref, spec, named)
+        # The dict is ours (bind made it): when it holds plain scalars it is stored as is.
+        jsonable_args = named if is_flat(named) else to_jsonable(named)
+        if spec.redact:  # never logged in plaintext; the gate still sees step.args
+            jsonable_args = mask(jsonable_args, spec.redact)[0]
+        compensation = self._gate(step, jsonable_args)
+        intent: dict[str, JSONValue] = {
+            "ordinal": ordinal,
+            "tool": spec.name,
+            "semantics": spec.semantics_value,
+            "args": jsonable_args,
+            "compensation": spec.compensation_json,
+            "idempotency_key": key,
+        }
+        if self._fast_path and not spec.durable_intent:
+            # Buffered either way: it joins the buffer together with the outcome, in order.
+            if self._obs is not None:
+                self._obs.stamp(intent)
+            entry = _tuple(Entry, (Kind.STEP_INTENT, self.id, intent, int(self._now() * 1000)))
+            return _Prepared(step, call_kwargs, args, compensation, entry)
+        try:
+            self.log(Kind.STEP_INTENT, intent, durable=spec.durable_intent)
+        except BaseException:
+            if self._holds:  # the effect will not run: its reservation goes back
+                self._holds.release(ordinal)
+            raise
+        return _Prepared(step, call_kwargs, args, compensation, None)
+
+    def _step_key(self, ordinal: int, tool: str) -> str:
+        """:func:`idempotency_key` of this saga's step, from a pre-hashed saga id."""
+        hasher = self._key_prefix.copy()
+        hasher.update(f"{ordinal}\x00{tool}".encode())
+        return f"as1-{hasher.hexdigest()[:32]}"
+
+    def _gate(self, step: _Step, jsonable_args: JSONValue) -> Callable[..., Any] | None:
+        """Decide on the call; returns the resolved compensator. Raises on any refusal."""
+        spec, ref = step.spec, step.ref
+        halt = self._halt_state()
+        if halt.halted:
+            self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
+        cause = self._doom.cause
+        if cause is not None:
+            reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
+            self._refuse(ref, jsonable_args, "saga_failed", reason)
+        gate = self._gatekeeper
+        if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
+            if spec.compensation is None:  # no compensation to resolve
+                return None
+            return self._resolve_compensation(step, jsonable_args)  # nothing could refuse it
+        call = ToolCall(
+            spec.name, spec.semantics, step.args, self.id, ref.ordinal, spec, self._gate_record
+        )
+        decision = gate.evaluate(call)
+        if isinstance(decision, Deny):
+            self._refuse(ref, jsonable_args, decision.rule, decision.reason)
+        if isinstance(decision, RequireApproval):
+            from .._approvals.step import await_approval  # only steps that need a human load it
+
+            denied = await_approval(self, step, decision, jsonable_args)
+            if denied is not None:
+                self._refuse(ref, jsonable_args, *denied)
+        compensation = self._resolve_compensation(step, jsonable_args)
+        if gate.reservers:  # last: a reservation is taken only for a call that will run
+            holds, refusal = gate.reserve(call)
+            if refusal is not None:
+                self._refuse(ref, jsonable_args, refusal.rule, refusal.reason)
+            self._holds.add(ref.ordinal, holds)
+        return compensation
+
+    def _gate_record(self, kind: str, data: dict[str, JSONValue]) -> None:
+        """Lets a rule log into this saga (a validator's vote), buffered with the step."""
+        self.log(Kind(kind), data, durable=False)
+
+    def _resolve_compensation(
+        self, step: _Step, jsonable_args: JSONValue
+    ) -> Callable[..., Any] | None:
+        func, problem = resolve_compensator(step.spec, self.runtime.registry)
+        if problem is not None:
+            self._refuse(step.ref, jsonable_args, "compensation", problem)
+        return func
+
+    def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> NoReturn:
+        if self._obs is not None:
+            self._obs.gate_refused(self, ref, rule, reason)
+        self.log(
+            Kind.GATE_REFUSED,
+            {
+                "ordinal": ref.ordinal,
+                "tool": ref.tool,
+                "rule": rule,
+                "reason": reason,
+                "args": args,
+            },
+            durable=False,
+        )
+        if rule == "kill_switch":
+            raise HaltedError(ref.tool, reason)
+        if rule == "signature":
+            raise ArgumentsRefused(ref.tool, rule, reason)
+        raise GateRefused(ref.tool, rule, reason)
+
+    def _done(self, prepared: _Prepared, result: Any) -> None:
+        step = prepared.step
+        step.result = result
+        done = done_record(step, result)
+        obs = self._obs
+        if prepared.intent is not None:  # fast path: intent and outcome join the buffer
+            if obs is not None:
+                obs.stamp(done)
+            entry = _tuple(Entry, (Kind.STEP_DONE, self.id, done, int(self._now() * 1000)))
+            with self._lock:
+                self._steps.append(step)
+                self._pending += (prepared.intent, entry)
+            if obs is not None:
+                obs.step_end(self, step.ref, None)
+            return
+        with self._lock:
+            self._steps.append(step)
+        self.log(Kind.STEP_DONE, done, durable=False, flush=step.spec.durable_intent)
+        if self._obs is not None:
+            self._obs.step_end(self, step.ref, None)
+
+    def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
+        step = prepared.step
+        if self._holds:  # a step whose tool raised is taken to have had no effect
+            self._holds.release(step.ref.ordinal)
+        if prepared.intent is not None:
+            with self._lock:
+                self._pending.append(prepared.intent)
+        self.log(
+            Kind.STEP_FAILED,
+            {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": error_info(exc)},
+            durable=False,
+            flush=step.spec.durable_intent,
+        )
+        if self._obs is not None:
+            self._obs.step_end(self, step.ref, exc)
+
+    def run_sync(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run a sync tool as a step of this saga."""
+        prepared = self._prepare(spec, args, kwargs)
+        try:
+            result = spec.func(*prepared.call_args, **prepared.call_kwargs)
+        except BaseException as exc:
+            self._failed(prepared, exc)
+            raise
+        self._done(prepared, result)
+        return result
+
+    async def run_async(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run an async tool as a step of this saga."""
+        if self.runtime.approvals is None:
+            prepared = self._prepare(spec, args, kwargs)
+        else:  # a human may have to decide: wait in a thread, not on the event loop
+            import asyncio  # the running loop has loaded it already
+
+            prepared = await asyncio.to_thread(self._prepare, spec, args, kwargs)
+        try:
+            result = await spec.func(*prepared.call_args, **prepared.call_kwargs)
+        except BaseException as exc:
+            self._failed(prepared, exc)
+            raise
+        self._done(prepared, result)
+        return result
+
+    def doom(self, cause: Exception) -> None:
+        """Mark the saga failed although no exception reached its transaction.
+
+        Agent frameworks turn a tool's exception into text for the model and carry on; their
+        adapters call this so that the transaction rolls back when it ends (raising
+        :class:`SagaRolledBack`) instead of committing. Like a database transaction after an
+        error, every later step is refused. The first cause is kept.
+        """
+        self._doom.set(self._ordinal, cause)
+
+    def take_doom(self, from_ordinal: int) -> Exception | None:
+        """The doom's cause if it came at or after ``from_ordinal``; the doom is then cleared."""
+        return self._doom.take(from_ordinal)
+
+    # -- savepoints and rollback -------------------------------------------------------------
+
+    def savepoint(self) -> int:
+        """Open a nested scope; returns the first ordinal it covers."""
+        with self._lock:
+            self._savepoints += 1
+            first = self._ordinal + 1
+            number = self._savepoints
+        self.log(Kind.SAVEPOINT_BEGIN, {"savepoint": number, "from_ordinal": first}, durable=False)
+        return first
+
+    def committed_steps(self) -> list[_Step]:
+        """The steps whose effect took place, in order (rollback reads them)."""
+        with self._lock:
+            return list(self._steps)
+
+    def rollback(
+        self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
+    ) -> RollbackReport:
+        """Compensate committed steps from ``from_ordinal`` on, newest first, each at most once.
+
+        A failing compensation is recorded and the rest still run; the saga then ends
+        ``needs_human``. With ``terminal``, the saga's end record is durable on return.
+        """
+        return roll_back(self, cause, from_ordinal, terminal)
+
+    async def arollback(
+        self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
+    ) -> RollbackReport:
+        """:meth:`rollback` for async transactions: async compensators are awaited."""
+        return await aroll_back(self, cause, from_ordinal, terminal)
+
+
+__all__ = [
+    "Saga",
+    "Semantics",
+    "_Prepared",
+    "_Step",
+    "current_saga",
+    "idempotency_key",
+    "validate_callable_compensation",
+]

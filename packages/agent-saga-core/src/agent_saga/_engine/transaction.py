@@ -1,0 +1,171 @@
+"""Transactions: the context manager (sync and async) and decorator that own a saga.
+
+Semantics:
+
+* Entering checks the kill switch; a halted start raises :class:`HaltedError` and leaves no
+  saga behind (``current_saga()`` is unchanged).
+* Leaving normally writes the durable ``committed`` record before returning, unless a step
+  failed without an exception reaching the block (:meth:`Saga.doom`, used by framework adapters):
+  then the saga rolls back and :class:`SagaRolledBack` is raised, as if the tool's exception had.
+* Leaving by an exception compensates the committed steps in reverse order and raises
+  :class:`SagaRolledBack` (chained to the cause). ``KeyboardInterrupt``, ``SystemExit`` and task
+  cancellation still roll back but propagate unchanged, with the report added as a note.
+* A transaction opened inside another one of the same engine is a savepoint: its failure
+  compensates only its own steps, then raises :class:`SagaRolledBack` into the outer block,
+  which may catch it and continue.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from contextvars import Token
+from typing import Any, TypeVar, cast
+
+from .._errors import HaltedError, SagaRolledBack
+from .._log.records import Entry, Kind
+from .report import RollbackReport
+from .runtime import Runtime
+from .saga import _CURRENT, Saga
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Frame:
+    __slots__ = ("from_ordinal", "saga", "token")
+
+    def __init__(self, saga: Saga, token: Token[Saga | None] | None, from_ordinal: int) -> None:
+        self.saga = saga
+        self.token = token
+        self.from_ordinal = from_ordinal
+
+
+class Transaction:
+    """A reusable transaction declaration: ``with``, ``async with`` or a decorator."""
+
+    def __init__(self, runtime: Callable[[], Runtime], name: str | None = None) -> None:
+        self._runtime = runtime
+        self.name = name
+        self._frames: list[_Frame] = []
+
+    # -- entering ------------------------------------------------------------------------------
+
+    def _enter(self) -> Saga:
+        runtime = self._runtime()
+        parent = _CURRENT.get()
+        if parent is not None and parent.runtime is runtime:
+            self._frames.append(_Frame(parent, None, parent.savepoint()))
+            return parent
+        name = self.name or "transaction"
+        halt = runtime.kill_switch.state()
+        if halt.halted:
+            reason = halt.reason
+            entry = Entry(
+                Kind.GATE_REFUSED.value,
+                None,
+                {"saga_name": name, "rule": "kill_switch", "reason": reason, "tool": None},
+                int(runtime.clock.now() * 1000),
+            )
+            runtime.store.append([entry], sync=True)
+            raise HaltedError(f"transaction {name!r}", reason)
+        saga = Saga(runtime, runtime.ids.new_id(), name)
+        saga.begin()
+        self._frames.append(_Frame(saga, _CURRENT.set(saga), 1))
+        return saga
+
+    def __enter__(self) -> Saga:
+        return self._enter()
+
+    async def __aenter__(self) -> Saga:
+        return self._enter()
+
+    # -- leaving ---------------------------------------------------------------------------
+
+    def _leave(self, exc: BaseException | None) -> tuple[_Frame, BaseException] | None:
+        """Pop the frame; commit on success. Returns the frame and cause when a rollback is due."""
+        frame = self._frames.pop()
+        if frame.token is not None:
+            _CURRENT.reset(frame.token)
+        doom = frame.saga.take_doom(frame.from_ordinal)
+        if exc is not None:
+            return frame, exc
+        if doom is not None:
+            return frame, doom
+        if frame.token is not None:
+            frame.saga.commit()
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        due = self._leave(exc)
+        if due is None:
+            return
+        frame, exc = due
+        cause, inner = _unwrap(exc, frame.saga)
+        report = frame.saga.rollback(
+            cause, from_ordinal=frame.from_ordinal, terminal=frame.token is not None
+        )
+        _raise(frame.saga, exc, cause, inner, report)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        due = self._leave(exc)
+        if due is None:
+            return
+        frame, exc = due
+        cause, inner = _unwrap(exc, frame.saga)
+        report = await frame.saga.arollback(
+            cause, from_ordinal=frame.from_ordinal, terminal=frame.token is not None
+        )
+        _raise(frame.saga, exc, cause, inner, report)
+
+    # -- decorator -----------------------------------------------------------------------------
+
+    def _fresh(self) -> Transaction:
+        return Transaction(self._runtime, self.name)
+
+    def __call__(self, func: F) -> F:
+        """Run ``func`` inside a fresh transaction per call (sync or async)."""
+        if self.name is None:
+            self.name = f"{func.__module__}.{func.__qualname__}".removeprefix("__main__.")
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_run(*args: Any, **kwargs: Any) -> Any:
+                async with self._fresh():
+                    return await func(*args, **kwargs)
+
+            return cast(F, async_run)
+
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with self._fresh():
+                return func(*args, **kwargs)
+
+        return cast(F, run)
+
+
+def _unwrap(exc: BaseException, saga: Saga) -> tuple[BaseException, RollbackReport | None]:
+    """The original cause, and the inner report when ``exc`` comes from a savepoint of ``saga``."""
+    if isinstance(exc, SagaRolledBack) and exc.saga_id == saga.id:
+        return exc.cause, exc.report
+    return exc, None
+
+
+def _raise(
+    saga: Saga,
+    exc: BaseException,
+    cause: BaseException,
+    inner: RollbackReport | None,
+    report: RollbackReport,
+) -> None:
+    if inner is not None:
+        report = report.merged(inner)
+    if not isinstance(exc, Exception):
+        exc.add_note(f"agent-saga: saga {saga.id} rolled back: {report.summary()}")
+        return
+    error = SagaRolledBack(saga.id, cause, report)
+    raise error from cause

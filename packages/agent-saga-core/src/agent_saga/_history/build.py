@@ -1,0 +1,357 @@
+"""Saga history: what the log says happened, rebuilt from records, read-only.
+
+Invariants:
+
+* Reading only. Nothing here imports, resolves or calls a tool or a compensator, writes a record
+  or touches a store: the input is an iterable of already-read :class:`Record` objects and the
+  output is frozen views of them. Replaying a saga's history can therefore never repeat an effect.
+* Total over odd input. A record with missing or mistyped data fields, an unknown kind, or a
+  saga whose ``saga.begin`` is missing still yields a view (with ``None``/``"?"`` where the log is
+  silent); nothing here raises on record contents.
+* Honest about gaps. A step whose intent was logged without an outcome is
+  :attr:`StepOutcome.UNKNOWN`, never assumed done or failed; a saga without ``saga.end`` is
+  :attr:`SagaStatus.RUNNING` (live, or abandoned by a process that died).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .._log.codec import JSONValue
+from .._log.records import Kind, Record, SagaStatus
+from .views import (
+    AmbiguousSagaError,
+    CompensationState,
+    ErrorInfo,
+    History,
+    LogEvent,
+    Refusal,
+    RollbackView,
+    SagaLookupError,
+    SagaView,
+    StepOutcome,
+    StepView,
+    UnknownSagaError,
+)
+
+
+def build_history(records: Iterable[Record]) -> History:
+    """Group ``records`` by saga and rebuild every saga's view.
+
+    ``records`` is consumed once, in log order. The caller decides how they were read (and
+    whether they were verified); this function only interprets them.
+    """
+    builders: dict[str, _SagaBuilder] = {}
+    events: list[LogEvent] = []
+    count = 0
+    for record in records:
+        count += 1
+        if record.saga is None:
+            events.append(_event(record))
+            continue
+        builder = builders.get(record.saga)
+        if builder is None:
+            builder = builders[record.saga] = _SagaBuilder(record.saga)
+        builder.add(record)
+    return History(tuple(b.build() for b in builders.values()), tuple(events), count)
+
+
+def sagas(records: Iterable[Record]) -> list[SagaView]:
+    """The sagas of ``records``, in order of their first record (newest last)."""
+    return list(build_history(records).sagas)
+
+
+def find_saga(views: Sequence[SagaView], id_or_prefix: str) -> SagaView:
+    """The saga whose id is ``id_or_prefix``, or the only one whose id starts with it.
+
+    An exact id wins over prefix matches (so ``saga-1`` is found even if ``saga-10`` exists).
+
+    Raises:
+        UnknownSagaError: nothing matches (or the text is empty).
+        AmbiguousSagaError: several ids start with the text; the message lists them.
+    """
+    wanted = id_or_prefix.strip()
+    if not wanted:
+        raise UnknownSagaError("empty saga id")
+    for view in views:
+        if view.id == wanted:
+            return view
+    matches = [view for view in views if view.id.startswith(wanted)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UnknownSagaError(f"no saga matches {wanted!r} ({len(views)} saga(s) in the log)")
+    ids = [view.id for view in matches]
+    shown = ", ".join(ids[:5]) + (f", ... ({len(ids) - 5} more)" if len(ids) > 5 else "")
+    raise AmbiguousSagaError(
+        f"saga id prefix {wanted!r} is ambiguous: {len(ids)} sagas match: {shown}", ids
+    )
+
+
+# -- reading record data defensively --------------------------------------------------------
+
+
+def _str(data: Mapping[str, JSONValue], key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _int(data: Mapping[str, JSONValue], key: str) -> int | None:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _error(value: JSONValue) -> ErrorInfo | None:
+    if not isinstance(value, dict):
+        return None
+    kind, message = value.get("type"), value.get("message")
+    return ErrorInfo(
+        kind if isinstance(kind, str) else "?", message if isinstance(message, str) else ""
+    )
+
+
+def _compensation(value: JSONValue) -> tuple[str | None, bool | None]:
+    if not isinstance(value, dict):
+        return None, None
+    recoverable = value.get("recoverable")
+    flag = recoverable if isinstance(recoverable, bool) else None
+    name, func = value.get("name"), value.get("callable")
+    if isinstance(name, str):
+        return name, flag
+    if isinstance(func, str):
+        return f"callable {func}", flag
+    return None, flag
+
+
+def _event(record: Record) -> LogEvent:
+    data = record.data
+    return LogEvent(
+        record.seq,
+        record.ts,
+        record.kind,
+        _str(data, "reason"),
+        _str(data, "rule"),
+        _str(data, "saga_name"),
+        dict(data),
+    )
+
+
+# -- rebuilding one saga ----------------------------------------------------------------------
+
+
+@dataclass
+class _RollbackDraft:
+    from_ordinal: int
+    cause: ErrorInfo | None
+    seq: int
+    ts: int
+    terminal: bool = False
+    finished: bool = False
+    compensated: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+
+    def view(self) -> RollbackView:
+        return RollbackView(
+            self.from_ordinal,
+            self.cause,
+            self.terminal,
+            self.finished,
+            tuple(self.compensated),
+            tuple(self.failed),
+            self.seq,
+            self.ts,
+        )
+
+
+class _SagaBuilder:
+    """Folds one saga's records, in log order, into a :class:`SagaView`."""
+
+    def __init__(self, saga_id: str) -> None:
+        self.id, self.name = saga_id, "?"
+        self.pid: int | None = None
+        self.host: str | None = None
+        self.started = self.first_seq = self.last_seq = self.count = 0
+        self.ended: int | None = None
+        self.end_status: SagaStatus | None = None
+        self.end_cause: ErrorInfo | None = None
+        self.steps: dict[int, StepView] = {}
+        self.undo_logged: set[int] = set()
+        """Ordinals whose compensation has a record: their state is taken from the log."""
+        self.rollbacks: list[_RollbackDraft] = []
+        self.unknown: list[str] = []
+
+    def _update(self, record: Record, **changes: Any) -> int | None:
+        """Apply ``changes`` to the step the record names; returns its ordinal (or ``None``)."""
+        ordinal = _int(record.data, "ordinal")
+        if ordinal is None:
+            return None
+        step = self.steps.get(ordinal)
+        if step is None:
+            tool = _str(record.data, "tool") or "?"
+            step = StepView(ordinal, tool, StepOutcome.UNKNOWN, ts=record.ts)
+        self.steps[ordinal] = replace(step, **changes)
+        return ordinal
+
+    def _open_rollback(self) -> _RollbackDraft | None:
+        if self.rollbacks and not self.rollbacks[-1].finished:
+            return self.rollbacks[-1]
+        return None
+
+    def add(self, record: Record) -> None:
+        if self.count == 0:
+            self.first_seq, self.started = record.seq, record.ts
+        self.count += 1
+        self.last_seq = record.seq
+        data = record.data
+        rollback = self._open_rollback()
+        match record.kind:
+            case Kind.SAGA_BEGIN:
+                self.name = _str(data, "name") or self.name
+                self.pid, self.host = _int(data, "pid"), _str(data, "host")
+            case Kind.STEP_INTENT:
+                name, recoverable = _compensation(data.get("compensation"))
+                self._update(
+                    record,
+                    args=data.get("args"),
+                    semantics=_str(data, "semantics"),
+                    idempotency_key=_str(data, "idempotency_key"),
+                    compensation=name,
+                    compensation_recoverable=recoverable,
+                )
+            case Kind.STEP_DONE:
+                self._update(record, outcome=StepOutcome.DONE, result=data.get("result"))
+            case Kind.STEP_FAILED:
+                self._update(record, outcome=StepOutcome.FAILED, error=_error(data.get("error")))
+            case Kind.GATE_REFUSED:
+                refusal = Refusal(_str(data, "rule") or "?", _str(data, "reason") or "")
+                self._update(
+                    record, outcome=StepOutcome.REFUSED, args=data.get("args"), refusal=refusal
+                )
+            case Kind.ROLLBACK_BEGIN:
+                start = _int(data, "from_ordinal") or 1
+                cause = _error(data.get("cause"))
+                self.rollbacks.append(_RollbackDraft(start, cause, record.seq, record.ts))
+            case Kind.COMP_INTENT:
+                self._undo(record, CompensationState.STARTED, None, None)
+            case Kind.COMP_DONE:
+                self._undo(record, CompensationState.COMPENSATED, None, rollback)
+            case Kind.COMP_FAILED:
+                self._undo(record, CompensationState.FAILED, _error(data.get("error")), rollback)
+            case (
+                Kind.SAVEPOINT_BEGIN
+                | Kind.GATE_VOTE
+                | Kind.HOLD_UNSETTLED
+                | Kind.SELFHEAL_ATTEMPT
+                | Kind.SELFHEAL_ESCALATED
+            ):
+                pass  # the rollback records carry what a reader needs; gate notes are context
+            case Kind.APPROVAL_REQUESTED | Kind.APPROVAL_DECIDED:
+                self._approval(record)
+            case Kind.SAVEPOINT_ROLLBACK:
+                if rollback is not None:
+                    rollback.finished = True
+            case Kind.SAGA_END:
+                self.ended = record.ts
+                try:
+                    self.end_status = SagaStatus(_str(data, "status") or "")
+                except ValueError:
+                    # An end record this reader cannot interpret is a reason for a human to look.
+                    self.end_status = SagaStatus.NEEDS_HUMAN
+                self.end_cause = _error(data.get("cause"))
+                if rollback is not None:
+                    rollback.terminal = rollback.finished = True
+            case _:
+                if record.kind not in self.unknown:
+                    self.unknown.append(record.kind)
+
+    def _approval(self, record: Record) -> None:
+        data = record.data
+        if record.kind == Kind.APPROVAL_REQUESTED:
+            approvers = data.get("approvers")
+            who = ", ".join(map(str, approvers)) if isinstance(approvers, list) else "?"
+            quorum = _int(data, "quorum")
+            text = f"requested ({_str(data, 'request')}) from {who}, quorum {quorum}"
+        else:
+            by = data.get("by")
+            names = ", ".join(map(str, by)) if isinstance(by, list) and by else "nobody"
+            decision = _str(data, "decision") or "?"
+            text = f"{decision} ({_str(data, 'request')}); approved by {names}"
+        self._update(record, approval=text)
+
+    def _undo(
+        self,
+        record: Record,
+        state: CompensationState,
+        error: ErrorInfo | None,
+        rollback: _RollbackDraft | None,
+    ) -> None:
+        ordinal = self._update(record, compensation_state=state, compensation_error=error)
+        if ordinal is None:
+            return
+        self.undo_logged.add(ordinal)
+        if rollback is not None and state is not CompensationState.STARTED:
+            done = state is CompensationState.COMPENSATED
+            (rollback.compensated if done else rollback.failed).append(ordinal)
+
+    def build(self) -> SagaView:
+        status = self.end_status or SagaStatus.RUNNING
+        cause = self.end_cause
+        if cause is None and status is not SagaStatus.COMMITTED:
+            unfinished = [r for r in self.rollbacks if not r.finished]
+            cause = unfinished[-1].cause if unfinished else None
+        steps = tuple(
+            step
+            if ordinal in self.undo_logged
+            else replace(step, compensation_state=_unlogged_undo(step, status))
+            for ordinal, step in sorted(self.steps.items())
+        )
+        return SagaView(
+            id=self.id,
+            name=self.name,
+            status=status,
+            started=self.started,
+            ended=self.ended,
+            pid=self.pid,
+            host=self.host,
+            cause=cause,
+            steps=steps,
+            rollbacks=tuple(r.view() for r in self.rollbacks),
+            first_seq=self.first_seq,
+            last_seq=self.last_seq,
+            record_count=self.count,
+            unknown_kinds=tuple(self.unknown),
+        )
+
+
+def _unlogged_undo(step: StepView, status: SagaStatus) -> CompensationState:
+    """The compensation state of a step with no compensation record, from what else is known."""
+    if step.outcome in (StepOutcome.FAILED, StepOutcome.REFUSED):
+        return CompensationState.NOT_NEEDED
+    if status is SagaStatus.COMMITTED:
+        return CompensationState.NOT_NEEDED
+    if step.compensation is None:
+        if step.semantics in (None, "reversible"):
+            return CompensationState.NOT_NEEDED
+        return CompensationState.NONE_DECLARED
+    return CompensationState.PENDING
+
+
+__all__ = [
+    "AmbiguousSagaError",
+    "CompensationState",
+    "ErrorInfo",
+    "History",
+    "LogEvent",
+    "Refusal",
+    "RollbackView",
+    "SagaLookupError",
+    "SagaView",
+    "StepOutcome",
+    "StepView",
+    "UnknownSagaError",
+    "build_history",
+    "find_saga",
+    "sagas",
+]

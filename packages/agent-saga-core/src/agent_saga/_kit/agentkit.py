@@ -1,0 +1,396 @@
+"""AgentKit: the one-object SDK, and the process-wide default kit behind the module-level API."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from .._clock import Clock, IdSource, RandomIds, SystemClock
+from .._config import resolve_home
+from .._engine.compensation import DEFAULT_REGISTRY, CompensatorRegistry
+from .._engine.observe import Observer, Observers
+from .._engine.runtime import Runtime
+from .._engine.semantics import Semantics, ToolRegistry
+from .._engine.tool import DEFAULT_TOOLS, _declare
+from .._engine.transaction import Transaction
+from .._errors import AgentSagaError, ConfigurationError
+from .._gate.decisions import Gate, Rule
+from .._gate.killswitch import FileKillSwitch, KillSwitch
+from .._log.filestore import FileLogStore
+from .._log.records import Entry, Kind
+from .._log.store import LogStore, MemoryLogStore, VerifyReport
+from .manifest import Status, guarantees, status
+from .version import __version__
+
+if TYPE_CHECKING:
+    from .._approvals.channel import Approvals
+    from .._history.recovery import RecoveryReport
+    from ..proofs._checkpoint import Checkpoint
+    from ..proofs._checkpoints import Checkpointer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class AgentKit:
+    """Store, gate, kill switch and compensators in one object.
+
+    With no arguments the log is the durable file store under the agent-saga home
+    (``./.agent-saga`` unless ``AGENT_SAGA_HOME`` says otherwise) and the kill switch is the
+    ``HALT`` file there. An in-memory store must be asked for: ``AgentKit(store="memory")``.
+
+    Args:
+        home: the agent-saga home (log, kill switch).
+        store: ``"file"`` (the durable file store), ``"memory"``, a ``postgresql://`` URL
+            (fleet mode; needs the ``postgres`` extra) or a :class:`LogStore`. ``None`` means
+            ``$AGENT_SAGA_STORE``, else ``store`` in the project configuration, else ``"file"``.
+        rules: gate rules; every call must pass all of them.
+        kill_switch: defaults to the ``HALT`` file in the home (a row beside a PostgreSQL log).
+        clock, ids: time and saga-id sources (inject fakes in tests).
+        registry: compensators by name (defaults to the process-wide registry).
+        fast_path: buffer REVERSIBLE steps' records until the next durable record.
+        chain_key: makes the hash chain keyed (HMAC-SHA-256) for stores this kit opens.
+        tools: where the tools this kit declares are listed (the manifest and ``status()`` cover
+            them and every tool that has run in this kit's sagas).
+        checkpoints: publish signed checkpoints of a durable log in the background, every
+            ``checkpoint_every`` records or ``checkpoint_interval`` seconds and at
+            :meth:`close` (see ``docs/proofs.md``); ``False`` turns this off.
+        approvals: how calls the gate marks ``RequireApproval`` wait for humans (see
+            ``docs/approvals.md``). ``None``: enabled with the configuration's ``approvers``
+            when it lists some, else such calls are refused.
+        observers: told of every saga, step, refusal and compensation (tracing, metrics; see
+            :class:`agent_saga.Observer`); more can be added with :meth:`observe`. An observer
+            that raises never changes a transaction: the error is counted in
+            ``kit.observers.errors``.
+    """
+
+    def __init__(
+        self,
+        *,
+        home: str | os.PathLike[str] | None = None,
+        store: LogStore | str | None = None,
+        rules: Iterable[Rule] = (),
+        kill_switch: KillSwitch | None = None,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        registry: CompensatorRegistry | None = None,
+        fast_path: bool = True,
+        chain_key: bytes | None = None,
+        tools: ToolRegistry | None = None,
+        checkpoints: bool = True,
+        checkpoint_every: int = 1000,
+        checkpoint_interval: float = 60.0,
+        approvals: Approvals | None = None,
+        observers: Iterable[Observer] = (),
+    ) -> None:
+        self.home: Path = resolve_home(home)
+        clock = clock or SystemClock()
+        if store is None:
+            from .._config import find_config, store_setting  # reads files: only when needed
+
+            store = store_setting(find_config())
+        opened = _open_store(store, self.home, chain_key)
+        if approvals is None:
+            approvals = _configured_approvals()
+        self._own_switch = kill_switch is None
+        self.runtime = Runtime(
+            store=opened,
+            gate=Gate(rules),
+            kill_switch=kill_switch or default_switch(opened, self.home),
+            clock=clock,
+            ids=ids or RandomIds(clock),
+            registry=registry or DEFAULT_REGISTRY,
+            tools=tools or ToolRegistry(),
+            fast_path=fast_path,
+            approvals=approvals,
+            observers=Observers(observers),
+        )
+        self.checkpointer: Checkpointer | None = None
+        # Checkpoints are files in the real home: not for a log in memory or on a simulated disk.
+        simulated = isinstance(opened, FileLogStore) and not opened.on_real_files
+        if checkpoints and opened.kind != "memory" and not simulated:
+            from ..proofs._checkpoints import (
+                Checkpointer,  # cryptography loads on the first checkpoint
+            )
+
+            poll = 1.0 if isinstance(opened, FileLogStore) else checkpoint_interval
+            self.checkpointer = Checkpointer(
+                self.home,
+                opened,
+                every=checkpoint_every,
+                interval=checkpoint_interval,
+                poll=min(poll, checkpoint_interval),
+            )
+            self.checkpointer.start()
+
+    @property
+    def store(self) -> LogStore:
+        return self.runtime.store
+
+    @property
+    def observers(self) -> Observers:
+        """This kit's observers, and how many of their calls raised (``errors``)."""
+        return self.runtime.observers
+
+    def observe(self, observer: Observer) -> Observer:
+        """Tell ``observer`` about every saga of this kit started from now on; returns it."""
+        self.runtime.observers.add(observer)
+        return observer
+
+    @overload
+    def tool(self, func: F, /) -> F: ...
+    @overload
+    def tool(
+        self,
+        func: F,
+        /,
+        *,
+        name: str | None = None,
+        semantics: Semantics | str | None = None,
+        compensate: object = None,
+        probe: Callable[..., Any] | None = None,
+        redact: Iterable[str] = (),
+    ) -> F: ...
+    @overload
+    def tool(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        semantics: Semantics | str | None = None,
+        compensate: object = None,
+        probe: Callable[..., Any] | None = None,
+        redact: Iterable[str] = (),
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        func: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        semantics: Semantics | str | None = None,
+        compensate: object = None,
+        probe: Callable[..., Any] | None = None,
+        redact: Iterable[str] = (),
+    ) -> F | Callable[[F], F]:
+        """Declare a tool; same contract as :func:`agent_saga.tool`."""
+        return _declare(
+            func,
+            self.runtime.tools,
+            self.runtime.registry,
+            name=name,
+            semantics=semantics,
+            compensate=compensate,
+            probe=probe,
+            redact=redact,
+        )
+
+    @overload
+    def compensator(self, name: str) -> Callable[[F], F]: ...
+    @overload
+    def compensator(self, name: str, func: F) -> F: ...
+
+    def compensator(self, name: str, func: F | None = None) -> F | Callable[[F], F]:
+        """Register a compensator by name in this kit's registry."""
+        if func is None:
+            return self.runtime.registry.compensator(name)
+        return self.runtime.registry.compensator(name, func)
+
+    @overload
+    def transaction(self, name: F, /) -> F: ...
+    @overload
+    def transaction(self, name: str | None = None, /) -> Transaction: ...
+
+    def transaction(self, name: str | F | None = None, /) -> Transaction | F:
+        """A transaction: ``with kit.transaction("book"):``, ``async with``, or a decorator."""
+        runtime = self.runtime
+        if callable(name):
+            return Transaction(lambda: runtime)(name)
+        return Transaction(lambda: runtime, name)
+
+    def halt(self, reason: str) -> None:
+        """Engage the kill switch: every agent sharing this home refuses effects from now on."""
+        self.runtime.kill_switch.halt(reason, at=self.runtime.clock.now())
+        self._control(Kind.HALT, {"reason": reason})
+
+    def resume(self) -> None:
+        """Release the kill switch (after its record is durable, so no release goes unlogged)."""
+        self._control(Kind.RESUME, {})
+        self.runtime.kill_switch.resume()
+
+    def _control(self, kind: Kind, data: dict[str, Any]) -> None:
+        entry = Entry(kind.value, None, data, int(self.runtime.clock.now() * 1000))
+        self.runtime.store.append([entry], sync=True)
+
+    def recover(self, *, lease_ttl: float = 300.0) -> RecoveryReport:
+        """Finish the rollback of every saga whose owner died (see ``docs/guarantees.md``).
+
+        Compensators and probes are looked up by name in this kit's registry: import the
+        modules that declare them first. ``lease_ttl`` bounds how long a saga stays claimed by
+        a recovery worker that died mid-way on stores whose leases expire by time (PostgreSQL);
+        on the file store a dead worker's claim ends with its process. Budget reservations left
+        by dead processes are then settled from their sagas' outcome (``Budget.reconcile``).
+        """
+        from .._history.budgets import settle_abandoned
+        from .._history.recovery import recover  # recovery is not needed to run transactions
+
+        report = recover(self.runtime, lease_ttl=lease_ttl)
+        # Reservations of the sagas just finished (or of sagas that ended before their
+        # process could settle them) are committed or released from the log's verdict.
+        settle_abandoned(self.runtime.gate.rules, self.runtime.store.records(), self.home)
+        return report
+
+    def verify(self) -> VerifyReport:
+        """Re-verify the whole log as stored now."""
+        return self.runtime.store.verify()
+
+    def status(self) -> Status:
+        """Readiness, computed now: never ready when halted or when a signal cannot be read."""
+        report = status(self.runtime, self.runtime.tools.specs())
+        if self.checkpointer is None:
+            return report
+        health = self.checkpointer.health()
+        checks = {**report.checks, "checkpoints": health}
+        if not health.startswith("FORK"):
+            return Status(report.ready, report.reasons, checks)
+        reasons = (*report.reasons, f"the log no longer extends its checkpoint: {health}")
+        return Status(False, reasons, checks)
+
+    def guarantees(self) -> dict[str, Any]:
+        """The versioned, JSON-serialisable manifest of this configuration (see docs)."""
+        manifest = guarantees(self.runtime, self.runtime.tools.specs(), __version__)
+        approvals = self.runtime.approvals
+        manifest["approvals"] = None if approvals is None else approvals.describe()
+        manifest["checkpoints"] = (
+            None if self.checkpointer is None else self.checkpointer.describe()
+        )
+        return manifest
+
+    def checkpoint(self) -> Checkpoint:
+        """Publish a signed checkpoint of every record so far (``checkpoints/latest.note``).
+
+        Raises:
+            ConfigurationError: checkpoints are off for this kit (or its store is in memory).
+            ForkError: the log no longer extends the latest checkpoint (it was rewritten).
+        """
+        if self.checkpointer is None:
+            raise ConfigurationError("checkpoints are off for this kit")
+        self.runtime.store.sync()
+        return self.checkpointer.checkpoint()
+
+    def close(self) -> None:
+        """Checkpoint, then flush and close the store (and the kill switch, when this kit
+        opened it)."""
+        try:
+            if self.checkpointer is not None:
+                try:
+                    self.runtime.store.sync()  # the last checkpoint covers every record
+                except (AgentSagaError, OSError):
+                    self.checkpointer.close(final=False)  # closing the store reports it
+                else:
+                    self.checkpointer.close()
+            self.runtime.store.close()
+        finally:
+            close_switch = getattr(self.runtime.kill_switch, "close", None)
+            if self._own_switch and callable(close_switch):
+                close_switch()
+
+    def __enter__(self) -> AgentKit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _configured_approvals() -> Approvals | None:
+    """Approvals with the project configuration's ``approvers``, if it lists any."""
+    from .._config import find_config
+
+    approvers = find_config().extra.get("approvers")
+    if not approvers:
+        return None
+    if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
+        raise ConfigurationError("approvers in the configuration is a list of approver ids")
+    from .._approvals.channel import Approvals
+
+    return Approvals(approvers=approvers)
+
+
+def _open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> LogStore:
+    if store is None or store == "file":
+        return FileLogStore(home, key=key)
+    if store == "memory":
+        return MemoryLogStore(key=key)
+    if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
+        from .._postgres.store import PostgresLogStore  # psycopg is imported only when asked for
+
+        return PostgresLogStore(store, key=key)
+    if isinstance(store, LogStore):
+        return store
+    raise ConfigurationError(
+        f"store must be 'file', 'memory', a postgresql:// URL or a LogStore, got {store!r}"
+    )
+
+
+def default_switch(store: LogStore, home: Path) -> KillSwitch:
+    """A fleet's kill switch is a row beside its PostgreSQL log; otherwise the HALT file."""
+    if store.kind == "postgres":
+        from .._postgres.store import PostgresLogStore
+
+        if isinstance(store, PostgresLogStore):
+            return store.kill_switch()
+    return FileKillSwitch(home)
+
+
+_default_lock = threading.Lock()
+_defaults: dict[str, AgentKit] = {}
+_override: ContextVar[AgentKit | None] = ContextVar("agent_saga_kit", default=None)
+
+
+def default_kit() -> AgentKit:
+    """The kit behind ``saga_scope``: the innermost :func:`use_kit` one, else a process-wide kit
+    on the durable file store, created on first use."""
+    kit = _override.get()
+    if kit is not None:
+        return kit
+    with _default_lock:
+        kit = _defaults.get("kit")
+        if kit is None:
+            kit = _defaults["kit"] = AgentKit(tools=DEFAULT_TOOLS)
+        return kit
+
+
+@contextmanager
+def use_kit(kit: AgentKit) -> Iterator[AgentKit]:
+    """Route the module-level API (``saga_scope``) to ``kit`` within this block."""
+    token = _override.set(kit)
+    try:
+        yield kit
+    finally:
+        _override.reset(token)
+
+
+@overload
+def saga_scope(name: F, /) -> F: ...
+@overload
+def saga_scope(name: str | None = None, /) -> Transaction: ...
+
+
+def saga_scope(name: str | F | None = None, /) -> Transaction | F:
+    """A transaction on the default kit.
+
+    ``with saga_scope("book-trip"):``, ``async with saga_scope():``, ``@saga_scope`` or
+    ``@saga_scope("book-trip")``. The kit is looked up when the transaction starts.
+    """
+    if callable(name):
+        return Transaction(_default_runtime)(name)
+    return Transaction(_default_runtime, name)
+
+
+def _default_runtime() -> Runtime:
+    return default_kit().runtime

@@ -1,0 +1,272 @@
+"""The hash chain: sealing entries into records and checking records against their chain.
+
+The byte layout of a stored record is its canonical JSON object (keys ``data``, ``hash``,
+``kind``, ``prev``, ``saga``, ``seq``, ``ts``, ``v`` in that sorted order) followed by ``\\n``.
+The hashed bytes are the same object without ``hash``. Both are assembled from one canonical
+encoding of ``data`` (the other fields are strings and integers with a fixed encoding), so
+sealing and verifying cost one JSON encoding per record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from binascii import hexlify, unhexlify
+from json import loads as _loads
+from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non-ASCII
+from typing import Any, Literal, NamedTuple, overload
+
+from .codec import CodecError, canonical
+from .records import GENESIS, RECORD_VERSION, Entry, Record
+
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+"""Records larger than this are refused on write and treated as corrupt on read."""
+
+_KEYS = frozenset({"data", "hash", "kind", "prev", "saga", "seq", "ts", "v"})
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _tail(kind: str, prev: str, saga: str | None, seq: int, ts: int) -> bytes:
+    """The encoded fields after ``data`` (and ``hash``), in canonical order."""
+    saga_json = "null" if saga is None else _quote(saga)
+    text = (
+        f',"kind":{_quote(kind)},"prev":"{prev}","saga":{saga_json},'
+        f'"seq":{seq},"ts":{ts},"v":{RECORD_VERSION}}}'
+    )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CodecError(f"no canonical JSON form: {exc}") from exc
+
+
+def _body(data_bytes: bytes, tail: bytes) -> bytes:
+    return b'{"data":' + data_bytes + tail
+
+
+def _line(data_bytes: bytes, digest: str, tail: bytes) -> bytes:
+    return b'{"data":' + data_bytes + b',"hash":"' + digest.encode() + b'"' + tail
+
+
+def stored_line(obj: dict[str, Any]) -> bytes:
+    """The stored bytes (without ``\\n``) of a decoded record object.
+
+    Raises:
+        ValueError: other fields than a record's; TypeError or CodecError: fields of the
+            wrong type or without a canonical form.
+    """
+    if obj.keys() != _KEYS:
+        raise ValueError(f"unexpected fields {sorted(obj.keys() ^ _KEYS)}")
+    kind, prev, saga, seq, ts, digest = (
+        obj["kind"],
+        obj["prev"],
+        obj["saga"],
+        obj["seq"],
+        obj["ts"],
+        obj["hash"],
+    )
+    if not (isinstance(kind, str) and isinstance(prev, str) and isinstance(digest, str)):
+        raise TypeError("kind, prev and hash are strings")
+    if not (saga is None or isinstance(saga, str)) or type(seq) is not int or type(ts) is not int:
+        raise TypeError("saga is a string or null; seq and ts are integers")
+    if not _is_hex64(prev) or not _is_hex64(digest) or obj["v"] != RECORD_VERSION:
+        raise ValueError("prev and hash are 64 hex digits; v is the record version")
+    return _line(canonical(obj["data"]), digest, _tail(kind, prev, saga, seq, ts))
+
+
+class Chain:
+    """Computes record hashes, plain (SHA-256) or keyed (HMAC-SHA-256)."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key
+
+    @property
+    def keyed(self) -> bool:
+        return self.key is not None
+
+    def hasher(self, prev_hex: bytes) -> Any:
+        """A hash object already fed the previous record's hash (for incremental hashing)."""
+        prev = unhexlify(prev_hex)
+        if self.key is None:
+            return hashlib.sha256(prev)
+        return hmac.new(self.key, prev, hashlib.sha256)
+
+    def digest(self, prev: str, body: bytes) -> str:
+        message = bytes.fromhex(prev) + body
+        if self.key is None:
+            return hashlib.sha256(message).hexdigest()
+        return hmac.new(self.key, message, hashlib.sha256).hexdigest()
+
+    def seal(self, entry: Entry, seq: int, prev: str) -> tuple[Record, bytes]:
+        """Seal ``entry`` as record ``seq`` after ``prev``; returns the record and its stored line.
+
+        Raises:
+            CodecError: the entry's data has no canonical form or the record is too large.
+        """
+        data_bytes = canonical(entry.data)
+        tail = _tail(entry.kind, prev, entry.saga, seq, entry.ts)
+        digest = self.digest(prev, _body(data_bytes, tail))
+        line = _line(data_bytes, digest, tail)
+        if len(line) >= MAX_RECORD_BYTES:
+            raise CodecError(f"record of {len(line)} bytes exceeds {MAX_RECORD_BYTES}")
+        record = Record(seq, entry.ts, entry.kind, entry.saga, entry.data, prev, digest)
+        return record, line + b"\n"
+
+
+class ChainBreak(NamedTuple):
+    """Why a stored record does not fit its chain."""
+
+    reason: str
+
+
+class Masked(NamedTuple):
+    """A record in its chain position whose bytes no longer match its hash, and that holds a
+    redaction marker: valid only if a later ``log.redaction`` record accounts for it (see
+    :mod:`agent_saga._log.redaction`). ``hash`` is its stored hash as ASCII hex bytes."""
+
+    seq: int
+    hash: bytes
+    record: Record | None = None
+
+
+HASH_MISMATCH = "hash does not match the record's contents"
+_MARKER = b'{"$redacted":'
+
+
+@overload
+def parse_line(
+    chain: Chain,
+    line: bytes,
+    expect_seq: int,
+    expect_prev: str,
+    *,
+    allow_masked: Literal[False] = False,
+) -> Record | ChainBreak: ...
+@overload
+def parse_line(
+    chain: Chain, line: bytes, expect_seq: int, expect_prev: str, *, allow_masked: bool
+) -> Record | ChainBreak | Masked: ...
+
+
+def parse_line(
+    chain: Chain, line: bytes, expect_seq: int, expect_prev: str, *, allow_masked: bool = False
+) -> Record | ChainBreak | Masked:
+    """Check one stored line (without its ``\\n``) against the chain position it should occupy.
+
+    Never raises: every defect is returned as a :class:`ChainBreak` naming it. With
+    ``allow_masked``, a record masked after it was written comes back as :class:`Masked`.
+    """
+    if len(line) >= MAX_RECORD_BYTES:
+        return ChainBreak(f"record longer than {MAX_RECORD_BYTES} bytes")
+    try:
+        # The fast C parser is enough here: the bytes must also equal the record's canonical
+        # encoding (checked below), which a duplicate key, a NaN or any non-canonical spelling
+        # cannot pass.
+        obj = _loads(line)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return ChainBreak(f"not valid JSON: {str(exc)[:200]}")
+    if not isinstance(obj, dict):
+        return ChainBreak("not a JSON object")
+    result = check_object(chain, obj, expect_seq, expect_prev, stored=line)
+    masked = isinstance(result, ChainBreak) and result.reason == HASH_MISMATCH
+    if allow_masked and masked and _MARKER in line:
+        data, kind, saga, ts = obj["data"], obj["kind"], obj["saga"], obj["ts"]
+        record = Record(expect_seq, ts, kind, saga, data, expect_prev, obj["hash"])
+        return Masked(expect_seq, obj["hash"].encode(), record)
+    return result
+
+
+def check_object(
+    chain: Chain,
+    obj: dict[str, Any],
+    expect_seq: int,
+    expect_prev: str,
+    stored: bytes | None = None,
+) -> Record | ChainBreak:
+    """Check a decoded record object; ``stored`` are its bytes when they must be canonical."""
+    if obj.keys() != _KEYS:
+        return ChainBreak(f"unexpected fields {sorted(obj.keys() ^ _KEYS)}")
+    seq, ts, kind, saga, data = obj["seq"], obj["ts"], obj["kind"], obj["saga"], obj["data"]
+    prev, digest = obj["prev"], obj["hash"]
+    if obj["v"] != RECORD_VERSION or type(obj["v"]) is not int:
+        return ChainBreak(f"unsupported record version {obj['v']!r}")
+    if type(seq) is not int or type(ts) is not int:
+        return ChainBreak("seq and ts must be integers")
+    if not isinstance(kind, str) or not (saga is None or isinstance(saga, str)):
+        return ChainBreak("kind must be a string and saga a string or null")
+    if not isinstance(data, dict):
+        return ChainBreak("data must be an object")
+    if not _is_hex64(digest):
+        return ChainBreak("hash must be 64 lowercase hex digits")
+    if seq != expect_seq:
+        return ChainBreak(f"seq {seq} where {expect_seq} was expected")
+    if prev != expect_prev:  # expect_prev is known-good hex, so this also checks the form
+        return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
+    try:
+        data_bytes = canonical(data)
+        tail = _tail(kind, prev, saga, seq, ts)
+    except CodecError as exc:
+        return ChainBreak(str(exc))
+    if stored is not None and _line(data_bytes, digest, tail) != stored:
+        return ChainBreak("bytes are not the canonical encoding of the record")
+    if not hmac.compare_digest(chain.digest(prev, _body(data_bytes, tail)), digest):
+        return ChainBreak(HASH_MISMATCH)
+    return Record(seq, ts, kind, saga, data, prev, digest)
+
+
+_TAIL = re.compile(
+    rb',"kind":"(?:[^"\\\x00-\x1f]|\\.)*","prev":"([0-9a-f]{64})",'
+    rb'"saga":(?:null|"(?:[^"\\\x00-\x1f]|\\.)*"),"seq":(0|[1-9][0-9]{0,18}),'
+    rb'"ts":-?(?:0|[1-9][0-9]{0,18}),"v":1\}'
+)
+_HASH_FIELD = b',"hash":"'
+
+
+def check_line_fast(
+    chain: Chain, line: bytes, expect_seq: int, expect_prev: bytes
+) -> tuple[int, bytes] | ChainBreak | Masked:
+    """Check a stored line's framing, chain position and hash without decoding ``data``.
+
+    ``expect_prev`` is the previous record's hash as ASCII hex bytes. The hash covers the
+    stored bytes, so any change to them is caught here; the fields after ``data`` must be in
+    their canonical form. Reading a record (:func:`parse_line`) additionally checks that
+    ``data`` is canonical JSON. Returns ``(seq, hash as ASCII hex bytes)``.
+    """
+    cut = line.rfind(_HASH_FIELD)  # the top-level field: inside strings quotes are escaped
+    if cut < 9 or not line.startswith(b'{"data":{'):
+        return ChainBreak("not a record")
+    found = _TAIL.fullmatch(line, cut + 74)
+    if found is None or line[cut + 73 : cut + 74] != b'"':
+        return ChainBreak("record fields are not in canonical form")
+    seq = int(found.group(2))
+    if seq != expect_seq:
+        return ChainBreak(f"seq {seq} where {expect_seq} was expected")
+    if found.group(1) != expect_prev:
+        return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
+    view = memoryview(line)
+    hasher = chain.hasher(expect_prev)
+    hasher.update(view[:cut])
+    hasher.update(view[cut + 74 :])
+    computed = hexlify(hasher.digest())
+    if computed != line[cut + 9 : cut + 73]:
+        if _MARKER in line:
+            return Masked(seq, line[cut + 9 : cut + 73])
+        return ChainBreak(HASH_MISMATCH)
+    return seq, computed
+
+
+def _is_hex64(value: object) -> bool:
+    return type(value) is str and len(value) == 64 and _HEX64.fullmatch(value) is not None
+
+
+__all__ = [
+    "GENESIS",
+    "HASH_MISMATCH",
+    "Chain",
+    "ChainBreak",
+    "Masked",
+    "check_line_fast",
+    "check_object",
+    "parse_line",
+    "stored_line",
+]

@@ -1,0 +1,53 @@
+"""Reading only what was appended to a log since the last look."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .._errors import CorruptLogError
+from .filestore import FileLogStore
+from .records import GENESIS, Record
+from .store import LogStore
+
+
+class LogFollower:
+    """Yields the records appended to ``store`` since the previous call.
+
+    On the file store it resumes at the last byte offset; on other stores it re-reads the log
+    and skips what it has seen (checking that the last record seen is still there). Not
+    thread-safe: each user keeps its own follower.
+    """
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self.seen = 0
+        self._offset = 0
+        self._last = GENESIS
+
+    def new_records(self) -> Iterator[Record]:
+        """The records after the last one returned so far, in order.
+
+        Raises:
+            CorruptLogError: the log no longer continues the records already returned.
+        """
+        if isinstance(self.store, FileLogStore):
+            for offset, record in self.store.follow(self._offset, self.seen, self._last):
+                self._offset = offset
+                self._take(record)
+                yield record
+            return
+        for record in self.store.records():
+            if record.seq <= self.seen:
+                if record.seq == self.seen and record.hash != self._last:
+                    raise CorruptLogError(
+                        str(self.store.describe().get("where", self.store.kind)),
+                        record.seq,
+                        "the log no longer holds the records already read",
+                        record.seq,
+                    )
+                continue
+            self._take(record)
+            yield record
+
+    def _take(self, record: Record) -> None:
+        self.seen, self._last = record.seq, record.hash

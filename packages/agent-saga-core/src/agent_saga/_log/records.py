@@ -1,0 +1,99 @@
+"""Log records: what the write-ahead log stores, and the record kinds the engine writes.
+
+A record is sealed by a store when it is appended: the store assigns the global ``seq`` and the
+``prev`` hash of the record before it, then computes ``hash = H(prev || canonical(record))``
+where ``canonical(record)`` is the record's canonical JSON without the ``hash`` field and ``H``
+is SHA-256 (or HMAC-SHA-256 when the chain is keyed).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, NamedTuple
+
+from .codec import JSONValue
+
+RECORD_VERSION = 1
+GENESIS = "0" * 64
+"""The ``prev`` of the first record."""
+
+
+class Kind(enum.StrEnum):
+    """Record kinds written by the engine."""
+
+    SAGA_BEGIN = "saga.begin"
+    SAGA_END = "saga.end"
+    GATE_REFUSED = "gate.refused"
+    STEP_INTENT = "step.intent"
+    STEP_DONE = "step.done"
+    STEP_FAILED = "step.failed"
+    ROLLBACK_BEGIN = "rollback.begin"
+    COMP_INTENT = "compensation.intent"
+    COMP_DONE = "compensation.done"
+    COMP_FAILED = "compensation.failed"
+    SAVEPOINT_BEGIN = "savepoint.begin"
+    SAVEPOINT_ROLLBACK = "savepoint.rollback"
+    RECOVERY_BEGIN = "recovery.begin"
+    RECOVERY_ESCALATED = "recovery.escalated"
+    STEP_PROBED = "step.probed"
+    HALT = "control.halt"
+    RESUME = "control.resume"
+    GATE_VOTE = "gate.vote"
+    """One validator's vote on a call (consensus rules)."""
+    HOLD_UNSETTLED = "gate.hold_unsettled"
+    """A reservation (budget) could not be committed or released; it stays counted."""
+    SELFHEAL_ATTEMPT = "selfheal.attempt"
+    SELFHEAL_ESCALATED = "selfheal.escalated"
+    APPROVAL_REQUESTED = "approval.requested"
+    """A step waits for humans (see :mod:`agent_saga._approvals.request`)."""
+    APPROVAL_VOTE = "approval.vote"
+    APPROVAL_REFUSED = "approval.refused"
+    APPROVAL_DECIDED = "approval.decided"
+    KEY_ADDED = "approver.key_added"
+    KEY_REVOKED = "approver.key_revoked"
+    REDACTION = "log.redaction"
+    """Records masked after they were written (see :mod:`agent_saga._log.redaction`)."""
+
+
+class SagaStatus(enum.StrEnum):
+    """Where a saga stands, as derived from its records."""
+
+    RUNNING = "running"
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+    NEEDS_HUMAN = "needs_human"
+
+
+class Entry(NamedTuple):
+    """A record before it is sealed into the chain."""
+
+    kind: str
+    saga: str | None
+    data: dict[str, JSONValue]
+    ts: int
+    """Milliseconds since the epoch."""
+
+
+class Record(NamedTuple):
+    """A sealed, chained log record."""
+
+    seq: int
+    ts: int
+    kind: str
+    saga: str | None
+    data: dict[str, JSONValue]
+    prev: str
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON object, ``hash`` included."""
+        return {
+            "v": RECORD_VERSION,
+            "seq": self.seq,
+            "ts": self.ts,
+            "kind": self.kind,
+            "saga": self.saga,
+            "data": self.data,
+            "prev": self.prev,
+            "hash": self.hash,
+        }

@@ -1,0 +1,59 @@
+"""The PostgreSQL store's statements and its crash model (what survives what, from settings)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .connection import durability_problems, lock_key
+
+if TYPE_CHECKING:
+    from psycopg.sql import Composed
+
+PROCESS_CRASH = (
+    "Every record whose append returned: it is committed on the server. The dead process's "
+    "unfinished sagas are recovered by any host once its owner heartbeat expires."
+)
+POWER_LOSS = {
+    True: "Every record acknowledged as durable (append with sync=True, or sync()) survives a "
+    "power loss of the server: it flushed its WAL past the record. Records appended without "
+    "sync since the last flush may be lost, and no later record survives without them. "
+    "Assumes the server's fsync reaches stable storage.",
+    False: "No record is sure to survive: the server runs with fsync or full_page_writes off, "
+    "or its settings could not be read.",
+}
+DISK_LOSS = {
+    True: "Every record acknowledged as durable: the server's synchronous standbys hold it too.",
+    False: "Nothing, unless the server's storage is replicated: it has no synchronous standby, "
+    "so the log is on its disk alone.",
+}
+
+
+def crash_model(settings: dict[str, str] | None) -> dict[str, str]:
+    durable = settings is not None and not durability_problems(settings)
+    standby = settings is not None and bool(settings["synchronous_standby_names"])
+    return {
+        "process_crash": PROCESS_CRASH,
+        "power_loss": POWER_LOSS[durable],
+        "disk_loss": DISK_LOSS[durable and standby],
+    }
+
+
+def queries(schema: str, owner_id: str) -> dict[str, Composed]:
+    from psycopg import sql
+
+    text = {
+        # One message, one snapshot per statement: the tail is read once the lock is granted.
+        "begin": "BEGIN; SET LOCAL synchronous_commit = off;"
+        " SELECT 1 FROM {s}.owners WHERE owner_id = {o} AND expires_at > clock_timestamp()"
+        " FOR KEY SHARE; SELECT pg_advisory_xact_lock({k});"
+        " SELECT seq, hash FROM {s}.records ORDER BY seq DESC LIMIT 1",
+        "insert": "INSERT INTO {s}.records (seq, hash, line) VALUES ",
+        "last": "SELECT seq, hash, line FROM {s}.records ORDER BY seq DESC LIMIT 1",
+        "page": "SELECT seq, hash, line FROM {s}.records WHERE seq > %s ORDER BY seq LIMIT %s",
+    }
+    names = {
+        "s": sql.Identifier(schema),
+        "o": sql.Literal(owner_id),
+        "k": sql.Literal(lock_key(schema, "append")),
+    }
+    return {name: sql.SQL(q).format(**names) for name, q in text.items()}

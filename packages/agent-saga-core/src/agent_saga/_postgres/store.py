@@ -1,0 +1,386 @@
+"""The fleet-mode log store: one hash-chained log in a PostgreSQL schema, shared by many hosts.
+
+Durability protocol (what is true when a call returns):
+
+* A record is one row ``(seq, hash, line)`` of ``<schema>.records``; ``line`` holds the exact
+  canonical bytes :meth:`Chain.seal` produced, so verification is byte-exact.
+* ``append`` seals and inserts a batch in one transaction holding a transaction-scoped advisory
+  lock, so writers on any host continue one chain from its current tail; ``seq`` is the primary
+  key, global and gap-free (an aborted transaction inserts nothing). The transaction first takes
+  a share lock on this owner's row, so once another host has declared the owner dead (deleted
+  its expired row) no append of that owner can commit. It commits with
+  ``synchronous_commit = off``, so the lock is not held across the WAL flush.
+* ``append(..., sync=True)`` and ``sync()`` then commit a write (this owner's heartbeat) with
+  ``synchronous_commit = on``, which returns only once the server has flushed its WAL up to that
+  commit, and so past every record appended before it; the same statement checks that the last
+  record this store appended is still there (it would be gone after a server crash that lost it).
+  Concurrent callers share one flush, and flushes of different writers share the server's fsync.
+* Any error while appending or flushing puts the store in a failed state: nothing from that call
+  is acknowledged, and every later append raises :class:`StoreFailedError` until it is reopened.
+
+psycopg is imported inside the functions that need it, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigurationError, CorruptLogError, StoreFailedError
+from .._gate.killswitch_pg import PostgresKillSwitch
+from .._log.chain import Chain
+from .._log.records import GENESIS, Entry, Record
+from .._log.store import VerifyReport
+from .connection import (
+    DEFAULT_SCHEMA,
+    FleetOwner,
+    OwnerExpired,
+    PgSession,
+    PostgresLease,
+    check_schema_name,
+    display_url,
+    durability_problems,
+    ensure_schema,
+    one_line,
+    require_psycopg,
+    server_settings,
+)
+from .read import check_tail, checked_records, paged_rows
+from .sql import crash_model, queries
+from .write import NotSent, insert_batch
+
+if TYPE_CHECKING:
+    from psycopg.sql import Composed
+
+    from .connection import PgConnection
+
+DEFAULT_OWNER_TTL = 15.0
+
+
+class PostgresLogStore:
+    """A durable, hash-chained log in a PostgreSQL schema, shared by processes on many hosts.
+
+    Opening creates the schema if needed, registers this owner and checks that the stored tail
+    is well formed; :meth:`verify` re-reads and re-checks the whole chain.
+
+    Args:
+        url: a libpq connection URL or ``key=value`` string.
+        key: makes the hash chain keyed (HMAC-SHA-256).
+        schema: the PostgreSQL schema that holds the log's tables (one log per schema).
+        owner_ttl: seconds an owner stays alive without a heartbeat; a background thread
+            refreshes it every third of that, and so does every flush.
+        connect_timeout: seconds to wait for a connection.
+
+    Raises:
+        ConfigurationError: psycopg is missing, or ``schema`` is not a plain identifier.
+        StoreFailedError: the server cannot be reached or the schema cannot be created.
+        CorruptLogError: the stored tail is not a well-formed record.
+    """
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key: bytes | None = None,
+        schema: str = DEFAULT_SCHEMA,
+        owner_ttl: float = DEFAULT_OWNER_TTL,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        require_psycopg()
+        import psycopg
+
+        if owner_ttl <= 0:
+            raise ConfigurationError("owner_ttl must be positive")
+        self.schema = check_schema_name(schema)
+        self.where = f"{display_url(url)} schema {schema}"
+        self._chain = Chain(key)
+        self._main = PgSession(url, connect_timeout)  # appends, reads, leases
+        self._flusher = PgSession(url, connect_timeout)  # flushes and heartbeats
+        self._owner = FleetOwner(self._main, self._flusher, schema, owner_ttl)
+        self.owner_id = self._owner.id
+        self._q = queries(schema, self.owner_id)
+        self._sync_cond = threading.Condition()
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._written: tuple[int, str] = (0, GENESIS)  # last record this store appended
+        self._synced = 0
+        self._syncing = False
+        self._beat_error: Exception | None = None
+        try:
+            with self._main.lock:
+                conn = self._main.connection()
+                ensure_schema(conn, schema)
+                check_tail(conn, self._q["last"], self._chain, self.where)
+                self._owner.register(conn)
+            self._flusher.query("SELECT 1")
+        except psycopg.Error as exc:
+            self._close_sessions()
+            raise StoreFailedError(f"{self.where}: cannot open the log: {exc}") from exc
+        except BaseException:
+            self._close_sessions()
+            raise
+        self._stop = threading.Event()
+        self._beater = threading.Thread(target=self._heartbeat, name="agent-saga-pg", daemon=True)
+        self._beater.start()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
+        """Seal and insert ``entries`` as one transaction; with ``sync``, return once durable.
+
+        Without ``sync`` the records are committed and visible to every reader when this
+        returns, but a server crash may lose them until a later flush. A connection found
+        broken before the commit was sent (nothing written) is replaced and the batch retried
+        once; any other failure leaves the store failed.
+        """
+        import psycopg
+
+        with self._main.lock:
+            self._check_usable()
+            try:
+                try:
+                    out = self._insert(self._main.connection(), entries)
+                except NotSent:
+                    out = self._insert(self._main.connection(), entries)
+            except (OwnerExpired, NotSent, psycopg.Error) as exc:
+                self._fail(exc)
+                raise StoreFailedError(f"{self.where}: append failed: {exc}") from exc
+            if out:
+                self._written = (out[-1].seq, out[-1].hash)
+            target = self._written[0]
+        if sync:
+            self._sync_to(target)
+        return out
+
+    def _insert(self, conn: PgConnection, entries: Sequence[Entry]) -> list[Record]:
+        return insert_batch(conn, self._q, self._chain, self.owner_id, entries)
+
+    def sync(self) -> None:
+        """Make every record this store appended so far durable."""
+        self._check_usable()
+        self._sync_to(self._written[0])
+
+    def _sync_to(self, target: int) -> None:
+        with self._sync_cond:
+            while self._synced < target:
+                if self._failed is not None:
+                    raise StoreFailedError(f"{self.where}: store failed: {self._failed}")
+                if self._syncing:
+                    self._sync_cond.wait()
+                    continue
+                self._syncing = True
+                upto = self._written
+                self._sync_cond.release()
+                try:
+                    self._flush(upto)
+                except Exception as exc:
+                    self._fail(exc)
+                finally:
+                    self._sync_cond.acquire()
+                    self._syncing = False
+                    self._sync_cond.notify_all()
+                if self._failed is None:
+                    self._synced = max(self._synced, upto[0])
+            if self._failed is not None:
+                raise StoreFailedError(f"{self.where}: store failed: {self._failed}")
+
+    def _flush(self, upto: tuple[int, str]) -> None:
+        """Commit a heartbeat synchronously; the record ``upto`` must still be stored."""
+        seq, digest = upto
+        stored = self._owner.beat(seq)
+        if seq and stored != digest:
+            raise StoreFailedError(f"record {seq} appended by this store is no longer stored")
+
+    def _heartbeat(self) -> None:
+        """Refresh the owner row every third of its ttl; a broken connection is replaced."""
+        while not self._stop.wait(self._owner.ttl / 3):
+            try:
+                self._flush((0, GENESIS))
+            except OwnerExpired as exc:
+                self._fail(exc)
+                return
+            except Exception as exc:
+                self._beat_error = exc
+            else:
+                self._beat_error = None
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failed is None:
+            self._failed = exc
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StoreFailedError(f"{self.where}: store is closed")
+        if self._failed is not None:
+            raise StoreFailedError(f"{self.where}: store failed ({self._failed}); reopen it")
+
+    def _query(
+        self, query: str | Composed, params: tuple[object, ...] | dict[str, object] = ()
+    ) -> list[tuple[Any, ...]]:
+        """An idempotent statement on the main connection (retried once if it broke)."""
+        if self._closed:
+            raise StoreFailedError(f"{self.where}: store is closed")
+        return self._main.query(query, params)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _checked(self) -> Iterator[Record]:
+        return checked_records(paged_rows(self._query, self._q["page"]), self._chain, self.where)
+
+    def records(self) -> Iterator[Record]:
+        """The records stored now, in ``seq`` order, verified while read.
+
+        Raises:
+            CorruptLogError: at the first record that is off the chain.
+            StoreFailedError: the server cannot be read.
+        """
+        import psycopg
+
+        try:
+            yield from self._checked()
+        except psycopg.Error as exc:
+            raise StoreFailedError(f"{self.where}: cannot read the log: {exc}") from exc
+
+    def verify(self) -> VerifyReport:
+        """Re-read and re-check every stored record; never raises on bad content or I/O."""
+        import psycopg
+
+        count, last = 0, GENESIS
+        try:
+            for record in self._checked():
+                count, last = count + 1, record.hash
+        except CorruptLogError as exc:
+            return VerifyReport(False, count, exc, last)
+        except (psycopg.Error, StoreFailedError) as exc:
+            error = CorruptLogError(self.where, count, f"unreadable: {exc}")
+            return VerifyReport(False, count, error, last)
+        return VerifyReport(True, count, None, last)
+
+    # -- facts --------------------------------------------------------------------------------
+
+    def _settings(self) -> dict[str, str]:
+        if self._closed:
+            raise StoreFailedError(f"{self.where}: store is closed")
+        return server_settings(self._main, self._flusher)
+
+    def health(self) -> list[str]:
+        """Problems that make the store unfit to log an effect now; never raises."""
+        import psycopg
+
+        if self._closed:
+            return ["log store is closed"]
+        problems = [f"log store failed: {self._failed}"] if self._failed is not None else []
+        if self._beat_error is not None:
+            problems.append(f"owner heartbeat failing: {one_line(self._beat_error)}")
+        try:
+            problems.extend(durability_problems(self._settings()))
+        except (psycopg.Error, StoreFailedError) as exc:
+            problems.append(f"PostgreSQL server cannot be read ({self.where}): {one_line(exc)}")
+        return problems
+
+    def describe(self) -> dict[str, object]:
+        """Durability facts read from the server now (``durable`` is false when unreadable)."""
+        import psycopg
+
+        facts: dict[str, object] = {
+            "kind": self.kind,
+            "where": self.where,
+            "group_commit": True,
+            "multi_process": "transaction-scoped advisory lock per batch; any host",
+            "owner_liveness": f"heartbeat row, ttl {self._owner.ttl:g} s",
+            "leases": "row with expiry, taken by INSERT ... ON CONFLICT",
+            "verified_on_open": "tail record only",
+            "keyed_chain": self._chain.keyed,
+        }
+        try:
+            settings = self._settings()
+        except (psycopg.Error, StoreFailedError) as exc:
+            unreadable = {"durable": False, "survives": [], "unreadable": one_line(exc)}
+            return {**facts, **unreadable, "crash_model": crash_model(None)}
+        durable = not durability_problems(settings)
+        survives = ["process crash", "server crash", "power loss (server fsync)"] if durable else []
+        model = crash_model(settings)
+        return {
+            **facts,
+            **settings,
+            "durable": durable,
+            "survives": survives,
+            "crash_model": model,
+        }
+
+    # -- owners and leases ------------------------------------------------------------------
+
+    def owner_alive(self, owner_id: str) -> bool:
+        """False when ``owner_id`` closed its store or let its heartbeat expire.
+
+        An expired owner row is deleted here, which fences it: its later appends fail. When the
+        server cannot be read, the owner is reported alive (nothing is proven gone).
+        """
+        if owner_id == self.owner_id:
+            return not self._closed and not isinstance(self._failed, OwnerExpired)
+        if self._closed:
+            return True
+        return self._owner.alive(owner_id)
+
+    def lease(self, name: str, *, ttl: float) -> PostgresLease | None:
+        """Take lease ``name`` for ``ttl`` seconds (server clock), or ``None`` if it is held.
+
+        Exactly one of many racing callers on any host gets it; it is free again when released,
+        when ``ttl`` has passed, or when this store is closed. The grant is durable on return.
+
+        Raises:
+            StoreFailedError: the store is closed or failed, or the server cannot be reached.
+        """
+        import psycopg
+
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self._check_usable()
+        try:
+            return self._owner.take(name, ttl)
+        except psycopg.Error as exc:
+            raise StoreFailedError(f"{self.where}: cannot take lease {name!r}: {exc}") from exc
+
+    def kill_switch(self) -> PostgresKillSwitch:
+        """The fleet's kill switch: a row in this store's schema on the same server."""
+        return PostgresKillSwitch(self._main.url, schema=self.schema, timeout=self._main.timeout)
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush what this store appended, then remove its owner row and leases. Idempotent.
+
+        After ``close`` returns, :meth:`owner_alive` reports this owner gone to every host.
+        """
+        import psycopg
+
+        if self._closed:
+            return
+        try:
+            if self._failed is None and self._synced < self._written[0]:
+                self._sync_to(self._written[0])
+        finally:
+            self._stop.set()
+            self._beater.join()
+            with self._main.lock:
+                self._closed = True
+                with contextlib.suppress(psycopg.Error, StoreFailedError):  # else it expires
+                    self._owner.retire(self._main.connection())
+            self._close_sessions()
+
+    def _close_sessions(self) -> None:
+        self._main.close()
+        self._flusher.close()
+
+    def __enter__(self) -> PostgresLogStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["PostgresLease", "PostgresLogStore"]

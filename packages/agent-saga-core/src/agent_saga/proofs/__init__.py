@@ -1,0 +1,72 @@
+"""Proofs about the log, for auditors and for tools: Merkle proofs, checkpoints, disclosures.
+
+Everything here works offline on bytes and keys; nothing opens a log for writing.
+
+* RFC 9162 Merkle trees: :class:`MerkleTree` (incremental; roots and proofs for any past size),
+  :func:`leaf_hash`, :func:`node_hash`, :func:`verify_inclusion`, :func:`verify_consistency`,
+  :func:`root_from_inclusion_proof`, :func:`root_from_consistency_proof`, with the errors
+  :class:`ProofError`, :class:`InvalidProofError` and :class:`RootMismatchError`.
+* The log's tree: leaf ``seq - 1`` is :func:`record_leaf` of record ``seq``; :func:`tree_of`.
+* Signed checkpoints (C2SP tlog-checkpoint in a signed note): :class:`Checkpoint`,
+  :func:`open_checkpoint`, :func:`check_extension` (:class:`ForkError` for a rewritten or
+  forked log), and the keys :class:`NoteVerifier` / :class:`NoteSigner`.
+* Disclosure bundles: :func:`verify_bundle` (:class:`DisclosureError`).
+* certify's certificates: :func:`verify_certificate`.
+"""
+
+from __future__ import annotations
+
+from ._certify import verify_certificate
+from ._checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    ForkError,
+    check_extension,
+    open_checkpoint,
+    parse_checkpoint,
+)
+from ._disclosure import DisclosureError, DisclosureReport, verify_bundle
+from ._logtree import record_leaf, tree_of
+from ._merkle import (
+    EMPTY_ROOT,
+    InvalidProofError,
+    ProofError,
+    RootMismatchError,
+    leaf_hash,
+    node_hash,
+    root_from_consistency_proof,
+    root_from_inclusion_proof,
+    verify_consistency,
+    verify_inclusion,
+)
+from ._note import NoteError, NoteSigner, NoteVerifier
+from ._tree import MerkleTree
+
+__all__ = [
+    "EMPTY_ROOT",
+    "Checkpoint",
+    "CheckpointError",
+    "DisclosureError",
+    "DisclosureReport",
+    "ForkError",
+    "InvalidProofError",
+    "MerkleTree",
+    "NoteError",
+    "NoteSigner",
+    "NoteVerifier",
+    "ProofError",
+    "RootMismatchError",
+    "check_extension",
+    "leaf_hash",
+    "node_hash",
+    "open_checkpoint",
+    "parse_checkpoint",
+    "record_leaf",
+    "root_from_consistency_proof",
+    "root_from_inclusion_proof",
+    "tree_of",
+    "verify_bundle",
+    "verify_certificate",
+    "verify_consistency",
+    "verify_inclusion",
+]

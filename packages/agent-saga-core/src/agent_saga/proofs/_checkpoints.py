@@ -1,0 +1,264 @@
+"""The home's checkpoints: publishing them, refusing forks, and the background checkpointer.
+
+``checkpoints/latest.note`` is the latest accepted signed checkpoint. A new one replaces it only
+after a consistency proof from it verifies; a refused pair is kept under ``checkpoints/forks/``
+as evidence. Processes sharing a home serialize publishing with an ``flock``.
+
+:class:`Checkpointer` publishes from a background thread every ``every`` records or ``interval``
+seconds (when the log grew), and once more at clean shutdown. It reads the log like any reader
+and fsyncs only its own files, so no transaction ever waits for a checkpoint.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+import weakref
+from pathlib import Path
+
+from .._log.files import OS as _OS
+from .._log.files import ensure_dir, fsync_dir, fsync_fd, write_fully
+from .._log.store import LogStore
+from ._checkpoint import Checkpoint, CheckpointError, ForkError, check_extension, open_checkpoint
+from ._logtree import LogTree
+from ._note import NoteSigner, NoteVerifier
+from ._tree import MerkleTree
+
+CHECKPOINTS_DIR = "checkpoints"
+LATEST_NAME = "latest.note"
+FORKS_DIR = "forks"
+_LOCK_NAME = ".lock"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        write_fully(_OS, fd, text.encode())
+        fsync_fd(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class CheckpointLog:
+    """The checkpoints kept in one agent-saga home."""
+
+    def __init__(self, home: Path) -> None:
+        self.directory = home / CHECKPOINTS_DIR
+        self.latest_path = self.directory / LATEST_NAME
+
+    def latest(self, verifiers: list[NoteVerifier]) -> Checkpoint | None:
+        """The latest accepted checkpoint, verified; ``None`` when none was ever published.
+
+        Raises:
+            CheckpointError: the file exists but is not a checkpoint signed by ``verifiers``.
+        """
+        try:
+            note = self.latest_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"cannot read {self.latest_path}: {exc}") from exc
+        return open_checkpoint(note, verifiers)
+
+    def publish(self, tree: MerkleTree, signer: NoteSigner) -> Checkpoint:
+        """Sign ``tree``'s current head and make it the latest checkpoint, if it extends it.
+
+        Returns the latest checkpoint afterwards: the new one, or the existing one when it
+        already covers as many records (another process got there first).
+
+        Raises:
+            ForkError: ``tree`` does not extend the latest checkpoint; both are kept in
+                ``forks/`` and the latest stays in place.
+            CheckpointError: the latest checkpoint is unreadable or signed by another key.
+        """
+        ensure_dir(self.directory)
+        lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            return self._publish_locked(tree, signer)
+        finally:
+            os.close(lock_fd)
+
+    def _publish_locked(self, tree: MerkleTree, signer: NoteSigner) -> Checkpoint:
+        previous = self.latest([signer.verifier])
+        size = tree.size
+        origin = signer.name
+        if previous is not None and previous.size >= size:
+            if previous.size == size and previous.root != tree.root(size):
+                fresh = Checkpoint(origin, size, tree.root(size)).sign(signer)
+                self._keep_evidence(previous, fresh)
+                raise ForkError(f"two roots for the first {size} records", previous, fresh)
+            return previous
+        fresh = Checkpoint(origin, size, tree.root(size)).sign(signer)
+        if previous is not None:
+            proof = tree.consistency_proof(previous.size, size) if previous.size else []
+            try:
+                check_extension(previous, fresh, proof)
+            except ForkError:
+                self._keep_evidence(previous, fresh)
+                raise
+        _write_atomic(self.latest_path, fresh.note)
+        return fresh
+
+    def _keep_evidence(self, older: Checkpoint, newer: Checkpoint) -> None:
+        forks = self.directory / FORKS_DIR
+        ensure_dir(forks)
+        stamp = f"{int(time.time() * 1000)}-{os.getpid()}"
+        _write_atomic(forks / f"{stamp}-accepted-{older.size}.note", older.note)
+        _write_atomic(forks / f"{stamp}-refused-{newer.size}.note", newer.note)
+
+
+class Checkpointer:
+    """Publishes checkpoints of one store's log in the background (see the module docstring).
+
+    Args:
+        home: where the key and checkpoints live.
+        store: the log to follow.
+        every: publish once this many records were appended since the last checkpoint.
+        interval: otherwise publish this many seconds after the last one, if the log grew.
+        poll: how often the thread looks for new records.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        store: LogStore,
+        *,
+        every: int = 1000,
+        interval: float = 60.0,
+        poll: float = 1.0,
+    ) -> None:
+        if every < 1 or interval <= 0 or poll <= 0:
+            raise ValueError("every must be >= 1; interval and poll must be positive")
+        self.home = home
+        self.log = CheckpointLog(home)
+        self.tree = LogTree(store)
+        self.every = every
+        self.interval = interval
+        self._poll = poll
+        self.last_error: Exception | None = None
+        self._signer: NoteSigner | None = None
+        self._published = 0
+        self._published_at = time.monotonic()
+        self._publish_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def poll(self) -> float:
+        return self._poll
+
+    @poll.setter
+    def poll(self, seconds: float) -> None:
+        """Change how often the thread looks (it wakes now to take the new period)."""
+        self._poll = seconds
+        self._wake.set()
+
+    def start(self) -> None:
+        # The thread holds the checkpointer weakly: a kit dropped without close() stops it.
+        self._thread = threading.Thread(
+            target=_run, args=(weakref.ref(self), self._stop, self._wake), daemon=True
+        )
+        self._thread.name = "agent-saga-checkpoints"
+        self._thread.start()
+
+    @property
+    def signer(self) -> NoteSigner:
+        if self._signer is None:
+            from ._signing import home_signer  # loads cryptography: only once there is work
+
+            self._signer = home_signer(self.home)
+        return self._signer
+
+    def checkpoint(self) -> Checkpoint:
+        """Publish a checkpoint of every record appended so far (now, in this thread)."""
+        with self._publish_lock:
+            try:
+                self.tree.update()
+                published = self.log.publish(self.tree.tree, self.signer)
+            except ForkError as exc:
+                self.last_error = exc
+                raise
+            self._published = max(self._published, published.size)
+            self._published_at = time.monotonic()
+            return published
+
+    def _due(self) -> bool:
+        grown = self.tree.update() - self._published
+        if grown <= 0:
+            return False
+        return grown >= self.every or time.monotonic() - self._published_at >= self.interval
+
+    def poll_once(self) -> None:
+        """One look from the background thread: publish if due; remember a failure.
+
+        After a fork nothing more is published: the log no longer extends its checkpoint, and
+        that stays so until a human looks (``status()`` says so).
+        """
+        if isinstance(self.last_error, ForkError):
+            return
+        try:
+            if self._due():
+                self.checkpoint()
+            self.last_error = None
+        except Exception as exc:  # reported by status(); retried at the next poll
+            self.last_error = exc
+
+    def describe(self) -> dict[str, object]:
+        """The checkpoint policy for the guarantees manifest."""
+        return {
+            "signed": "Ed25519, C2SP signed note (tlog-checkpoint body)",
+            "every_records": self.every,
+            "interval_seconds": self.interval,
+            "at_close": True,
+            "published_size": self._published,
+            "where": str(self.log.latest_path),
+        }
+
+    def health(self) -> str:
+        """``"ok"``, or why the last attempt to publish failed (a fork is tamper evidence)."""
+        error = self.last_error
+        if error is None:
+            return "ok"
+        kind = "FORK" if isinstance(error, ForkError) else type(error).__name__
+        return f"{kind}: {error}"
+
+    def close(self, *, final: bool = True) -> None:
+        """Stop the thread and, with ``final``, publish a last checkpoint if the log grew
+        (clean shutdown). Nothing is published after a fork (see :meth:`poll_once`).
+        """
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        if not final or isinstance(self.last_error, ForkError):
+            return
+        try:
+            if self.tree.update() > self._published:
+                self.checkpoint()
+        except Exception as exc:  # a failed last checkpoint must not lose the close
+            self.last_error = exc
+
+
+def _run(
+    checkpointer: weakref.ref[Checkpointer], stop: threading.Event, wake: threading.Event
+) -> None:
+    while not stop.is_set():
+        current = checkpointer()
+        if current is None:
+            return
+        poll = current.poll
+        del current  # not held while waiting, so an abandoned kit can be collected
+        wake.wait(poll)
+        wake.clear()
+        current = checkpointer()
+        if stop.is_set() or current is None:
+            return
+        current.poll_once()
+        del current
