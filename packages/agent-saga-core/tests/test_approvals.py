@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from agent_saga import AgentKit, GateRefused, SagaRolledBack, SequentialIds, compensator, tool
-from agent_saga._approvals.channel import Approvals, submit_vote
 from agent_saga._approvals.request import (
     ApprovalBook,
     ApprovalRequest,
@@ -25,6 +24,8 @@ from agent_saga._approvals.request import (
     check_vote,
     signing_message,
 )
+from agent_saga._approvals.votes import submit_vote
+from agent_saga._approvals.wait import Approvals
 from agent_saga.cli import main
 from agent_saga.cli._approvals import cli_identity
 from agent_saga.proofs._note import NoteVerifier
@@ -396,7 +397,7 @@ AGENT = textwrap.dedent(
     import os, sys
     sys.path.insert(0, os.environ["TESTS_DIR"])
     from agent_saga import AgentKit, SagaRolledBack
-    from agent_saga._approvals.channel import Approvals
+    from agent_saga._approvals.wait import Approvals
     import test_approvals as t
 
     with open(os.environ["WIRES"], "a") as out:
@@ -492,7 +493,7 @@ def test_each_request_needs_its_own_votes(home: Path, run_agent: Any) -> None:
 
 
 def test_request_ids_are_unguessable() -> None:
-    from agent_saga._approvals.channel import new_request_id
+    from agent_saga._approvals.wait import new_request_id
 
     ids = {new_request_id() for _ in range(1000)}
     assert len(ids) == 1000

@@ -17,8 +17,9 @@ from agent_saga import (
     SequentialIds,
     StepRef,
 )
-from agent_saga._approvals.channel import Approvals, submit_vote
 from agent_saga._approvals.request import ApprovalRequest
+from agent_saga._approvals.votes import submit_vote
+from agent_saga._approvals.wait import Approvals
 
 
 class Recorder(Observer):

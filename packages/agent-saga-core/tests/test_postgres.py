@@ -532,7 +532,7 @@ def test_kill_switch_fails_closed_when_unreadable(url: str) -> None:
 def test_kit_rolls_back_and_halts_on_postgres(pg_url: str, schema: str, tmp_path: Path) -> None:
     ledger = Ledger()
     store = PostgresLogStore(pg_url, schema=schema)
-    switch = store.kill_switch()
+    switch = PostgresKillSwitch.beside(store)
     kit = AgentKit(
         store=store,
         kill_switch=switch,

@@ -19,11 +19,11 @@ from ._engine.adapt import (
     declarations_for,
 )
 from ._engine.compensation import CompensatorRegistry, compensator
-from ._engine.observe import Observer, Observers
-from ._engine.report import CompensationFailure, RollbackReport, StepRef
+from ._engine.events import Observers
+from ._engine.observe import Observer
+from ._engine.report import CompensationFailure, RollbackReport, SagaRolledBack, StepRef
 from ._engine.saga import Saga, current_saga, idempotency_key
 from ._engine.selfheal import Escalation, SelfHealingExhausted, SelfHealingLoop
-from ._engine.semantics import Semantics
 from ._engine.tool import tool, tool_spec
 from ._engine.transaction import Transaction
 from ._errors import (
@@ -34,7 +34,6 @@ from ._errors import (
     GateRefused,
     HaltedError,
     LogError,
-    SagaRolledBack,
     StoreFailedError,
 )
 from ._gate.budget import Budget
@@ -61,12 +60,13 @@ from ._kit.manifest import Status
 from ._kit.version import __version__
 from ._log.filestore import FileLogStore
 from ._log.read import read_log, verify_file
-from ._log.records import Entry, Kind, Record, SagaStatus
+from ._log.records import Entry, Kind, Record, SagaStatus, Semantics
 from ._log.store import LogStore, MemoryLogStore, VerifyReport
 
 if TYPE_CHECKING:
-    from ._approvals.channel import ApprovalChannel, Approvals, VoteResult, submit_vote
     from ._approvals.request import ApprovalRequest, action_digest
+    from ._approvals.votes import VoteResult, submit_vote
+    from ._approvals.wait import ApprovalChannel, Approvals
     from ._gate.budget_pg import PostgresBudgetStore
     from ._history.build import (
         CompensationState,
@@ -95,12 +95,12 @@ _LAZY = {
     "recover": "_history.recovery",
     "RedactionReport": "proofs._redact",
     "redact_path": "proofs._redact",
-    "ApprovalChannel": "_approvals.channel",
+    "ApprovalChannel": "_approvals.wait",
     "ApprovalRequest": "_approvals.request",
-    "Approvals": "_approvals.channel",
-    "VoteResult": "_approvals.channel",
+    "Approvals": "_approvals.wait",
+    "VoteResult": "_approvals.votes",
     "action_digest": "_approvals.request",
-    "submit_vote": "_approvals.channel",
+    "submit_vote": "_approvals.votes",
 }
 
 

@@ -1,15 +1,12 @@
 """Exception types raised by agent-saga.
 
 Every error the library raises on purpose derives from :class:`AgentSagaError`, so callers can
-catch the library's refusals and failures without catching unrelated bugs.
+catch the library's refusals and failures without catching unrelated bugs. The errors of every
+layer live here, at the bottom, except :class:`~agent_saga.SagaRolledBack`, which carries a
+rollback report and so lives with it in ``_engine/report.py``.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ._engine.report import RollbackReport
 
 
 class AgentSagaError(Exception):
@@ -46,24 +43,6 @@ class HaltedError(GateRefused):
     def __init__(self, tool: str, reason: str) -> None:
         super().__init__(tool, "kill_switch", reason)
         self.args = (f"{tool}: halted: {reason}",)
-
-
-class SagaRolledBack(AgentSagaError):
-    """A transaction failed and its committed steps were compensated (or tried to be).
-
-    Attributes:
-        saga_id: the failed saga.
-        cause: the exception that made the transaction fail.
-        report: what was compensated, what failed, and the saga's final status.
-    """
-
-    def __init__(self, saga_id: str, cause: BaseException, report: RollbackReport) -> None:
-        super().__init__(
-            f"saga {saga_id} rolled back after {type(cause).__name__}: {cause}; {report.summary()}"
-        )
-        self.saga_id = saga_id
-        self.cause = cause
-        self.report = report
 
 
 class LogError(AgentSagaError):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ._registry import LayeredRegistry
 from ._words import step_name
 
 if TYPE_CHECKING:
@@ -158,8 +159,6 @@ class FailCompensation(RaiseAtStep):
         self.target = ordinal
 
     def registry(self, base: CompensatorRegistry, store: InterceptingStore) -> CompensatorRegistry:
-        from ._registry import FailingRegistry
-
         return FailingRegistry(base, store, self.target)
 
 
@@ -361,3 +360,28 @@ def failing(func: Callable[..., Any], should_fail: Callable[[], bool]) -> Callab
         return func(*args, **kwargs)
 
     return compensate
+
+
+class FailingRegistry(LayeredRegistry):
+    """``parent``'s compensators, except that step ``ordinal``'s compensation raises.
+
+    The engine logs a compensation's intent right before calling it, so the compensator can
+    tell which step it is undoing from the store's last record.
+    """
+
+    def __init__(self, parent: CompensatorRegistry, store: InterceptingStore, ordinal: int) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.ordinal = ordinal
+
+    def _targeted(self) -> bool:
+        last = self.store.last
+        return (
+            last is not None
+            and last.kind == "compensation.intent"
+            and last.data.get("ordinal") == self.ordinal
+        )
+
+    def get(self, name: str) -> Callable[..., Any] | None:
+        func = super().get(name)
+        return None if func is None else failing(func, self._targeted)

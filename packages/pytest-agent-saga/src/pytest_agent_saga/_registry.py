@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_saga import (
     AgentKit,
@@ -19,12 +19,6 @@ from agent_saga import (
     MemoryKillSwitch,
     MemoryLogStore,
 )
-
-from ._faults import failing
-
-if TYPE_CHECKING:
-    from ._intercept import InterceptingStore
-
 
 ACTIVE: ContextVar[CompensatorRegistry | None] = ContextVar(
     "pytest_agent_saga_registry", default=None
@@ -55,28 +49,3 @@ class LayeredRegistry(CompensatorRegistry):
 
     def names(self) -> list[str]:
         return sorted(set(super().names()) | set(self.parent.names()))
-
-
-class FailingRegistry(LayeredRegistry):
-    """``parent``'s compensators, except that step ``ordinal``'s compensation raises.
-
-    The engine logs a compensation's intent right before calling it, so the compensator can
-    tell which step it is undoing from the store's last record.
-    """
-
-    def __init__(self, parent: CompensatorRegistry, store: InterceptingStore, ordinal: int) -> None:
-        super().__init__(parent)
-        self.store = store
-        self.ordinal = ordinal
-
-    def _targeted(self) -> bool:
-        last = self.store.last
-        return (
-            last is not None
-            and last.kind == "compensation.intent"
-            and last.data.get("ordinal") == self.ordinal
-        )
-
-    def get(self, name: str) -> Callable[..., Any] | None:
-        func = super().get(name)
-        return None if func is None else failing(func, self._targeted)

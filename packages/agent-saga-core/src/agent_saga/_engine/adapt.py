@@ -33,10 +33,11 @@ from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 
 from .._errors import AgentSagaError, GateRefused
 from .._log.codec import canonical, to_jsonable
+from .._log.records import Semantics
 from .compensation import DEFAULT_REGISTRY, CompensatorRegistry
 from .report import StepRef
-from .saga import Saga, _Prepared, current_saga
-from .semantics import Semantics, ToolSpec
+from .saga import PreparedCall, Saga, current_saga
+from .spec import ToolSpec
 from .tool import make_spec
 
 T = TypeVar("T")
@@ -244,7 +245,7 @@ class PendingCall:
     """A gated call whose intent is logged; its effect runs once through :meth:`run`."""
 
     def __init__(
-        self, guard: ToolCallGuard, saga: Saga, prepared: _Prepared, key: str | None
+        self, guard: ToolCallGuard, saga: Saga, prepared: PreparedCall, key: str | None
     ) -> None:
         self._guard = guard
         self.saga = saga
@@ -336,7 +337,7 @@ class _Parked:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self) -> None:
-        self.calls: dict[str, list[_Prepared]] = {}
+        self.calls: dict[str, list[PreparedCall]] = {}
 
     @classmethod
     def of(cls, saga: Saga) -> _Parked:
@@ -346,11 +347,11 @@ class _Parked:
                 parked = cls._by_saga[saga] = _Parked()
             return parked
 
-    def put(self, key: str, prepared: _Prepared) -> None:
+    def put(self, key: str, prepared: PreparedCall) -> None:
         with self._lock:
             self.calls.setdefault(key, []).append(prepared)
 
-    def take(self, key: str) -> _Prepared | None:
+    def take(self, key: str) -> PreparedCall | None:
         with self._lock:
             waiting = self.calls.get(key)
             return waiting.pop(0) if waiting else None

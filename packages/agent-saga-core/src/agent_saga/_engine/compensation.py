@@ -18,13 +18,10 @@ import inspect
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from .._errors import ConfigurationError
 from .._log.codec import JSONValue
-
-if TYPE_CHECKING:
-    from .semantics import ToolSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -227,11 +224,12 @@ def compensator_kwargs(
 
 
 def resolve_compensator(
-    spec: ToolSpec, registry: CompensatorRegistry
+    ref: CompensationRef | None,
+    tool_params: Mapping[str, object],
+    registry: CompensatorRegistry,
 ) -> tuple[Callable[..., Any] | None, str | None]:
-    """The compensator a tool declared, checked to fit it; or why the step must be refused
-    (a name not registered, or a registered compensator that does not fit the tool)."""
-    ref = spec.compensation
+    """The compensator a tool declared (``ref``), checked to fit the tool's parameters; or why
+    the step must be refused (a name not registered, or a compensator that does not fit)."""
     if ref is None:
         return None, None
     func = ref.func if ref.name is None else registry.get(ref.name)
@@ -239,7 +237,7 @@ def resolve_compensator(
         return None, f"compensator {ref.name!r} is not registered; the step could not be undone"
     if ref.name is not None:
         try:
-            check_compensator_fits(func, spec.signature.parameters)
+            check_compensator_fits(func, tool_params)
         except Exception as exc:
             return None, str(exc)
     return func, None

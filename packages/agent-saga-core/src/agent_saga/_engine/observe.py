@@ -25,16 +25,11 @@ data, so the log can be joined to the traces. With no observer no such field is 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
+from .._log.records import Semantics
 from .report import StepRef
-from .semantics import Semantics
-
-if TYPE_CHECKING:
-    from .._log.codec import JSONValue
-    from .saga import Saga
+from .saga import Saga
 
 
 class Observer:
@@ -84,132 +79,4 @@ class Observer:
         return None
 
 
-class Observers:
-    """A kit's observers, and the fan-out the engine calls.
-
-    Each event goes to every observer in order; an observer's exception is swallowed, counted
-    in :attr:`errors` and kept (as text) in :attr:`last_error`.
-    """
-
-    def __init__(self, observers: Iterable[Observer] = ()) -> None:
-        self._observers: tuple[Observer, ...] = tuple(observers)
-        self._lock = threading.Lock()
-        self.errors = 0
-        """How many observer calls raised (and were swallowed)."""
-        self.last_error: str | None = None
-
-    def add(self, observer: Observer) -> None:
-        """Register ``observer`` for the sagas that start from now on."""
-        with self._lock:
-            self._observers = (*self._observers, observer)
-
-    def remove(self, observer: Observer) -> None:
-        """Unregister ``observer`` (sagas already running keep telling it)."""
-        with self._lock:
-            self._observers = tuple(o for o in self._observers if o is not observer)
-
-    def __iter__(self) -> Iterator[Observer]:
-        return iter(self._observers)
-
-    def __len__(self) -> int:
-        return len(self._observers)
-
-    def active(self) -> _Dispatch | None:
-        """What a starting saga calls: ``None`` when nothing is registered (the free path)."""
-        observers = self._observers
-        return _Dispatch(self, observers) if observers else None
-
-    def _failed(self, observer: Observer, event: str, exc: Exception) -> None:
-        with self._lock:
-            self.errors += 1
-            self.last_error = f"{type(observer).__name__}.{event}: {type(exc).__name__}: {exc}"
-
-
-class _Dispatch:
-    """The observers of one saga, fixed when it starts; never raises into the engine."""
-
-    __slots__ = ("_observers", "_owner")
-
-    def __init__(self, owner: Observers, observers: tuple[Observer, ...]) -> None:
-        self._owner = owner
-        self._observers = observers
-
-    def saga_begin(self, saga: Saga) -> None:
-        for o in self._observers:
-            try:
-                o.saga_begin(saga)
-            except Exception as exc:
-                self._owner._failed(o, "saga_begin", exc)
-
-    def saga_end(self, saga: Saga, error: BaseException | None) -> None:
-        for o in self._observers:
-            try:
-                o.saga_end(saga, error)
-            except Exception as exc:
-                self._owner._failed(o, "saga_end", exc)
-
-    def step_begin(self, saga: Saga, step: StepRef, semantics: Semantics) -> None:
-        for o in self._observers:
-            try:
-                o.step_begin(saga, step, semantics)
-            except Exception as exc:
-                self._owner._failed(o, "step_begin", exc)
-
-    def step_end(self, saga: Saga, step: StepRef, error: BaseException | None) -> None:
-        for o in self._observers:
-            try:
-                o.step_end(saga, step, error)
-            except Exception as exc:
-                self._owner._failed(o, "step_end", exc)
-
-    def gate_refused(self, saga: Saga, step: StepRef, rule: str, reason: str) -> None:
-        for o in self._observers:
-            try:
-                o.gate_refused(saga, step, rule, reason)
-            except Exception as exc:
-                self._owner._failed(o, "gate_refused", exc)
-
-    def compensation_begin(self, saga: Saga, step: StepRef) -> None:
-        for o in self._observers:
-            try:
-                o.compensation_begin(saga, step)
-            except Exception as exc:
-                self._owner._failed(o, "compensation_begin", exc)
-
-    def compensation_end(self, saga: Saga, step: StepRef, error: BaseException | None) -> None:
-        for o in self._observers:
-            try:
-                o.compensation_end(saga, step, error)
-            except Exception as exc:
-                self._owner._failed(o, "compensation_end", exc)
-
-    def approval_requested(self, saga: Saga, step: StepRef, reason: str) -> None:
-        for o in self._observers:
-            try:
-                o.approval_requested(saga, step, reason)
-            except Exception as exc:
-                self._owner._failed(o, "approval_requested", exc)
-
-    def approval_decided(
-        self, saga: Saga, step: StepRef, outcome: str, approvers: tuple[str, ...]
-    ) -> None:
-        for o in self._observers:
-            try:
-                o.approval_decided(saga, step, outcome, approvers)
-            except Exception as exc:
-                self._owner._failed(o, "approval_decided", exc)
-
-    def stamp(self, data: dict[str, JSONValue]) -> None:
-        """Add the current trace context to a record's ``data`` (first observer that has one)."""
-        for o in self._observers:
-            try:
-                ids = o.trace_ids()
-            except Exception as exc:
-                self._owner._failed(o, "trace_ids", exc)
-                continue
-            if ids:
-                data["trace"] = dict(ids)  # a copy: records never share a mutable value
-                return
-
-
-__all__ = ["Observer", "Observers"]
+__all__ = ["Observer"]

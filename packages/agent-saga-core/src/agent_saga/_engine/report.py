@@ -1,10 +1,11 @@
-"""What a rollback did, as handed to the caller inside :class:`SagaRolledBack`."""
+"""What a rollback did, and the error that hands it to the caller (:class:`SagaRolledBack`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .._errors import AgentSagaError
 from .._log.records import SagaStatus
 
 
@@ -59,3 +60,21 @@ class RollbackReport:
             inner.nothing_to_undo + self.nothing_to_undo,
             inner.log_errors + self.log_errors,
         )
+
+
+class SagaRolledBack(AgentSagaError):
+    """A transaction failed and its committed steps were compensated (or tried to be).
+
+    Attributes:
+        saga_id: the failed saga.
+        cause: the exception that made the transaction fail.
+        report: what was compensated, what failed, and the saga's final status.
+    """
+
+    def __init__(self, saga_id: str, cause: BaseException, report: RollbackReport) -> None:
+        super().__init__(
+            f"saga {saga_id} rolled back after {type(cause).__name__}: {cause}; {report.summary()}"
+        )
+        self.saga_id = saga_id
+        self.cause = cause
+        self.report = report

@@ -11,17 +11,15 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._errors import LogError
 from .._log.codec import JSONValue
-from .._log.records import Kind, SagaStatus
+from .._log.records import Kind, SagaStatus, Semantics
 from .compensation import CompensationRef, compensator_kwargs
 from .report import CompensationFailure, RollbackReport, StepRef
-from .semantics import Semantics
-
-if TYPE_CHECKING:
-    from .saga import Saga, _Step
+from .state import SagaState
+from .steps import Step
 
 
 def error_info(exc: BaseException) -> dict[str, JSONValue]:
@@ -32,7 +30,7 @@ def error_info(exc: BaseException) -> dict[str, JSONValue]:
 class RollbackState:
     """Bookkeeping shared by the sync and async rollback loops."""
 
-    def __init__(self, saga: Saga, cause: BaseException, from_ordinal: int) -> None:
+    def __init__(self, saga: SagaState, cause: BaseException, from_ordinal: int) -> None:
         self.saga = saga
         self.cause = cause
         self.from_ordinal = from_ordinal
@@ -55,7 +53,7 @@ class RollbackState:
         except LogError as exc:
             self.log_errors.append(f"{kind.value}: {exc}")
 
-    def begin_step(self, step: _Step) -> Callable[..., Any] | None:
+    def begin_step(self, step: Step) -> Callable[..., Any] | None:
         """Mark ``step`` as being compensated; returns its compensator, or ``None`` if none."""
         step.compensated = True
         ref = step.spec.compensation
@@ -63,7 +61,7 @@ class RollbackState:
             self.nothing.append(step.ref)
             return None
         func = self._resolve(ref)
-        obs = self.saga._obs
+        obs = self.saga.events
         if obs is not None:
             obs.compensation_begin(self.saga, step.ref)
         self._log(
@@ -85,10 +83,10 @@ class RollbackState:
             return ref.func
         return self.saga.runtime.registry.get(ref.name)
 
-    def kwargs(self, step: _Step, func: Callable[..., Any]) -> dict[str, Any]:
+    def kwargs(self, step: Step, func: Callable[..., Any]) -> dict[str, Any]:
         return compensator_kwargs(func, step.args, step.result, comp_key(step))
 
-    def step_done(self, step: _Step) -> None:
+    def step_done(self, step: Step) -> None:
         self.compensated.append(step.ref)
         self._log(
             Kind.COMP_DONE,
@@ -96,10 +94,10 @@ class RollbackState:
             durable=False,
             flush=step.spec.durable_intent,
         )
-        if self.saga._obs is not None:
-            self.saga._obs.compensation_end(self.saga, step.ref, None)
+        if self.saga.events is not None:
+            self.saga.events.compensation_end(self.saga, step.ref, None)
 
-    def step_failed(self, step: _Step, exc: BaseException) -> None:
+    def step_failed(self, step: Step, exc: BaseException) -> None:
         failure = CompensationFailure(step.ref, f"{type(exc).__name__}: {exc}")
         self.failed.append(failure)
         self.saga.failed_compensations.append(failure)
@@ -109,8 +107,8 @@ class RollbackState:
             durable=False,
             flush=step.spec.durable_intent,
         )
-        if self.saga._obs is not None:
-            self.saga._obs.compensation_end(self.saga, step.ref, exc)
+        if self.saga.events is not None:
+            self.saga.events.compensation_end(self.saga, step.ref, exc)
 
     def finish(self, terminal: bool) -> RollbackReport:
         # A terminal record covers the whole saga: a compensation that failed in a savepoint
@@ -144,8 +142,8 @@ class RollbackState:
         if self.log_errors and terminal:
             status = SagaStatus.NEEDS_HUMAN
             self.saga.status = status
-        if terminal and self.saga._obs is not None:
-            self.saga._obs.saga_end(self.saga, self.cause)
+        if terminal and self.saga.events is not None:
+            self.saga.events.saga_end(self.saga, self.cause)
         return RollbackReport(
             self.saga.id,
             status,
@@ -156,7 +154,7 @@ class RollbackState:
         )
 
 
-def comp_key(step: _Step) -> str:
+def comp_key(step: Step) -> str:
     return f"{step.ref.idempotency_key}/compensate"
 
 
@@ -190,7 +188,7 @@ async def as_coroutine(awaitable: Any) -> None:
 
 
 def roll_back(
-    saga: Saga, cause: BaseException, from_ordinal: int, terminal: bool
+    saga: SagaState, cause: BaseException, from_ordinal: int, terminal: bool
 ) -> RollbackReport:
     """Compensate ``saga``'s committed steps from ``from_ordinal`` on, newest first, each at
     most once (see :meth:`Saga.rollback`); async compensators are run to completion."""
@@ -211,7 +209,7 @@ def roll_back(
 
 
 async def aroll_back(
-    saga: Saga, cause: BaseException, from_ordinal: int, terminal: bool
+    saga: SagaState, cause: BaseException, from_ordinal: int, terminal: bool
 ) -> RollbackReport:
     """:func:`roll_back` for async transactions: async compensators are awaited."""
     state = RollbackState(saga, cause, from_ordinal)
@@ -230,21 +228,23 @@ async def aroll_back(
     return _finish(saga, state, from_ordinal, terminal)
 
 
-def _finish(saga: Saga, state: RollbackState, from_ordinal: int, terminal: bool) -> RollbackReport:
+def _finish(
+    saga: SagaState, state: RollbackState, from_ordinal: int, terminal: bool
+) -> RollbackReport:
     report = state.finish(terminal)
-    if saga._holds:
-        saga._holds.settle(from_ordinal, keep={f.step.ordinal for f in report.failed})
+    if saga.holds:
+        saga.holds.settle(from_ordinal, keep={f.step.ordinal for f in report.failed})
     return report
 
 
-def _to_undo(saga: Saga, from_ordinal: int) -> list[_Step]:
+def _to_undo(saga: SagaState, from_ordinal: int) -> list[Step]:
     steps = [s for s in saga.committed_steps() if s.ref.ordinal >= from_ordinal]
     return sorted(
         (s for s in steps if not s.compensated), key=lambda s: s.ref.ordinal, reverse=True
     )
 
 
-def _irreversible_done(saga: Saga) -> list[int]:
+def _irreversible_done(saga: SagaState) -> list[int]:
     """Ordinals of IRREVERSIBLE steps whose effect took place (nothing can undo them)."""
     return [
         s.ref.ordinal for s in saga.committed_steps() if s.spec.semantics is Semantics.IRREVERSIBLE

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, NoReturn
@@ -23,14 +22,15 @@ from typing import Any, NoReturn
 from .._errors import ArgumentsRefused, GateRefused, HaltedError
 from .._gate.decisions import Deny, RequireApproval, ToolCall
 from .._log.codec import JSONValue, is_flat, to_jsonable
-from .._log.records import Entry, Kind, SagaStatus
+from .._log.records import Entry, Kind, SagaStatus, Semantics
 from .._log.redaction import AT_WRITE, mask
 from .compensation import resolve_compensator, validate_callable_compensation
-from .report import CompensationFailure, RollbackReport, StepRef
+from .report import RollbackReport, StepRef
 from .rollback import aroll_back, error_info, roll_back
-from .runtime import Runtime
-from .semantics import Semantics, ToolSpec
-from .steps import Doom, StepHolds, _Prepared, _Step, done_record
+from .runtime import ApprovalStep, Runtime
+from .spec import ToolSpec
+from .state import SagaState
+from .steps import Doom, PreparedCall, Step, done_record
 
 _HOST = os.uname().nodename
 _tuple = tuple.__new__
@@ -50,66 +50,22 @@ def idempotency_key(saga_id: str, ordinal: int, tool: str) -> str:
     return f"as1-{digest[:32]}"
 
 
-class Saga:
-    """One transaction's state. Created by a transaction; not meant to be built directly."""
+class Saga(SagaState):
+    """One transaction's running saga. Created by a transaction; not meant to be built directly."""
 
     def __init__(self, runtime: Runtime, saga_id: str, name: str) -> None:
-        self.runtime = runtime
-        self.id = saga_id
-        self.name = name
-        self.status = SagaStatus.RUNNING
-        self._lock = threading.Lock()
-        self._pending: list[Entry] = []
-        self._written = 0
-        self._steps: list[_Step] = []
+        super().__init__(runtime, saga_id, name)
         self._ordinal = 0
         self._savepoints = 0
         self._doom = Doom()
-        self._holds = StepHolds(self.log)
-        self.failed_compensations: list[CompensationFailure] = []
-        """Every compensation of this saga that failed, savepoints' included: a terminal
-        rollback after one of them ends ``needs_human`` even if its own compensations succeed."""
-        self._now = runtime.clock.now
-        self._fast_path = runtime.fast_path
         self._key_prefix = hashlib.sha256(f"{saga_id}\x00".encode())
-        self._obs = runtime.observers.active()
-        """The saga's observers, fixed when it starts; ``None`` (no cost) when there are none."""
         self._add_tool = runtime.tools.add
         self._halt_state = runtime.kill_switch.state
         self._gatekeeper = runtime.gate
 
-    # -- logging ---------------------------------------------------------------------------
-
-    def log(
-        self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
-    ) -> None:
-        """Append a record of this saga.
-
-        With ``durable``, return only once it is on stable storage (fsync). With ``flush``, it
-        is written to the store now (it survives the process, not necessarily a power loss).
-        Otherwise it may be buffered (fast path) and written, in order, with the next record
-        that is flushed or durable.
-        """
-        if self._obs is not None:
-            self._obs.stamp(data)
-        entry = Entry(kind, self.id, data, int(self._now() * 1000))
-        with self._lock:
-            if kind is Kind.SAGA_END:
-                # The terminal record commits to how many records of this saga precede it, so
-                # a disclosure that leaves one out cannot verify (see _disclosure.py).
-                data["records"] = self._written + len(self._pending)
-            self._pending.append(entry)
-            if not (durable or flush) and self._fast_path:
-                return
-            batch, self._pending = self._pending, []
-            # Under the saga's lock, so its records keep their order; other sagas still share
-            # the store's group commit.
-            self.runtime.store.append(batch, sync=durable)
-            self._written += len(batch)
-
     def begin(self) -> None:
-        if self._obs is not None:
-            self._obs.saga_begin(self)
+        if self.events is not None:
+            self.events.saga_begin(self)
         self.log(
             Kind.SAGA_BEGIN,
             {
@@ -127,23 +83,25 @@ class Saga:
         try:
             self.log(
                 Kind.SAGA_END,
-                {"status": self.status.value, "steps": len(self._steps)},
+                {"status": self.status.value, "steps": len(self.steps)},
                 durable=True,
             )
         except BaseException as exc:
-            if self._obs is not None:
-                self._obs.saga_end(self, exc)
+            if self.events is not None:
+                self.events.saga_end(self, exc)
             raise
-        if self._holds:
-            self._holds.settle(1, keep=None)
-        if self._obs is not None:
-            self._obs.saga_end(self, None)
+        if self.holds:
+            self.holds.settle(1, keep=None)
+        if self.events is not None:
+            self.events.saga_end(self, None)
 
     # -- steps -----------------------------------------------------------------------------
 
-    def _prepare(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Prepared:
+    def _prepare(
+        self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> PreparedCall:
         self._add_tool(spec)
-        with self._lock:
+        with self.lock:
             self._ordinal += 1
             ordinal = self._ordinal
         key = kwargs.get("idempotency_key") or self._step_key(ordinal, spec.name)
@@ -151,7 +109,7 @@ class Saga:
         if spec.accepts_idempotency_key and "idempotency_key" not in kwargs:
             call_kwargs["idempotency_key"] = key
         ref = _tuple(StepRef, (ordinal, spec.name, key))
-        obs = self._obs
+        obs = self.events
         if obs is None:
             return self._admit(spec, ref, args, kwargs, call_kwargs)
         obs.step_begin(self, ref, spec.semantics)
@@ -168,7 +126,7 @@ class Saga:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         call_kwargs: dict[str, Any],
-    ) -> _Prepared:
+    ) -> PreparedCall:
         """Gate step ``ref`` and log its intent (buffered on the fast path)."""
         ordinal, key = ref.ordinal, ref.idempotency_key
         try:
@@ -176,7 +134,7 @@ class Saga:
         except TypeError as exc:
             given = AT_WRITE if spec.redact else to_jsonable({"args": args, "kwargs": kwargs})
             self._refuse(ref, given, "signature", str(exc))
-        step = _Step(ref, spec, named)
+        step = Step(ref, spec, named)
         # The dict is ours (bind made it): when it holds plain scalars it is stored as is.
         jsonable_args = named if is_flat(named) else to_jsonable(named)
         if spec.redact:  # never logged in plaintext; the gate still sees step.args
@@ -190,19 +148,19 @@ class Saga:
             "compensation": spec.compensation_json,
             "idempotency_key": key,
         }
-        if self._fast_path and not spec.durable_intent:
+        if self.fast_path and not spec.durable_intent:
             # Buffered either way: it joins the buffer together with the outcome, in order.
-            if self._obs is not None:
-                self._obs.stamp(intent)
-            entry = _tuple(Entry, (Kind.STEP_INTENT, self.id, intent, int(self._now() * 1000)))
-            return _Prepared(step, call_kwargs, args, compensation, entry)
+            if self.events is not None:
+                self.events.stamp(intent)
+            entry = _tuple(Entry, (Kind.STEP_INTENT, self.id, intent, int(self.now() * 1000)))
+            return PreparedCall(step, call_kwargs, args, compensation, entry)
         try:
             self.log(Kind.STEP_INTENT, intent, durable=spec.durable_intent)
         except BaseException:
-            if self._holds:  # the effect will not run: its reservation goes back
-                self._holds.release(ordinal)
+            if self.holds:  # the effect will not run: its reservation goes back
+                self.holds.release(ordinal)
             raise
-        return _Prepared(step, call_kwargs, args, compensation, None)
+        return PreparedCall(step, call_kwargs, args, compensation, None)
 
     def _step_key(self, ordinal: int, tool: str) -> str:
         """:func:`idempotency_key` of this saga's step, from a pre-hashed saga id."""
@@ -210,7 +168,7 @@ class Saga:
         hasher.update(f"{ordinal}\x00{tool}".encode())
         return f"as1-{hasher.hexdigest()[:32]}"
 
-    def _gate(self, step: _Step, jsonable_args: JSONValue) -> Callable[..., Any] | None:
+    def _gate(self, step: Step, jsonable_args: JSONValue) -> Callable[..., Any] | None:
         """Decide on the call; returns the resolved compensator. Raises on any refusal."""
         spec, ref = step.spec, step.ref
         halt = self._halt_state()
@@ -232,9 +190,7 @@ class Saga:
         if isinstance(decision, Deny):
             self._refuse(ref, jsonable_args, decision.rule, decision.reason)
         if isinstance(decision, RequireApproval):
-            from .._approvals.step import await_approval  # only steps that need a human load it
-
-            denied = await_approval(self, step, decision, jsonable_args)
+            denied = self._await_approval(step, decision, jsonable_args)
             if denied is not None:
                 self._refuse(ref, jsonable_args, *denied)
         compensation = self._resolve_compensation(step, jsonable_args)
@@ -242,24 +198,64 @@ class Saga:
             holds, refusal = gate.reserve(call)
             if refusal is not None:
                 self._refuse(ref, jsonable_args, refusal.rule, refusal.reason)
-            self._holds.add(ref.ordinal, holds)
+            self.holds.add(ref.ordinal, holds)
         return compensation
+
+    def _await_approval(
+        self, step: Step, decision: RequireApproval, shown_args: JSONValue
+    ) -> tuple[str, str] | None:
+        """Ask the runtime's approver; ``None`` when approved, else ``(rule, reason)``."""
+        approver = self.runtime.approvals
+        if approver is None:
+            return decision.rule, f"{decision.reason}; no approval channel is configured"
+        ref, events = step.ref, self.events
+
+        def log(kind: Kind, data: dict[str, JSONValue], durable: bool) -> None:
+            self.log(kind, data, durable=durable)
+
+        def requested(reason: str) -> None:
+            if events is not None:
+                events.approval_requested(self, ref, reason)
+
+        def decided(outcome: str, approvers: tuple[str, ...]) -> None:
+            if events is not None:
+                events.approval_decided(self, ref, outcome, approvers)
+
+        runtime = self.runtime
+        return approver.approve_step(
+            ApprovalStep(
+                self.id,
+                ref,
+                step.spec,
+                step.args,
+                shown_args,
+                decision,
+                runtime.clock,
+                runtime.store,
+                log,
+                requested,
+                decided,
+            )
+        )
 
     def _gate_record(self, kind: str, data: dict[str, JSONValue]) -> None:
         """Lets a rule log into this saga (a validator's vote), buffered with the step."""
         self.log(Kind(kind), data, durable=False)
 
     def _resolve_compensation(
-        self, step: _Step, jsonable_args: JSONValue
+        self, step: Step, jsonable_args: JSONValue
     ) -> Callable[..., Any] | None:
-        func, problem = resolve_compensator(step.spec, self.runtime.registry)
+        spec = step.spec
+        func, problem = resolve_compensator(
+            spec.compensation, spec.signature.parameters, self.runtime.registry
+        )
         if problem is not None:
             self._refuse(step.ref, jsonable_args, "compensation", problem)
         return func
 
     def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> NoReturn:
-        if self._obs is not None:
-            self._obs.gate_refused(self, ref, rule, reason)
+        if self.events is not None:
+            self.events.gate_refused(self, ref, rule, reason)
         self.log(
             Kind.GATE_REFUSED,
             {
@@ -277,42 +273,42 @@ class Saga:
             raise ArgumentsRefused(ref.tool, rule, reason)
         raise GateRefused(ref.tool, rule, reason)
 
-    def _done(self, prepared: _Prepared, result: Any) -> None:
+    def _done(self, prepared: PreparedCall, result: Any) -> None:
         step = prepared.step
         step.result = result
         done = done_record(step, result)
-        obs = self._obs
+        obs = self.events
         if prepared.intent is not None:  # fast path: intent and outcome join the buffer
             if obs is not None:
                 obs.stamp(done)
-            entry = _tuple(Entry, (Kind.STEP_DONE, self.id, done, int(self._now() * 1000)))
-            with self._lock:
-                self._steps.append(step)
-                self._pending += (prepared.intent, entry)
+            entry = _tuple(Entry, (Kind.STEP_DONE, self.id, done, int(self.now() * 1000)))
+            with self.lock:
+                self.steps.append(step)
+                self.pending += (prepared.intent, entry)
             if obs is not None:
                 obs.step_end(self, step.ref, None)
             return
-        with self._lock:
-            self._steps.append(step)
+        with self.lock:
+            self.steps.append(step)
         self.log(Kind.STEP_DONE, done, durable=False, flush=step.spec.durable_intent)
-        if self._obs is not None:
-            self._obs.step_end(self, step.ref, None)
+        if self.events is not None:
+            self.events.step_end(self, step.ref, None)
 
-    def _failed(self, prepared: _Prepared, exc: BaseException) -> None:
+    def _failed(self, prepared: PreparedCall, exc: BaseException) -> None:
         step = prepared.step
-        if self._holds:  # a step whose tool raised is taken to have had no effect
-            self._holds.release(step.ref.ordinal)
+        if self.holds:  # a step whose tool raised is taken to have had no effect
+            self.holds.release(step.ref.ordinal)
         if prepared.intent is not None:
-            with self._lock:
-                self._pending.append(prepared.intent)
+            with self.lock:
+                self.pending.append(prepared.intent)
         self.log(
             Kind.STEP_FAILED,
             {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": error_info(exc)},
             durable=False,
             flush=step.spec.durable_intent,
         )
-        if self._obs is not None:
-            self._obs.step_end(self, step.ref, exc)
+        if self.events is not None:
+            self.events.step_end(self, step.ref, exc)
 
     def run_sync(self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run a sync tool as a step of this saga."""
@@ -359,17 +355,12 @@ class Saga:
 
     def savepoint(self) -> int:
         """Open a nested scope; returns the first ordinal it covers."""
-        with self._lock:
+        with self.lock:
             self._savepoints += 1
             first = self._ordinal + 1
             number = self._savepoints
         self.log(Kind.SAVEPOINT_BEGIN, {"savepoint": number, "from_ordinal": first}, durable=False)
         return first
-
-    def committed_steps(self) -> list[_Step]:
-        """The steps whose effect took place, in order (rollback reads them)."""
-        with self._lock:
-            return list(self._steps)
 
     def rollback(
         self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
@@ -391,8 +382,8 @@ class Saga:
 __all__ = [
     "Saga",
     "Semantics",
-    "_Prepared",
-    "_Step",
+    "PreparedCall",
+    "Step",
     "current_saga",
     "idempotency_key",
     "validate_callable_compensation",

@@ -11,10 +11,10 @@ from .._gate.decisions import Hold, commit_all, release_all
 from .._log.codec import JSONValue, is_restorable, to_jsonable
 from .._log.records import Entry, Kind
 from .report import StepRef
-from .semantics import ToolSpec
+from .spec import ToolSpec
 
 
-class _Step:
+class Step:
     """A step that ran; mutable only to mark it compensated (at most once)."""
 
     __slots__ = ("args", "compensated", "ref", "result", "spec")
@@ -27,12 +27,12 @@ class _Step:
         self.compensated = False
 
 
-class _Prepared:
+class PreparedCall:
     __slots__ = ("call_args", "call_kwargs", "compensation", "intent", "step")
 
     def __init__(
         self,
-        step: _Step,
+        step: Step,
         call_kwargs: dict[str, Any],
         call_args: tuple[Any, ...],
         compensation: Callable[..., Any] | None,
@@ -49,7 +49,7 @@ class _Prepared:
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def done_record(step: _Step, result: Any) -> dict[str, JSONValue]:
+def done_record(step: Step, result: Any) -> dict[str, JSONValue]:
     """The data of a ``step.done`` record (``result_restorable``: recovery can hand the logged
     result back to a compensator as it was)."""
     stored = to_jsonable(result)

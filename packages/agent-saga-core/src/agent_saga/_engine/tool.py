@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast, overload
 
 from .._errors import ConfigurationError
+from .._log.records import Semantics
 from .._log.redaction import parse_path
 from .compensation import (
     DEFAULT_REGISTRY,
@@ -17,7 +18,7 @@ from .compensation import (
     validate_callable_compensation,
 )
 from .saga import _CURRENT
-from .semantics import Semantics, ToolRegistry, ToolSpec
+from .spec import ToolRegistry, ToolSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 

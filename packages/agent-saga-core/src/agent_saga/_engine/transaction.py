@@ -23,9 +23,9 @@ from collections.abc import Callable
 from contextvars import Token
 from typing import Any, TypeVar, cast
 
-from .._errors import HaltedError, SagaRolledBack
+from .._errors import HaltedError
 from .._log.records import Entry, Kind
-from .report import RollbackReport
+from .report import RollbackReport, SagaRolledBack
 from .runtime import Runtime
 from .saga import _CURRENT, Saga
 

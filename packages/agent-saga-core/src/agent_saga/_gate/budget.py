@@ -27,19 +27,27 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from .._clock import Clock, SystemClock
 from .._errors import ConfigurationError
 from .._log.files import safe_name
+from .._log.records import SagaStatus
 from .budget_store import BudgetStore, MemoryBudgetStore
 from .decisions import ALLOW, Decision, Deny, ToolCall
 from .rules import describe_scope, is_number, tool_scope
 
-if TYPE_CHECKING:
-    from .._history.views import SagaView
-
 BudgetScope = Literal["all", "saga"]
+
+
+class SagaOutcome(Protocol):
+    """What settling a reservation needs to know of a saga (a history ``SagaView`` has it)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def status(self) -> SagaStatus: ...
 
 
 # -- the rule ------------------------------------------------------------------------------------
@@ -190,7 +198,7 @@ class Budget:
         """``(spent, held)`` of the current account (of ``saga_id`` for per-saga budgets)."""
         return self.store.usage(self.name, self._account(saga_id or "")[0])
 
-    def reconcile(self, sagas: Iterable[SagaView]) -> ReconcileReport:
+    def reconcile(self, sagas: Iterable[SagaOutcome]) -> ReconcileReport:
         """Settle reservations left by dead processes, from their sagas' outcome in the log.
 
         Committed saga: commit; rolled back: release; running or needs a human: keep (held).
@@ -234,10 +242,8 @@ def iter_budgets(rules: Iterable[object]) -> Iterator[Budget]:
     return (rule for rule in rules if isinstance(rule, Budget))
 
 
-def reconcile_holds(store: BudgetStore, name: str, sagas: Iterable[SagaView]) -> ReconcileReport:
+def reconcile_holds(store: BudgetStore, name: str, sagas: Iterable[SagaOutcome]) -> ReconcileReport:
     """:meth:`Budget.reconcile` for budget ``name`` in ``store`` (settling needs no limit)."""
-    from .._log.records import SagaStatus
-
     status = {view.id: view.status for view in sagas}
     done: dict[str, list[str]] = {"committed": [], "released": [], "kept": []}
     for hold in store.holds(name):

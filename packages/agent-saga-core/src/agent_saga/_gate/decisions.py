@@ -8,14 +8,14 @@ can therefore only make the outcome stricter.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
-from .._engine.semantics import Semantics
+from .._log.records import Semantics
 
 if TYPE_CHECKING:
-    from .._engine.semantics import ToolSpec
     from .._log.codec import JSONValue
 
 RecordSink = Callable[[str, "dict[str, JSONValue]"], None]
@@ -81,6 +81,19 @@ def _both(first: RequireApproval, second: RequireApproval) -> Decision:
     return RequireApproval(rule, f"{first.reason}; {second.reason}", approvers, quorum)
 
 
+class ToolSignature(Protocol):
+    """What a rule may read of a tool's declaration (the engine's ``ToolSpec`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def func(self) -> Callable[..., Any]: ...
+
+    @property
+    def signature(self) -> inspect.Signature: ...
+
+
 class ToolCall(NamedTuple):
     """A call as the gate sees it, before it runs (immutable)."""
 
@@ -89,7 +102,7 @@ class ToolCall(NamedTuple):
     args: Mapping[str, Any]
     saga_id: str
     ordinal: int
-    spec: ToolSpec | None = None
+    spec: ToolSignature | None = None
     """The tool's declaration (signature, type hints), when the engine built the call."""
     record: RecordSink | None = None
     """Writes a record into the saga's log; ``None`` when the call is evaluated outside a saga."""

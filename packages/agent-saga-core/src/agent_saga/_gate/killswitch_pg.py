@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from psycopg.sql import Composed
 
     from .._postgres.connection import PgConnection
+    from .._postgres.store import PostgresLogStore
 
 _NOT_HALTED = HaltState(halted=False)
 
@@ -44,6 +45,11 @@ class PostgresKillSwitch:
     Raises:
         ConfigurationError: psycopg is missing, or ``schema`` is not a plain identifier.
     """
+
+    @classmethod
+    def beside(cls, store: PostgresLogStore) -> PostgresKillSwitch:
+        """The fleet's kill switch: a row in ``store``'s schema on the same server."""
+        return cls(store.url, schema=store.schema, timeout=store.connect_timeout)
 
     def __init__(self, url: str, *, schema: str = DEFAULT_SCHEMA, timeout: float = 5.0) -> None:
         require_psycopg()

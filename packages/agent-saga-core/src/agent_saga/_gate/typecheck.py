@@ -21,8 +21,7 @@ from collections import abc
 from collections.abc import Iterable
 from typing import Any
 
-from .._engine.semantics import ToolSpec
-from .decisions import ALLOW, Decision, Deny, ToolCall
+from .decisions import ALLOW, Decision, Deny, ToolCall, ToolSignature
 from .rules import describe_scope, tool_scope
 
 _MAX_DEPTH = 32
@@ -181,10 +180,10 @@ class ArgumentTypes:
     ) -> None:
         self.tools = tool_scope(tools)
         self.name = name
-        self._hints: dict[ToolSpec, dict[str, Any] | str] = {}
+        self._hints: dict[ToolSignature, dict[str, Any] | str] = {}
         self._lock = threading.Lock()
 
-    def _hints_of(self, spec: ToolSpec) -> dict[str, Any] | str:
+    def _hints_of(self, spec: ToolSignature) -> dict[str, Any] | str:
         hints = self._hints.get(spec)
         if hints is not None:
             return hints
@@ -217,7 +216,7 @@ class ArgumentTypes:
                 return Deny(self.name, problem)
         return ALLOW
 
-    def unchecked(self, spec: ToolSpec) -> list[str]:
+    def unchecked(self, spec: ToolSignature) -> list[str]:
         """Parameters of ``spec`` that have no hint, so any value passes."""
         hints = self._hints_of(spec)
         if isinstance(hints, str):

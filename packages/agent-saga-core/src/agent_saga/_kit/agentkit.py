@@ -13,22 +13,23 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from .._clock import Clock, IdSource, RandomIds, SystemClock
 from .._config import resolve_home
 from .._engine.compensation import DEFAULT_REGISTRY, CompensatorRegistry
-from .._engine.observe import Observer, Observers
+from .._engine.events import Observers
+from .._engine.observe import Observer
 from .._engine.runtime import Runtime
-from .._engine.semantics import Semantics, ToolRegistry
+from .._engine.spec import ToolRegistry
 from .._engine.tool import DEFAULT_TOOLS, _declare
 from .._engine.transaction import Transaction
 from .._errors import AgentSagaError, ConfigurationError
 from .._gate.decisions import Gate, Rule
 from .._gate.killswitch import FileKillSwitch, KillSwitch
 from .._log.filestore import FileLogStore
-from .._log.records import Entry, Kind
+from .._log.records import Entry, Kind, Semantics
 from .._log.store import LogStore, MemoryLogStore, VerifyReport
 from .manifest import Status, guarantees, status
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .._approvals.channel import Approvals
+    from .._approvals.wait import Approvals
     from .._history.recovery import RecoveryReport
     from ..proofs._checkpoint import Checkpoint
     from ..proofs._checkpoints import Checkpointer
@@ -316,7 +317,7 @@ def _configured_approvals() -> Approvals | None:
         return None
     if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
         raise ConfigurationError("approvers in the configuration is a list of approver ids")
-    from .._approvals.channel import Approvals
+    from .._approvals.wait import Approvals
 
     return Approvals(approvers=approvers)
 
@@ -343,7 +344,9 @@ def default_switch(store: LogStore, home: Path) -> KillSwitch:
         from .._postgres.store import PostgresLogStore
 
         if isinstance(store, PostgresLogStore):
-            return store.kill_switch()
+            from .._gate.killswitch_pg import PostgresKillSwitch
+
+            return PostgresKillSwitch.beside(store)
     return FileKillSwitch(home)
 
 

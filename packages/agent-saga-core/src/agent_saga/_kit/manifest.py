@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._engine.runtime import Runtime
-from .._engine.semantics import Semantics, ToolSpec
+from .._engine.spec import ToolSpec
 from .._gate.report import gate_before, gate_not_claimed, gate_section, gate_status
+from .._log.records import Semantics
 
 MANIFEST_VERSION = 1
 

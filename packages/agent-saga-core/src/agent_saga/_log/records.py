@@ -1,4 +1,5 @@
-"""Log records: what the write-ahead log stores, and the record kinds the engine writes.
+"""Log records: what the write-ahead log stores, the record kinds the engine writes, and the
+tool semantics that decide how durable a step's records must be.
 
 A record is sealed by a store when it is appended: the store assigns the global ``seq`` and the
 ``prev`` hash of the record before it, then computes ``hash = H(prev || canonical(record))``
@@ -16,6 +17,27 @@ from .codec import JSONValue
 RECORD_VERSION = 1
 GENESIS = "0" * 64
 """The ``prev`` of the first record."""
+
+
+class Semantics(enum.StrEnum):
+    """What undoing a tool's effect takes. Declared explicitly; never guessed from a name.
+
+    * ``REVERSIBLE``: undo is local and cheap (or there is nothing to undo, like a read). Its
+      records may take the fast path: buffered, made durable at the next durable point.
+    * ``COMPENSABLE``: an external effect with a compensating action. The intent, with the named
+      compensation, is durable before the effect runs.
+    * ``IRREVERSIBLE``: cannot be undone; needs an approval, and is refused when no approval
+      channel is configured.
+    """
+
+    REVERSIBLE = "reversible"
+    COMPENSABLE = "compensable"
+    IRREVERSIBLE = "irreversible"
+
+    @property
+    def durable_intent(self) -> bool:
+        """Whether the step's intent must be on stable storage before the effect runs."""
+        return self is not Semantics.REVERSIBLE
 
 
 class Kind(enum.StrEnum):

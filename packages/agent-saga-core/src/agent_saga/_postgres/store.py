@@ -29,7 +29,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, CorruptLogError, StoreFailedError
-from .._gate.killswitch_pg import PostgresKillSwitch
 from .._log.chain import Chain
 from .._log.records import GENESIS, Entry, Record
 from .._log.store import VerifyReport
@@ -345,9 +344,15 @@ class PostgresLogStore:
         except psycopg.Error as exc:
             raise StoreFailedError(f"{self.where}: cannot take lease {name!r}: {exc}") from exc
 
-    def kill_switch(self) -> PostgresKillSwitch:
-        """The fleet's kill switch: a row in this store's schema on the same server."""
-        return PostgresKillSwitch(self._main.url, schema=self.schema, timeout=self._main.timeout)
+    @property
+    def url(self) -> str:
+        """The connection URL this store was opened with (it may hold a password)."""
+        return self._main.url
+
+    @property
+    def connect_timeout(self) -> float:
+        """Seconds to wait for a connection, and for a statement."""
+        return self._main.timeout
 
     # -- closing --------------------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ import click
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .._approvals.channel import submit_vote
 from .._approvals.request import (
     KEY_ADDED,
     KEY_REVOKED,
@@ -30,6 +29,7 @@ from .._approvals.request import (
     ApprovalRequest,
     signing_message,
 )
+from .._approvals.votes import submit_vote
 from .._kit.agentkit import AgentKit
 from .._log.codec import JSONValue
 from .._log.records import Entry

@@ -25,12 +25,12 @@ from rich.console import Console
 from rich.text import Text
 
 from .._engine.compensation import compensator
-from .._engine.semantics import Semantics
+from .._engine.report import SagaRolledBack
 from .._engine.tool import tool, tool_spec
-from .._errors import GateRefused, HaltedError, SagaRolledBack
+from .._errors import GateRefused, HaltedError
 from .._gate.decisions import MaxValue
 from .._kit.agentkit import AgentKit
-from .._log.records import SagaStatus
+from .._log.records import SagaStatus, Semantics
 from ._logfile import log_path, verify_log
 
 CHARGE_CAP = 500.0

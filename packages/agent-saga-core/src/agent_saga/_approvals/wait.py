@@ -1,40 +1,30 @@
-"""Waiting for and giving approvals: the engine's side and the approver's side.
+"""Waiting for approvals: the engine's side of a step that needs humans.
 
-The engine, on a ``RequireApproval`` decision, logs the request durably, tells the configured
-channels, then watches the log for votes until the quorum approves, an allowed approver denies,
-or the request expires; it logs the decision durably and runs the step only when approved.
-Votes can come from any process sharing the log (the CLI, a Slack app): :func:`submit_vote`
-appends them after the same checks the engine repeats when it counts them.
+On a ``RequireApproval`` decision the engine hands the step to :meth:`Approvals.approve_step`,
+which logs the request durably, tells the configured channels, then watches the log for votes
+(``votes.py`` writes them) until the quorum approves, an allowed approver denies, or the
+request expires; it logs the decision durably. The digest is computed from the arguments about
+to run, and again once the humans have decided, so arguments changed while waiting are refused.
 """
 
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from .._errors import AgentSagaError, ConfigurationError
-from .._log.codec import JSONValue
+from .._engine.runtime import ApprovalStep
+from .._errors import ConfigurationError
+from .._log.codec import JSONValue, to_jsonable
 from .._log.follow import LogFollower
-from .._log.records import Entry, Record
+from .._log.records import Kind
 from .._log.store import LogStore
-from .request import (
-    DECIDED,
-    REFUSED,
-    REQUESTED,
-    VOTE,
-    ApprovalBook,
-    ApprovalRequest,
-    Vote,
-    check_vote,
-)
+from .request import ApprovalBook, ApprovalRequest, action_digest, check_vote
 
 if TYPE_CHECKING:
     from .._clock import Clock
 
-__all__ = ["ApprovalChannel", "Approvals", "VoteResult", "submit_vote"]
+__all__ = ["ApprovalChannel", "Approvals"]
 
 
 class ApprovalChannel(Protocol):
@@ -87,6 +77,58 @@ class Approvals:
             "require_signature": self.require_signature,
             "channels": channels,
         }
+
+    def approve_step(self, step: ApprovalStep) -> tuple[str, str] | None:
+        """Block until the step is approved (``None``) or not (``(rule, reason)`` to refuse with).
+
+        The request and the decision are durable records of the step's saga.
+        """
+        decision, spec, ref, clock = step.decision, step.spec, step.ref, step.clock
+        approvers = decision.approvers or self.approvers
+        if not approvers:
+            return decision.rule, f"{decision.reason}; no approver is configured"
+        digest = action_digest(spec.name, spec.semantics_value, to_jsonable(step.args))
+        now = clock.now()
+        request = ApprovalRequest(
+            id=new_request_id(),
+            saga=step.saga_id,
+            ordinal=ref.ordinal,
+            tool=spec.name,
+            semantics=spec.semantics_value,
+            digest=digest,
+            args=step.shown_args,
+            rule=decision.rule,
+            reason=decision.reason,
+            approvers=tuple(approvers),
+            quorum=max(1, decision.quorum),
+            requested_at=now,
+            expires_at=now + self.expires_after,
+        )
+        step.log(Kind.APPROVAL_REQUESTED, request.to_data(), True)
+        step.requested(decision.reason)
+        for channel in self.channels:
+            try:
+                channel.request_posted(request)
+            except Exception as exc:  # a failing channel must not decide anything
+                step.log(Kind.APPROVAL_REFUSED, _channel_error(request, channel, exc), False)
+        waiter = Waiter(self, step.store, clock, request)
+        outcome = waiter.wait(digest)
+        if outcome == "approved":
+            executed = action_digest(spec.name, spec.semantics_value, to_jsonable(step.args))
+            if executed != digest:
+                outcome = "arguments_changed"
+        decided = waiter.decision_data(outcome)
+        step.log(Kind.APPROVAL_DECIDED, decided, True)
+        by = decided["by"]
+        step.decided(outcome, tuple(str(a) for a in by) if isinstance(by, list) else ())
+        for channel in self.channels:
+            try:
+                channel.request_decided(request, outcome)
+            except Exception:  # noqa: S112 - the decision is logged; the message may lag
+                continue
+        if outcome == "approved":
+            return None
+        return "approval", f"{decision.reason}: {outcome} (request {request.id})"
 
 
 def new_request_id() -> str:
@@ -149,95 +191,11 @@ class Waiter:
             self.clock.sleep(self.approvals.poll)
 
 
-class ApprovalRefused(AgentSagaError):
-    """A vote that changes nothing; the reason is also logged as ``approval.refused``."""
-
-
-@dataclass(frozen=True)
-class VoteResult:
-    """What :func:`submit_vote` did: ``accepted`` (logged as a vote) or refused, and why."""
-
-    accepted: bool
-    message: str
-    request: ApprovalRequest | None
-
-
-def submit_vote(
-    store: LogStore,
-    request_id: str,
-    approver: str,
-    decision: str,
-    *,
-    channel: str,
-    note: str = "",
-    signature: str | None = None,
-    nonce: str | None = None,
-    key: str | None = None,
-    now: float | None = None,
-) -> VoteResult:
-    """Log one approver's vote on a request, after checking it can count.
-
-    A vote that cannot count (unknown or already decided request, expired, approver not
-    allowed, bad signature, replayed nonce) is logged as ``approval.refused`` and changes
-    nothing. The waiting engine checks every vote again when it counts it.
-    """
-    if decision not in ("approve", "deny"):
-        raise ValueError(f"decision is 'approve' or 'deny', got {decision!r}")
-    at = time.time() if now is None else now
-    book = ApprovalBook().take_all(store.records())
-    request = book.find(request_id)
-    problem = _refusal(book, request, approver, at, nonce)
-    vote = Vote(request_id, approver, decision, note, channel, at, signature, nonce, key)
-    if problem is None and request is not None:
-        problem = check_vote(vote, request, book.keys, request.digest)
-    data: dict[str, JSONValue] = {
-        "request": request.id if request is not None else request_id,
-        "saga": request.saga if request is not None else None,
-        "by": approver,
-        "decision": decision,
-        "channel": channel,
-        "note": note[:2000],
-        "at": at,
+def _channel_error(
+    request: ApprovalRequest, channel: object, exc: Exception
+) -> dict[str, JSONValue]:
+    return {
+        "request": request.id,
+        "by": type(channel).__name__,
+        "reason": f"channel failed: {type(exc).__name__}: {exc}"[:500],
     }
-    if problem is not None:
-        data["reason"] = problem
-        store.append([Entry(REFUSED, None, data, int(at * 1000))], sync=True)
-        return VoteResult(False, problem, request)
-    for name, value in (("signature", signature), ("nonce", nonce), ("key", key)):
-        if value is not None:
-            data[name] = value
-    store.append([Entry(VOTE, None, data, int(at * 1000))], sync=True)
-    return VoteResult(True, f"{decision} recorded for {request_id}", request)
-
-
-def _refusal(
-    book: ApprovalBook, request: ApprovalRequest | None, approver: str, at: float, nonce: str | None
-) -> str | None:
-    if request is None:
-        return "no such approval request"
-    if request.id in book.decided:
-        return f"already decided: {book.decided[request.id]}"
-    if request.saga in book.ended_sagas:
-        return "its saga has ended"
-    if at >= request.expires_at:
-        return "the request has expired"
-    if approver not in request.approvers:
-        return f"{approver} may not approve this request"
-    if any(v.approver == approver for v in book.votes.get(request.id, [])):
-        return f"{approver} has already voted on this request"
-    if nonce is not None and nonce in book.used_nonces:
-        return "this signature was already used (replay)"
-    return None
-
-
-def log_request(record_data: dict[str, JSONValue]) -> tuple[str, dict[str, JSONValue]]:
-    """The kind and data of a request record (for the engine's own log call)."""
-    return REQUESTED, record_data
-
-
-def log_decision(waiter: Waiter, decision: str) -> tuple[str, dict[str, JSONValue]]:
-    return DECIDED, waiter.decision_data(decision)
-
-
-def is_approval_record(record: Record) -> bool:
-    return record.kind in (REQUESTED, VOTE, REFUSED, DECIDED)

@@ -1,36 +1,14 @@
-"""Tool semantics and the immutable description of a wrapped tool."""
+"""The immutable description of a wrapped tool, and the kit's registry of known tools."""
 
 from __future__ import annotations
 
-import enum
 import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from .._log.records import Semantics
 from .compensation import CompensationRef
-
-
-class Semantics(enum.StrEnum):
-    """What undoing a tool's effect takes. Declared explicitly; never guessed from a name.
-
-    * ``REVERSIBLE``: undo is local and cheap (or there is nothing to undo, like a read). Its
-      records may take the fast path: buffered, made durable at the next durable point.
-    * ``COMPENSABLE``: an external effect with a compensating action. The intent, with the named
-      compensation, is durable before the effect runs.
-    * ``IRREVERSIBLE``: cannot be undone; needs an approval, and is refused when no approval
-      channel is configured.
-    """
-
-    REVERSIBLE = "reversible"
-    COMPENSABLE = "compensable"
-    IRREVERSIBLE = "irreversible"
-
-    @property
-    def durable_intent(self) -> bool:
-        """Whether the step's intent must be on stable storage before the effect runs."""
-        return self is not Semantics.REVERSIBLE
-
 
 _PLAIN = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 

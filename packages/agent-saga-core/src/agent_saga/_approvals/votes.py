@@ -1,0 +1,95 @@
+"""Giving approvals: one approver's vote, checked, then appended to the log.
+
+Votes can come from any process sharing the log (the CLI, a Slack app). :func:`submit_vote`
+refuses a vote that cannot count, logging why; the waiting engine (``wait.py``) checks every
+vote again when it counts it, so a vote written around this function gains nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .._log.codec import JSONValue
+from .._log.records import Entry
+from .._log.store import LogStore
+from .request import REFUSED, VOTE, ApprovalBook, ApprovalRequest, Vote, check_vote
+
+__all__ = ["VoteResult", "submit_vote"]
+
+
+@dataclass(frozen=True)
+class VoteResult:
+    """What :func:`submit_vote` did: ``accepted`` (logged as a vote) or refused, and why."""
+
+    accepted: bool
+    message: str
+    request: ApprovalRequest | None
+
+
+def submit_vote(
+    store: LogStore,
+    request_id: str,
+    approver: str,
+    decision: str,
+    *,
+    channel: str,
+    note: str = "",
+    signature: str | None = None,
+    nonce: str | None = None,
+    key: str | None = None,
+    now: float | None = None,
+) -> VoteResult:
+    """Log one approver's vote on a request, after checking it can count.
+
+    A vote that cannot count (unknown or already decided request, expired, approver not
+    allowed, bad signature, replayed nonce) is logged as ``approval.refused`` and changes
+    nothing. The waiting engine checks every vote again when it counts it.
+    """
+    if decision not in ("approve", "deny"):
+        raise ValueError(f"decision is 'approve' or 'deny', got {decision!r}")
+    at = time.time() if now is None else now
+    book = ApprovalBook().take_all(store.records())
+    request = book.find(request_id)
+    problem = _refusal(book, request, approver, at, nonce)
+    vote = Vote(request_id, approver, decision, note, channel, at, signature, nonce, key)
+    if problem is None and request is not None:
+        problem = check_vote(vote, request, book.keys, request.digest)
+    data: dict[str, JSONValue] = {
+        "request": request.id if request is not None else request_id,
+        "saga": request.saga if request is not None else None,
+        "by": approver,
+        "decision": decision,
+        "channel": channel,
+        "note": note[:2000],
+        "at": at,
+    }
+    if problem is not None:
+        data["reason"] = problem
+        store.append([Entry(REFUSED, None, data, int(at * 1000))], sync=True)
+        return VoteResult(False, problem, request)
+    for name, value in (("signature", signature), ("nonce", nonce), ("key", key)):
+        if value is not None:
+            data[name] = value
+    store.append([Entry(VOTE, None, data, int(at * 1000))], sync=True)
+    return VoteResult(True, f"{decision} recorded for {request_id}", request)
+
+
+def _refusal(
+    book: ApprovalBook, request: ApprovalRequest | None, approver: str, at: float, nonce: str | None
+) -> str | None:
+    if request is None:
+        return "no such approval request"
+    if request.id in book.decided:
+        return f"already decided: {book.decided[request.id]}"
+    if request.saga in book.ended_sagas:
+        return "its saga has ended"
+    if at >= request.expires_at:
+        return "the request has expired"
+    if approver not in request.approvers:
+        return f"{approver} may not approve this request"
+    if any(v.approver == approver for v in book.votes.get(request.id, [])):
+        return f"{approver} has already voted on this request"
+    if nonce is not None and nonce in book.used_nonces:
+        return "this signature was already used (replay)"
+    return None

@@ -1,0 +1,78 @@
+"""What a running saga is and has done: the part that rollback and approvals build on.
+
+:class:`SagaState` holds a saga's identity, status, buffered and written records, the steps that
+took effect, their budget reservations and the failed compensations; its :meth:`SagaState.log`
+is the one way a saga's records reach the store. The step machinery (``saga.py``), rollback
+(``rollback.py``) and the approval wait (in ``_approvals``) all work on it, so none of them needs
+the others.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .._log.codec import JSONValue
+from .._log.records import Entry, Kind, SagaStatus
+from .events import Dispatch
+from .report import CompensationFailure
+from .runtime import Runtime
+from .steps import Step, StepHolds
+
+
+class SagaState:
+    """One transaction's state and its log. Created by a transaction, never built directly.
+
+    Invariants: records of one saga reach the store in the order they were logged; the steps in
+    :meth:`committed_steps` are exactly those whose effect took place, in order.
+    """
+
+    def __init__(self, runtime: Runtime, saga_id: str, name: str) -> None:
+        self.runtime = runtime
+        self.id = saga_id
+        self.name = name
+        self.status = SagaStatus.RUNNING
+        self.lock = threading.Lock()
+        self.pending: list[Entry] = []
+        """Records buffered on the fast path, written (in order) with the next flushed one."""
+        self.written = 0
+        self.steps: list[Step] = []
+        self.holds = StepHolds(self.log)
+        self.failed_compensations: list[CompensationFailure] = []
+        """Every compensation of this saga that failed, savepoints' included: a terminal
+        rollback after one of them ends ``needs_human`` even if its own compensations succeed."""
+        self.now = runtime.clock.now
+        self.fast_path = runtime.fast_path
+        self.events: Dispatch | None = runtime.observers.active()
+        """The saga's observers, fixed when it starts; ``None`` (no cost) when there are none."""
+
+    def log(
+        self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
+    ) -> None:
+        """Append a record of this saga.
+
+        With ``durable``, return only once it is on stable storage (fsync). With ``flush``, it
+        is written to the store now (it survives the process, not necessarily a power loss).
+        Otherwise it may be buffered (fast path) and written, in order, with the next record
+        that is flushed or durable.
+        """
+        if self.events is not None:
+            self.events.stamp(data)
+        entry = Entry(kind, self.id, data, int(self.now() * 1000))
+        with self.lock:
+            if kind is Kind.SAGA_END:
+                # The terminal record commits to how many records of this saga precede it, so
+                # a disclosure that leaves one out cannot verify (see proofs/_disclosure.py).
+                data["records"] = self.written + len(self.pending)
+            self.pending.append(entry)
+            if not (durable or flush) and self.fast_path:
+                return
+            batch, self.pending = self.pending, []
+            # Under the saga's lock, so its records keep their order; other sagas still share
+            # the store's group commit.
+            self.runtime.store.append(batch, sync=durable)
+            self.written += len(batch)
+
+    def committed_steps(self) -> list[Step]:
+        """The steps whose effect took place, in order (rollback reads them)."""
+        with self.lock:
+            return list(self.steps)
