@@ -23,26 +23,37 @@ from .report import StepRef
 from .spec import ToolRegistry, ToolSpec
 
 
-@dataclass(frozen=True)
 class ApprovalStep:
     """One step that waits for humans, as the engine hands it to its :class:`StepApprover`.
 
     ``args`` are the values the tool will receive; ``shown_args`` the same values as logged
-    (masked where the tool declared ``redact=``). ``log`` appends a record to the step's saga
-    (durably when asked); ``requested`` and ``decided`` tell the saga's observers.
+    (masked where the tool declared ``redact=``). ``log(kind, data, durable)`` appends a record
+    to the step's saga; ``requested`` and ``decided`` tell the saga's observers. (A plain class:
+    a dataclass would cost ``import agent_saga`` about 2 ms, and this one is built rarely.)
     """
 
-    saga_id: str
-    ref: StepRef
-    spec: ToolSpec
-    args: Mapping[str, Any]
-    shown_args: JSONValue
-    decision: RequireApproval
-    clock: Clock
-    store: LogStore
-    log: Callable[[Kind, dict[str, JSONValue], bool], None]
-    requested: Callable[[str], None]
-    decided: Callable[[str, tuple[str, ...]], None]
+    __slots__ = (
+        "args", "clock", "decided", "decision", "log", "ref", "requested", "saga_id",
+        "shown_args", "spec", "store",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        saga_id: str,
+        ref: StepRef,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        shown_args: JSONValue,
+        decision: RequireApproval,
+        clock: Clock,
+        store: LogStore,
+        log: Callable[[Kind, dict[str, JSONValue], bool], None],
+        requested: Callable[[str], None],
+        decided: Callable[[str, tuple[str, ...]], None],
+    ) -> None:
+        self.saga_id, self.ref, self.spec, self.args = saga_id, ref, spec, args
+        self.shown_args, self.decision, self.clock, self.store = shown_args, decision, clock, store
+        self.log, self.requested, self.decided = log, requested, decided
 
 
 class StepApprover(Protocol):
