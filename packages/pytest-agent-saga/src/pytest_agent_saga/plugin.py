@@ -100,7 +100,7 @@ def saga_kit(
         ids=SequentialIds(),
         registry=LayeredRegistry(process_registry()),
     )
-    token = ACTIVE.set(kit.runtime.registry)
+    token = ACTIVE.set(kit)
     try:
         with kit, use_kit(kit):
             yield kit
@@ -159,4 +159,5 @@ def saga_chaos(request: pytest.FixtureRequest, saga_kit: AgentKit, tmp_path: Pat
         saga_kit.runtime.registry,
         _fault_kinds(request),
         ledger,
+        kit=saga_kit,
     )

@@ -252,19 +252,26 @@ class _SagaBuilder:
             case Kind.SAVEPOINT_ROLLBACK:
                 if rollback is not None:
                     rollback.finished = True
+            case Kind.STEP_PROBED:
+                landed = data.get("landed")
+                answer = "cannot_tell" if landed is None else "landed" if landed else "not_landed"
+                self._update(record, probe=answer)
             case Kind.SAGA_END:
-                self.ended = record.ts
-                try:
-                    self.end_status = SagaStatus(_str(data, "status") or "")
-                except ValueError:
-                    # An end record this reader cannot interpret is a reason for a human to look.
-                    self.end_status = SagaStatus.NEEDS_HUMAN
-                self.end_cause = _error(data.get("cause"))
-                if rollback is not None:
-                    rollback.terminal = rollback.finished = True
+                self._end(record, rollback)
             case _:
                 if record.kind not in self.unknown:
                     self.unknown.append(record.kind)
+
+    def _end(self, record: Record, rollback: _RollbackDraft | None) -> None:
+        self.ended = record.ts
+        try:
+            self.end_status = SagaStatus(_str(record.data, "status") or "")
+        except ValueError:
+            # An end record this reader cannot interpret is a reason for a human to look.
+            self.end_status = SagaStatus.NEEDS_HUMAN
+        self.end_cause = _error(record.data.get("cause"))
+        if rollback is not None:
+            rollback.terminal = rollback.finished = True
 
     def _approval(self, record: Record) -> None:
         data = record.data

@@ -86,6 +86,9 @@ class StepView:
     ts: int | None = None
     """When the step was first logged (milliseconds since the epoch)."""
     approval: str | None = None
+    probe: str | None = None
+    """What the tool's probe answered after the tool raised or the process died: ``landed``,
+    ``not_landed`` or ``cannot_tell`` (``None``: never asked)."""
     """Where a human approval of the step stands (requested, approved by ..., denied, ...)."""
 
 

@@ -67,6 +67,9 @@ class AgentKit:
             :class:`agent_saga.Observer`); more can be added with :meth:`observe`. An observer
             that raises never changes a transaction: the error is counted in
             ``kit.observers.errors``.
+        name: how messages name this kit (default: its home). A tool declared with
+            :meth:`tool` belongs to this kit: called inside another kit's transaction it is
+            refused, and the refusal names both kits.
     """
 
     def __init__(
@@ -87,8 +90,10 @@ class AgentKit:
         checkpoint_interval: float = 60.0,
         approvals: Approvals | None = None,
         observers: Iterable[Observer] = (),
+        name: str | None = None,
     ) -> None:
         self.home: Path = resolve_home(home)
+        self.name = name or str(self.home)
         clock = clock or SystemClock()
         if store is None:
             from .._config import find_config, store_setting  # reads files: only when needed
@@ -105,7 +110,7 @@ class AgentKit:
             clock=clock,
             ids=ids or RandomIds(clock),
             registry=registry or DEFAULT_REGISTRY,
-            tools=tools or ToolRegistry(),
+            tools=tools or ToolRegistry(self.name),
             fast_path=fast_path,
             approvals=approvals,
             observers=Observers(observers),
@@ -189,6 +194,7 @@ class AgentKit:
             compensate=compensate,
             probe=probe,
             redact=redact,
+            owned=True,
         )
 
     @overload
@@ -350,8 +356,20 @@ def default_switch(store: LogStore, home: Path) -> KillSwitch:
     return FileKillSwitch(home)
 
 
-_default_lock = threading.Lock()
-_defaults: dict[str, AgentKit] = {}
+class _Defaults:
+    """The process-wide default kit, made on first use, and the lock that guards making it."""
+
+    lock = threading.Lock()
+    kits: dict[str, AgentKit] = {}  # noqa: RUF012 - one mapping for the process, on purpose
+
+
+def _forget_defaults_in_child() -> None:
+    """A forked child builds its own default kit: the parent's store never writes there."""
+    _Defaults.lock = threading.Lock()  # another thread may have held it at the fork
+    _Defaults.kits = {}
+
+
+os.register_at_fork(after_in_child=_forget_defaults_in_child)
 _override: ContextVar[AgentKit | None] = ContextVar("agent_saga_kit", default=None)
 
 
@@ -361,10 +379,10 @@ def default_kit() -> AgentKit:
     kit = _override.get()
     if kit is not None:
         return kit
-    with _default_lock:
-        kit = _defaults.get("kit")
+    with _Defaults.lock:
+        kit = _Defaults.kits.get("kit")
         if kit is None:
-            kit = _defaults["kit"] = AgentKit(tools=DEFAULT_TOOLS)
+            kit = _Defaults.kits["kit"] = AgentKit(tools=DEFAULT_TOOLS)
         return kit
 
 

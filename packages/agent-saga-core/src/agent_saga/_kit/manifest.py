@@ -78,6 +78,9 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         *gate_before(runtime.gate),
         "IRREVERSIBLE steps refused (no approval channel is configured)",
         "a named compensation must be registered before its step may run",
+        "a tool declared on a kit runs only in that kit's transactions (refused in another's)",
+        "the tool receives the values that were gated, approved and logged: built-in "
+        "containers among its arguments are copied once, before the gate",
     ]
     if durable:
         before.append("intent of COMPENSABLE and IRREVERSIBLE steps fsynced before the effect")
@@ -91,12 +94,21 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         "a saga whose process died is finished by `agent-saga recover` (or kit.recover()) once "
         "its owner's lock is released; each recovered saga gets a terminal record",
         "a failed compensation is recorded and the saga ends needs_human",
+        "a savepoint compensates only the steps made inside it, in its own thread or task",
+        "a step whose tool raised is compensated when its tool's probe says the effect landed; "
+        "a probe that cannot tell makes the saga need a human",
+        "a compensation interrupted by Ctrl-C, exit or cancellation stays pending (no terminal "
+        "record); recovery finishes the rollback once the process is gone",
+        "a store opened before os.fork() refuses to write in the child",
         "every record hash-chained; verify reports the first bad offset",
     ]
     if durable:
         after.append("terminal record of every transaction fsynced before it returns")
     not_claimed = [
-        "a step whose tool raised is treated as having had no effect and is not compensated",
+        "a step whose tool raised, when its tool has no probe, is taken to have had no effect: "
+        "it is not compensated and is listed as unknown in the rollback report",
+        "arguments that are not built-in containers (objects, sessions) are passed by "
+        "reference: a change made to one after the gate is seen by the tool, not by the log",
         "records of IRREVERSIBLE steps prove an attempt, not that the effect can be undone",
         "after a crash, a step whose outcome was not logged is compensated only if its tool's "
         "probe says it landed; with no probe it is escalated to a human",

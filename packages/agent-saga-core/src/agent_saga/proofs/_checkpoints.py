@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .._log.files import OS as _OS
 from .._log.files import ensure_dir, fsync_dir, fsync_fd, write_fully
+from .._log.forks import ForkGuard
 from .._log.store import LogStore
 from ._checkpoint import Checkpoint, CheckpointError, ForkError, check_extension, open_checkpoint
 from ._logtree import LogTree
@@ -149,6 +150,8 @@ class Checkpointer:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self.process = ForkGuard(f"the checkpointer of {home}")
+        """A process forked after this checkpointer started publishes nothing through it."""
 
     @property
     def poll(self) -> float:
@@ -178,6 +181,7 @@ class Checkpointer:
 
     def checkpoint(self) -> Checkpoint:
         """Publish a checkpoint of every record appended so far (now, in this thread)."""
+        self.process.check()
         with self._publish_lock:
             try:
                 self.tree.update()
@@ -231,8 +235,11 @@ class Checkpointer:
 
     def close(self, *, final: bool = True) -> None:
         """Stop the thread and, with ``final``, publish a last checkpoint if the log grew
-        (clean shutdown). Nothing is published after a fork (see :meth:`poll_once`).
+        (clean shutdown). Nothing is published after a fork (see :meth:`poll_once`), nor from
+        a process forked after this checkpointer started (its thread lives in the parent).
         """
+        if self.process.inherited:
+            return
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
