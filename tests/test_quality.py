@@ -38,6 +38,7 @@ def test_ruff_format() -> None:
 TYPED_GROUPS = [
     ["packages/agent-saga-core/src", "packages/agent-saga-core/tests"],
     ["tests", "bench"],
+    ["conftest.py"],
     ["packages/pytest-agent-saga/src", "packages/pytest-agent-saga/tests"],
     ["packages/agent-saga-langchain/src", "packages/agent-saga-langchain/tests"],
     ["packages/agent-saga-llamaindex/src", "packages/agent-saga-llamaindex/tests"],

@@ -1,3 +1,12 @@
+"""Shared fixtures: an own agent-saga home per test, and a kit on it.
+
+The shell's agent-saga and terminal settings (``AGENT_SAGA_STORE``, ``NO_COLOR``, ...) are
+cleared for the whole session by the repository's ``conftest.py``, with
+``pytest_agent_saga.clean_environment``; pytest reads that file for these tests in every run,
+this package's own environment included. It is not called here: pytest-agent-saga depends on
+agent-saga, so it is not in this package's own environment.
+"""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,21 @@ def fail(message: str) -> None:
     raise RuntimeError(message)
 
 
-def run(home: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+# What a test that looks at styling sets itself (``None`` unsets): the runner's output is not a
+# terminal, so without FORCE_COLOR (or TTY_COMPATIBLE) nothing is styled; with it, colour is on
+# unless NO_COLOR is set or TERM names a dumb terminal.
+NOT_A_TERMINAL: dict[str, str | None] = {"FORCE_COLOR": None, "TTY_COMPATIBLE": None}
+COLOUR_FORCED: dict[str, str | None] = {
+    "FORCE_COLOR": "1",
+    "NO_COLOR": None,
+    "TERM": "xterm-256color",
+    "TTY_COMPATIBLE": None,
+}
+STYLE = re.compile(r"\x1b\[[0-9;]*m")
+"""An SGR sequence: how rich styles text (colour, bold)."""
+
+
+def run(home: Path, *args: str, env: Mapping[str, str | None] | None = None) -> Result:
     return CliRunner().invoke(main, ["--home", str(home), *args], env=env)
 
 
@@ -231,10 +246,18 @@ def test_log_content_cannot_inject_terminal_sequences(tmp_path: Path) -> None:
     ):
         fail("\x1b[31mred\nsecond line")
     (saga_id,) = saga_ids(home)
-    result = run(home, "replay", saga_id)
-    assert "\x1b" not in result.stdout
-    assert "\\x1b[31mred\\x0asecond line" in result.stdout
-    assert "[bold]name" in result.stdout
+    escaped = "\\x1b[31mred\\x0asecond line"
+    plain = run(home, "replay", saga_id, env=NOT_A_TERMINAL).stdout
+    assert "\x1b" not in plain
+    assert escaped in plain
+    assert "[bold]name" in plain
+    # With colour on, rich's own styling is there, and only that: no sequence from the log.
+    coloured = run(home, "replay", saga_id, env=COLOUR_FORCED).stdout
+    assert STYLE.search(coloured)
+    assert "\x1b" not in STYLE.sub("", coloured)
+    assert "\x1b[31mred" not in coloured
+    assert escaped in STYLE.sub("", coloured)
+    assert "[bold]name" in STYLE.sub("", coloured)
 
 
 # -- halt, resume, status ------------------------------------------------------------------------
@@ -336,7 +359,7 @@ def test_home_comes_from_the_environment(tmp_path: Path) -> None:
 def test_no_color_and_NO_COLOR_give_plain_text(tmp_path: Path) -> None:
     home = tmp_path / "home"
     make_three_sagas(home)
-    forced = {"FORCE_COLOR": "1"}
+    forced = COLOUR_FORCED
     assert "\x1b[" in run(home, "sagas", env=forced).stdout  # colour is on when forced
     assert "\x1b[" not in run(home, "--no-color", "sagas", env=forced).stdout
     assert "\x1b[" not in run(home, "sagas", env={**forced, "NO_COLOR": "1"}).stdout

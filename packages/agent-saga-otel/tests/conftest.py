@@ -12,16 +12,20 @@ from agent_saga_otel import OTelObserver, SagaIdSpanProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pytest_agent_saga import clean_environment
+
+EXPORTERS = ("OTEL_", "PHOENIX_", "LANGSMITH_", "LANGCHAIN_")
+"""The exporters' own settings (endpoints, headers, keys, sampling, ``OTEL_SDK_DISABLED``)."""
+PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 @pytest.fixture(autouse=True)
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test gets its own agent-saga home and fails on any non-loopback connection."""
+    """No shell setting for agent-saga, the terminal, OpenTelemetry, Phoenix or LangSmith, and
+    no proxy; an own agent-saga home; any non-loopback connection fails the test."""
+    clean_environment(monkeypatch, prefixes=EXPORTERS, names=PROXIES)
     monkeypatch.setenv("AGENT_SAGA_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("LANGSMITH_TRACING", "false")
-    monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
-    monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with loopback_only() as refused:
         yield
