@@ -33,7 +33,14 @@ SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # Slack's documented example signin
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test gets its own agent-saga home and fails on any non-loopback connection."""
     monkeypatch.setenv("AGENT_SAGA_HOME", str(tmp_path / "home"))
-    for name in ("SLACK_SIGNING_SECRET", "SLACK_BOT_TOKEN", "SLACK_CLIENT_ID", "SLACK_API_URL"):
+    for name in (
+        "SLACK_SIGNING_SECRET",
+        "SLACK_BOT_TOKEN",
+        "SLACK_CLIENT_ID",
+        "SLACK_CLIENT_SECRET",
+        "SLACK_REDIRECT_URI",
+        "SLACK_API_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
     with loopback_only() as refused:
         yield
