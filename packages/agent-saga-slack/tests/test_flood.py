@@ -3,9 +3,11 @@ cannot make the app write one fsynced record per attempt. Votes that count alway
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
+import pytest
 from agent_saga_slack import RefusalLimit, SlackApprovals
 from agent_saga_slack.testing import MockSlackAPI, command_body, signed_headers
 from slack_bolt import BoltRequest
@@ -45,7 +47,11 @@ def app_for(
 
 
 def test_a_flood_from_one_user_writes_a_few_records_per_burst(
-    agent: Agent, slack: SlackApprovals, mock: MockSlackAPI, secret: str
+    agent: Agent,
+    slack: SlackApprovals,
+    mock: MockSlackAPI,
+    secret: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = Clock()
     app = app_for(agent, slack, clock)
@@ -81,11 +87,14 @@ def test_a_flood_from_one_user_writes_a_few_records_per_burst(
 
     # A minute later the next burst is recorded again, and says how many were left out.
     clock.now += 61
-    for n in range(150, 200):
-        app.vote(made_up(n), "U666", "T1", "approve")
+    with caplog.at_level(logging.WARNING, logger="agent_saga_slack"):
+        for n in range(150, 200):
+            app.vote(made_up(n), "U666", "T1", "approve")
+    left = 150 - len(written)
+    assert f"{left} refused Slack vote(s) were not logged in the last 60 s" in caplog.text
     later = refused(agent)[len(written) :]
     assert 1 <= len(later) <= 3
-    assert later[0]["unlogged"] == 150 - len(written)
+    assert later[0]["unlogged"] == left
     assert app.refusals.left_out() == 50 - len(later)
 
 

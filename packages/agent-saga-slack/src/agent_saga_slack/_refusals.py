@@ -39,10 +39,11 @@ class RefusalLimit:
     per_user: int = 3
     total: int = 30
     window: float = 60.0
-    _window: int = -1
-    _written: dict[str, int] = field(default_factory=dict)
-    _left_out: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _window: int = field(default=-1, init=False, repr=False)
+    _written: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _left_out: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _dropped: int = field(default=0, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.per_user < 1 or self.total < 1 or self.window <= 0:
@@ -57,37 +58,36 @@ class RefusalLimit:
         """
         with self._lock:
             self._roll(now)
-            if self._written.get(user, 0) >= self.per_user or self._count() >= self.total:
+            if self._written.get(user, 0) >= self.per_user or sum(self._written.values()) >= (
+                self.total
+            ):
                 self._left_out[user] = self._left_out.get(user, 0) + 1
+                self._dropped += 1
                 return None
             self._written[user] = self._written.get(user, 0) + 1
             return self._left_out.pop(user, 0)
 
     def left_out(self) -> int:
-        """Refusals not written in the current window, all users."""
+        """Refusals not written and not yet noted in a later record, all users."""
         with self._lock:
             return sum(self._left_out.values())
-
-    def _count(self) -> int:
-        return sum(self._written.values())
 
     def _roll(self, now: float) -> None:
         current = int(now // self.window)
         if current == self._window:
             return
-        if self._left_out:
+        if self._dropped:
             log.warning(
-                "%d refused Slack vote(s) from %d user(s) were not logged (over %d per user "
-                "or %d in all per %.0f s)",
-                sum(self._left_out.values()),
-                len(self._left_out),
+                "%d refused Slack vote(s) were not logged in the last %.0f s (over %d per user "
+                "or %d in all)",
+                self._dropped,
+                self.window,
                 self.per_user,
                 self.total,
-                self.window,
             )
         self._window = current
         self._written.clear()
-        # Counts of what was left out carry over: the user's next record says how many.
+        self._dropped = 0
         if len(self._left_out) > 10 * self.total:  # bounded memory under a many-user flood
             self._left_out.clear()
 
