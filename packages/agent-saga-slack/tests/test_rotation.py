@@ -48,11 +48,14 @@ def refreshes(mock: MockSlackAPI) -> list[str]:
 
 
 def server(
-    home: Path, mock: MockSlackAPI, secret: str, refresh_minutes: int | None = None
+    home: Path, mock: MockSlackAPI, secret: str, refresh_minutes: int | None = 120
 ) -> SlackApprovals:
-    """The approvals app installed in workspace T1 through bolt's own OAuth flow."""
+    """The approvals app installed in workspace T1 through bolt's own OAuth flow.
+
+    ``refresh_minutes=None``: configured by the environment only, as ``serve`` is.
+    """
     redirect = "https://saga.example/slack/oauth_redirect"
-    if refresh_minutes is None:  # as configured by the environment only
+    if refresh_minutes is None:
         oauth = oauth_settings(
             home=home, client_id=CLIENT_ID, client_secret=CLIENT_SECRET, redirect_uri=redirect
         )
@@ -62,6 +65,7 @@ def server(
             client_id=CLIENT_ID,
             client_secret=CLIENT_SECRET,
             redirect_uri=redirect,
+            base_url=mock.api_url,
             refresh_minutes=refresh_minutes,
         )
     app = SlackApprovals(
@@ -100,7 +104,7 @@ def test_with_rotation_on_requests_reach_slack_after_the_first_token_expires(
         monkeypatch.setenv("SLACK_CLIENT_ID", CLIENT_ID)
         monkeypatch.setenv("SLACK_CLIENT_SECRET", CLIENT_SECRET)
         monkeypatch.setenv("SLACK_API_URL", mock.api_url)
-        app = server(home, mock, secret)
+        app = server(home, mock, secret, refresh_minutes=None)
         [first] = mock.expiry
         with (
             SlackApprovalChannel(
@@ -201,6 +205,33 @@ def test_a_token_refused_as_expired_is_refreshed_and_the_call_retried(
         assert approve_by_command(app, agent, mock_rotating, secret).startswith("Your approval")
         assert agent.finish()["result"] == "wire-3"
     assert refreshes(mock_rotating) == ["xoxe-1-refresh1"]
+    app.close()
+
+
+def test_a_refresh_slack_refuses_is_reported_and_decides_nothing(
+    tmp_path: Path, secret: str, mock_rotating: MockSlackAPI, agent: Agent, approvals: Approvals
+) -> None:
+    home = tmp_path / "home"
+    mock_rotating.token_lifetime = 60  # due within 120 minutes
+    app = server(home, mock_rotating, secret)
+    wrong = installation_store(
+        home, client_id=CLIENT_ID, client_secret="not-the-secret", base_url=mock_rotating.api_url
+    )
+    with SlackApprovalChannel(
+        "C9", installation_store=wrong, team_id="T1", base_url=mock_rotating.api_url
+    ) as channel:
+        approvals.channels = (channel,)
+        agent.start(4)
+        request = agent.request()
+        mock_rotating.wait_for("oauth.v2.access", 2)  # the install, then the refused refresh
+        assert channel.flush()
+        assert channel.errors == [
+            f"post {request.id}: token refresh refused: Slack API error bad_client_secret"
+        ]
+        assert agent.waiting  # not approved, not denied: a human can still decide elsewhere
+        assert approve_by_command(app, agent, mock_rotating, secret).startswith("Your approval")
+        assert agent.finish()["result"] == "wire-4"
+    assert "not-the-secret" not in repr(wrong)
     app.close()
 
 

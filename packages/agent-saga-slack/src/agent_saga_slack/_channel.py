@@ -92,6 +92,7 @@ class SlackApprovalChannel:
             _check_refreshable(installation_store, enterprise_id, team_id)
         self.channel = channel
         self._client = client
+        self._transport: WebClient | None = None
         self._token = token
         self._installs = installation_store
         self._team = team_id
@@ -167,9 +168,12 @@ class SlackApprovalChannel:
             log.warning("Slack approval message not sent: %s", line)
 
     def _web(self) -> WebClient:
-        if self._client is None:
-            self._client = WebClient(base_url=self._base_url, timeout=self._timeout)
-        return self._client
+        """The given client, else one without a token of its own (each call brings one)."""
+        if self._transport is None:
+            self._transport = self._client or WebClient(
+                base_url=self._base_url, timeout=self._timeout
+            )
+        return self._transport
 
     def _call(self, method: str, **arguments: Any) -> SlackResponse:
         """Call ``method`` with the current token; once more after refreshing a token Slack
