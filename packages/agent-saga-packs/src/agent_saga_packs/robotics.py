@@ -162,13 +162,14 @@ class SensorRange:
     def evaluate(self, call: ToolCall) -> Decision:
         if not in_scope(self.tools, call.tool):
             return Allow()
-        value: object = self.read()
-        if not finite_number(value):
-            return Deny(self.name, f"{self.name} reads {value!r}, not a finite number")
-        if not self.low <= value <= self.high:  # type: ignore[operator]
+        reading: object = self.read()
+        if not finite_number(reading):
+            return Deny(self.name, f"{self.name} reads {reading!r}, not a finite number")
+        value = float(reading)  # type: ignore[arg-type]
+        if not self.low <= value <= self.high:
             return Deny(
                 self.name,
-                f"{self.name} reads {value:g}{self.unit}, outside "  # type: ignore[str-format]
+                f"{self.name} reads {value:g}{self.unit}, outside "
                 f"{self.low:g}..{self.high:g}{self.unit}",
             )
         return Allow()
