@@ -4,6 +4,7 @@ stand-in on uvicorn, moto's server); a bare repository as the git remote, per te
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from agent_saga.testing import loopback_only
+from agent_saga_packs.aws import AwsClients
 from agent_saga_packs.git import GitHubHosting, GitLabHosting, LocalRepository
 
 HERE = Path(__file__).resolve().parent
@@ -66,18 +68,18 @@ FAKE_AWS = {
 
 
 def _get(url: str, timeout: float = 2.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 - 127.0.0.1 only
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
         return json.loads(answer.read() or b"null")
 
 
 def post_json(url: str, body: object = None) -> Any:
-    request = urllib.request.Request(  # noqa: S310 - 127.0.0.1 only
+    request = urllib.request.Request(
         url,
         data=json.dumps(body).encode() if body is not None else b"",
         headers={"Content-Type": "application/json"},
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as answer:
         raw = answer.read()
     return json.loads(raw) if raw.strip().startswith((b"{", b"[")) else None
 
@@ -297,3 +299,112 @@ def git_world(tmp_path: Path, stand_in: StandIn) -> GitWorld:
     world = GitWorld("acme/widgets", bare, clone, stand_in)
     stand_in.register(world.name, bare)
     return world
+
+
+# -- AWS resources of one test, on the session's moto server -----------------------------------
+
+READ_POLICY = "arn:aws:iam::123456789012:policy/artifact-read"
+TRUST_EC2 = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "ec2.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }  # fmt: skip
+    ],
+}
+
+
+@dataclass
+class AwsWorld:
+    """The resources of one test, told apart from other tests' by a name prefix (moto's
+    server is shared by the session, and resetting it makes its next call slow)."""
+
+    prefix: str
+    clients: AwsClients
+
+    def live_instances(self) -> list[str]:
+        found = self.clients.ec2.describe_instances(
+            Filters=[
+                {"Name": "tag:Name", "Values": [f"{self.prefix}*"]},
+                {"Name": "instance-state-name", "Values": ["pending", "running", "stopped"]},
+            ]
+        )
+        return sorted(
+            tag["Value"]
+            for reservation in found["Reservations"]
+            for instance in reservation["Instances"]
+            for tag in instance.get("Tags", [])
+            if tag["Key"] == "Name"
+        )
+
+    def buckets(self) -> dict[str, list[str]]:
+        s3 = self.clients.s3
+        names = [
+            b["Name"] for b in s3.list_buckets()["Buckets"] if b["Name"].startswith(self.prefix)
+        ]
+        return {
+            name: sorted(o["Key"] for o in s3.list_objects_v2(Bucket=name).get("Contents", []))
+            for name in sorted(names)
+        }
+
+    def roles(self) -> dict[str, list[str]]:
+        iam = self.clients.iam
+        names = [r["RoleName"] for r in iam.list_roles()["Roles"]
+                 if r["RoleName"].startswith(self.prefix)]  # fmt: skip
+        return {
+            name: sorted(
+                p["PolicyArn"]
+                for p in iam.list_attached_role_policies(RoleName=name)["AttachedPolicies"]
+            )
+            for name in sorted(names)
+        }
+
+    def world(self) -> dict[str, Any]:
+        return {
+            "instances": self.live_instances(),
+            "buckets": self.buckets(),
+            "roles": self.roles(),
+        }
+
+    def reset(self) -> None:
+        """Remove this test's resources (terminate, empty and delete, detach and delete)."""
+        ec2, s3, iam = self.clients.ec2, self.clients.s3, self.clients.iam
+        found = ec2.describe_instances(
+            Filters=[{"Name": "tag:Name", "Values": [f"{self.prefix}*"]}]
+        )
+        ids = [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
+        if ids:
+            ec2.terminate_instances(InstanceIds=ids)
+        for bucket, keys in self.buckets().items():
+            for key in keys:
+                s3.delete_object(Bucket=bucket, Key=key)
+            s3.delete_bucket(Bucket=bucket)
+        for role, policies in self.roles().items():
+            for arn in policies:
+                iam.detach_role_policy(RoleName=role, PolicyArn=arn)
+            iam.delete_role(RoleName=role)
+
+
+_worlds = itertools.count(1)
+
+
+@pytest.fixture
+def aws(moto: Moto) -> Iterator[AwsWorld]:
+    clients = AwsClients(region="us-east-1", endpoint_url=moto.url)
+    try:
+        clients.iam.get_policy(PolicyArn=READ_POLICY)
+    except clients.iam.exceptions.NoSuchEntityException:
+        clients.iam.create_policy(
+            PolicyName="artifact-read",
+            PolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}],
+                }
+            ),  # fmt: skip
+        )
+    world = AwsWorld(f"t{next(_worlds):03d}-{os.getpid()}-", clients)
+    yield world
+    world.reset()

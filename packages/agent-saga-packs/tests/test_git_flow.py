@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent_saga import AgentKit, CompensatorRegistry, SagaRolledBack
 from typing import TYPE_CHECKING
 
+from agent_saga import AgentKit, CompensatorRegistry, SagaRolledBack
 from agent_saga_packs.git import GitPack
 
 if TYPE_CHECKING:
