@@ -304,16 +304,6 @@ def git_world(tmp_path: Path, stand_in: StandIn) -> GitWorld:
 # -- AWS resources of one test, on the session's moto server -----------------------------------
 
 READ_POLICY = "arn:aws:iam::123456789012:policy/artifact-read"
-TRUST_EC2 = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "ec2.amazonaws.com"},
-            "Action": "sts:AssumeRole",
-        }  # fmt: skip
-    ],
-}
 
 
 @dataclass
@@ -403,8 +393,13 @@ def aws(moto: Moto) -> Iterator[AwsWorld]:
                     "Version": "2012-10-17",
                     "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}],
                 }
-            ),  # fmt: skip
+            ),
         )
     world = AwsWorld(f"t{next(_worlds):03d}-{os.getpid()}-", clients)
     yield world
     world.reset()
+
+
+@pytest.fixture
+def stand_in_url(stand_in: StandIn) -> str:
+    return stand_in.url

@@ -49,10 +49,9 @@ class GitHubHosting:
         try:
             return call(self._repo.get())
         except GithubException as failed:
-            message = failed.data.get("message") if isinstance(failed.data, dict) else None
-            raise HostingError(
-                f"github: {action}: {failed.status} {message or failed.data!r}"
-            ) from None
+            data: object = failed.data
+            message = data.get("message") if isinstance(data, dict) else data
+            raise HostingError(f"github: {action}: {failed.status} {message}") from None
 
     def open(self, head: str, base: str, title: str, body: str) -> PullRequest:
         return self._call(

@@ -69,9 +69,12 @@ class LocalRepository:
     ) -> subprocess.CompletedProcess[str]:
         """Run ``git args`` in the clone; raises :class:`GitError` (one line) when it fails."""
         full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
+        where = cwd or self.workdir
+        if not where.is_dir():
+            raise GitError(f"git {args[0]}: {where} is not a directory")
         done = subprocess.run(
             [self.git, *args],
-            cwd=cwd or self.workdir,
+            cwd=where,
             input=input,
             env=full_env,
             capture_output=True,
