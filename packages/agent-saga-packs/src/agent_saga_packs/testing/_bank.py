@@ -147,7 +147,8 @@ class LedgerBank:
             return [_wire(row) for row in rows.fetchall()]
 
     def balances(self) -> dict[str, int]:
-        """Net money taken per customer (charges less refunds), and wired per beneficiary."""
+        """Net money taken per customer (charges less refunds; none left out), and wired per
+        beneficiary."""
         with transaction(self.path) as db:
             taken = db.execute(
                 "SELECT c.customer, SUM(c.amount - COALESCE(r.amount, 0)) FROM charges c "
@@ -156,9 +157,15 @@ class LedgerBank:
             wired = db.execute(
                 "SELECT beneficiary, SUM(amount) FROM wires GROUP BY beneficiary"
             ).fetchall()
-        out = {f"charged:{name}": int(total) for name, total in taken}
+        out = {f"charged:{name}": int(total) for name, total in taken if total}
         out.update({f"wired:{name}": int(total) for name, total in wired})
         return out
+
+    def refunds(self) -> list[str]:
+        """The charge ids refunded, in the order the refunds were made."""
+        with transaction(self.path) as db:
+            rows = db.execute("SELECT charge_id FROM refunds ORDER BY rowid").fetchall()
+        return [row[0] for row in rows]
 
     def reset(self) -> None:
         """Empty the books."""

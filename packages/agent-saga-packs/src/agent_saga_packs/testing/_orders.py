@@ -18,7 +18,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, key TEXT UNIQUE NOT NULL,
   patient TEXT NOT NULL, drug TEXT NOT NULL, dose REAL NOT NULL, unit TEXT NOT NULL,
   dose_mg REAL NOT NULL, route TEXT NOT NULL, at REAL NOT NULL,
-  cancelled_by TEXT, cancelled_at REAL);
+  cancelled_by TEXT, cancelled_at REAL, cancel_seq INTEGER);
 """
 
 
@@ -60,7 +60,7 @@ class SQLiteOrderBook:
             if row is None:
                 count = db.execute("SELECT COUNT(*) FROM orders").fetchone()[0]
                 db.execute(
-                    "INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+                    "INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
                     (
                         f"ord_{count + 1:04d}",
                         idempotency_key,
@@ -84,9 +84,13 @@ class SQLiteOrderBook:
             if row is None:
                 raise OrderError(f"cancel: no order {order_id!r}")
             if row["cancelled_by"] is None:
+                seq = db.execute("SELECT COALESCE(MAX(cancel_seq), 0) + 1 FROM orders").fetchone()[
+                    0
+                ]
                 db.execute(
-                    "UPDATE orders SET cancelled_by = ?, cancelled_at = ? WHERE id = ?",
-                    (idempotency_key, self.clock(), order_id),
+                    "UPDATE orders SET cancelled_by = ?, cancelled_at = ?, cancel_seq = ? "
+                    "WHERE id = ?",
+                    (idempotency_key, self.clock(), seq, order_id),
                 )
                 row = db.execute("SELECT * FROM orders WHERE id = ?", (order_id,)).fetchone()
         return _order(row)
@@ -113,6 +117,14 @@ class SQLiteOrderBook:
                 "SELECT patient, drug, dose_mg FROM orders WHERE cancelled_by IS NULL ORDER BY id"
             ).fetchall()
         return [(row[0], row[1], row[2]) for row in rows]
+
+    def cancellations(self) -> list[str]:
+        """The ids of cancelled orders, in the order they were cancelled."""
+        with transaction(self.path) as db:
+            rows = db.execute(
+                "SELECT id FROM orders WHERE cancel_seq IS NOT NULL ORDER BY cancel_seq"
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def reset(self) -> None:
         """Remove every order."""
