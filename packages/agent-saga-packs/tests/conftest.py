@@ -403,3 +403,8 @@ def aws(moto: Moto) -> Iterator[AwsWorld]:
 @pytest.fixture
 def stand_in_url(stand_in: StandIn) -> str:
     return stand_in.url
+
+
+@pytest.fixture
+def stand_in_token() -> str:
+    return TOKEN

@@ -167,7 +167,7 @@ def test_probes_describe_what_landed(aws: AwsWorld, tmp_path: Path) -> None:
         with kit.transaction("host"):
             host = pack.run_instance(AMI, "t3.micro", f"{aws.prefix}web")
         key = next(
-            r.data["idempotency_key"] for r in kit.store.records() if r.kind == "step.intent"
+            str(r.data["idempotency_key"]) for r in kit.store.records() if r.kind == "step.intent"
         )
     assert pack.describe_instance(host["instance_id"])["state"] == "running"  # type: ignore[index]
     assert pack._instance_landed(key) == {**host, "state": "running"}

@@ -95,20 +95,37 @@ def call(drug: object, dose: object, unit: object = "mg", weight: object = None)
     return ToolCall("clinical.order", S.COMPENSABLE, args, "saga", 1)
 
 
-@pytest.mark.parametrize(
-    ("order", "reason"),
-    [
-        (call("morphine", 500), "morphine 500 mg is above the limit of 50 mg for morphine (0.1-50 mg)"),
-        (call("morphine", 0.05), "morphine 0.05 mg is below the minimum of 0.1 mg for morphine (0.1-50 mg)"),
-        (call("Morphine", 0.06, "g"), "Morphine 0.06 g = 60 mg is above the limit of 50 mg for Morphine (0.1-50 mg)"),
-        (call("fentanyl", 60_000, "mcg"), "fentanyl 60000 mcg = 60 mg is above the limit of 50 mg for fentanyl (0.1-50 mg)"),
-        (call("gentamicin", 7, "mg/kg", 80), "gentamicin 7 mg/kg x 80 kg = 560 mg is above the limit of 500 mg for gentamicin (20-500 mg)"),
-        (call("gentamicin", 7, "mg/kg"), "gentamicin 7 mg/kg: a dose in mg/kg needs the patient's weight in kg, got None; limit 20-500 mg"),
-        (call("morphine", "5"), "morphine: dose '5' is not a number; limit 0.1-50 mg"),
-        (call("morphine", 5, "tablets"), "morphine 5 tablets: unit 'tablets' is not one of"),
-        (call("", 5), "drug='' names no drug"),
-    ],
-)  # fmt: skip
+REFUSALS = [
+    (call("morphine", 500), "morphine 500 mg is above the limit of 50 mg for morphine (0.1-50 mg)"),
+    (
+        call("morphine", 0.05),
+        "morphine 0.05 mg is below the minimum of 0.1 mg for morphine (0.1-50 mg)",
+    ),
+    (
+        call("Morphine", 0.06, "g"),
+        "Morphine 0.06 g = 60 mg is above the limit of 50 mg for Morphine (0.1-50 mg)",
+    ),
+    (
+        call("fentanyl", 60_000, "mcg"),
+        "fentanyl 60000 mcg = 60 mg is above the limit of 50 mg for fentanyl (0.1-50 mg)",
+    ),
+    (
+        call("gentamicin", 7, "mg/kg", 80),
+        "gentamicin 7 mg/kg x 80 kg = 560 mg is above the limit of 500 mg for gentamicin "
+        "(20-500 mg)",
+    ),
+    (
+        call("gentamicin", 7, "mg/kg"),
+        "gentamicin 7 mg/kg: a dose in mg/kg needs the patient's weight in kg, got None; "
+        "limit 20-500 mg",
+    ),
+    (call("morphine", "5"), "morphine: dose '5' is not a number; limit 0.1-50 mg"),
+    (call("morphine", 5, "tablets"), "morphine 5 tablets: unit 'tablets' is not one of"),
+    (call("", 5), "drug='' names no drug"),
+]
+
+
+@pytest.mark.parametrize(("order", "reason"), REFUSALS)
 def test_refusals_name_the_drug_the_dose_and_the_limit(order: ToolCall, reason: str) -> None:
     decision = DoseRange(LIMITS).evaluate(order)
     assert decision.rank == 2

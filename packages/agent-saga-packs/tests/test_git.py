@@ -161,8 +161,12 @@ def test_an_undo_never_overwrites_work_someone_else_pushed(
             subprocess.run(["git", "clone", "-q", "-b", "feature", str(git_world.bare), str(other)],
                            check=True)  # fmt: skip
             (other / "b.txt").write_text("colleague\n")
-            for args in (["add", "b.txt"], ["-c", "user.name=C", "-c", "user.email=c@127.0.0.1",
-                         "commit", "-qm", "Colleague"], ["push", "-q", "origin", "feature"]):  # fmt: skip
+            identity = ["-c", "user.name=C", "-c", "user.email=c@127.0.0.1"]
+            for args in (
+                ["add", "b.txt"],
+                [*identity, "commit", "-qm", "Colleague"],
+                ["push", "-q", "origin", "feature"],
+            ):
                 subprocess.run(["git", *args], cwd=other, check=True)
             raise RuntimeError("stop")
     report = failed.value.report
@@ -177,7 +181,7 @@ def test_retried_calls_with_the_same_key_act_once(git_world: GitWorld, tmp_path:
         with kit.transaction("ship"):
             ship(pack)
         intents = [(r.data["tool"], r.data) for r in kit.store.records() if r.kind == "step.intent"]
-    keys = {tool: data["idempotency_key"] for tool, data in intents}
+    keys = {str(tool): str(data["idempotency_key"]) for tool, data in intents}
     first = git_world.world()
     # Each tool's function, delivered the same call again (an at-least-once queue).
     assert pack._branch("fix-version", "main", idempotency_key=keys["git.branch"])["sha"]
@@ -199,7 +203,7 @@ def test_probes_find_each_effect_by_its_key(git_world: GitWorld, tmp_path: Path)
         pack = pack_for(git_world, kit)
         with kit.transaction("ship"):
             merged = ship(pack)
-        keys = {r.data["tool"]: r.data["idempotency_key"]
+        keys = {str(r.data["tool"]): str(r.data["idempotency_key"])
                 for r in kit.store.records() if r.kind == "step.intent"}  # fmt: skip
     assert pack._branch_landed("fix-version", keys["git.branch"]) == {
         "branch": "fix-version",
@@ -232,10 +236,10 @@ def test_one_line_errors(git_world: GitWorld, stand_in_url: str) -> None:
     with pytest.raises(GitError, match=r"^commit: '\.git/config' is inside \.git"):
         repo.commit_files("main", {".git/config": "no"}, "escape", "k")
     wrong = GitHubHosting(git_world.name, token="wrong", base_url=stand_in_url, retry=None)
-    with pytest.raises(HostingError, match="^github: read pull request #1: 401 Bad credentials$"):
+    with pytest.raises(HostingError, match=r"^github: read pull request #1: 401 Bad credentials$"):
         wrong.get(1)
     assert "wrong" not in repr(wrong)
-    with pytest.raises(GitError, match="^git rev-parse: .*nowhere is not a directory$"):
+    with pytest.raises(GitError, match=r"^git rev-parse: .*nowhere is not a directory$"):
         LocalRepository(git_world.clone.parent / "nowhere").git_dir()
 
 

@@ -50,11 +50,12 @@ def approve(call: ToolCall) -> bool:
 
 
 def sanctions_clear(call: ToolCall) -> bool:
-    return call.arg("beneficiary") != "SANCTIONED-LTD"
+    return bool(call.arg("beneficiary") != "SANCTIONED-LTD")
 
 
 def within_limits(call: ToolCall) -> bool:
-    return bool(call.arg("amount") <= 50_000_000)
+    amount: int = call.arg("amount")
+    return amount <= 50_000_000
 
 
 @pytest.fixture
@@ -114,7 +115,7 @@ def test_a_charge_is_idempotent_on_its_key(bank: LedgerBank) -> None:
     first = bank.charge("cus_ana", 100, "EUR", idempotency_key="k-1")
     assert bank.charge("cus_ana", 100, "EUR", idempotency_key="k-1") == first
     assert bank.balances() == {"charged:cus_ana": 100}
-    with pytest.raises(BankError, match="positive integer of minor units, got 1.5"):
+    with pytest.raises(BankError, match=r"positive integer of minor units, got 1\.5"):
         bank.charge("cus_ana", 1.5, "EUR", idempotency_key="k-2")  # type: ignore[arg-type]
 
 
