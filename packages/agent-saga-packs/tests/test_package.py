@@ -16,6 +16,7 @@ from agent_saga_packs.payments import PaymentsPack
 from agent_saga_packs.robotics import ArmPack
 from agent_saga_packs.testing import LedgerBank, SimulatedServo, SQLiteOrderBook
 
+PACKS = ("git", "aws", "payments", "clinical", "robotics")
 PUBLIC = {
     "agent_saga_packs": ["DuplicateWithin", "RecentEffects", "__version__"],
     "agent_saga_packs.git": [
@@ -72,11 +73,7 @@ def test_the_public_surface_is_pinned(module: str) -> None:
         assert getattr(loaded, name) is not None
 
 
-@pytest.mark.parametrize(
-    "module",
-    ["agent_saga_packs", "agent_saga_packs.git", "agent_saga_packs.aws", "agent_saga_packs.payments",
-     "agent_saga_packs.clinical", "agent_saga_packs.robotics"],
-)  # fmt: skip
+@pytest.mark.parametrize("module", ["agent_saga_packs", *(f"agent_saga_packs.{p}" for p in PACKS)])
 def test_importing_a_pack_loads_no_client_library(module: str) -> None:
     loaded = modules_after_import(module)
     assert "agent_saga" in loaded
@@ -103,7 +100,8 @@ def test_every_tool_declares_its_semantics_compensation_and_probe(tmp_path: Path
         for pack in packs:
             for attribute, name in pack.tool_names.items():  # type: ignore[attr-defined]
                 spec = tool_spec(getattr(pack, attribute.rsplit(".", 1)[-1]))
-                assert spec is not None and spec.name == name
+                assert spec is not None
+                assert spec.name == name
                 declared[name] = spec
     irreversible = {name for name, spec in declared.items() if spec.semantics is IRREVERSIBLE}
     assert irreversible == {"payments.wire"}
@@ -111,7 +109,8 @@ def test_every_tool_declares_its_semantics_compensation_and_probe(tmp_path: Path
         assert registry.probe(name) is not None, name
         if name != "payments.wire":
             assert spec.semantics is COMPENSABLE, name
-            assert spec.compensation is not None and spec.compensation.recoverable, name
+            assert spec.compensation is not None, name
+            assert spec.compensation.recoverable, name
             assert registry.get(str(spec.compensation.name)) is not None, name
     assert len(declared) == 14
     assert sorted(registry.names()) == [
