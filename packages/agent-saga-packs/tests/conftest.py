@@ -4,6 +4,7 @@ stand-in on uvicorn, moto's server); a bare repository as the git remote, per te
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -214,6 +215,15 @@ def git(cwd: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+KEEP = ("refs/heads/main", "refs/remotes/origin/main")
+
+
+def trees(where: Path, refs: str = "refs/heads") -> dict[str, str]:
+    """Each branch's tree (its files), by name."""
+    out = git(where, "for-each-ref", "--format=%(refname:strip=2) %(tree)", refs)
+    return dict(line.split(" ") for line in out.splitlines() if line)
+
+
 @dataclass
 class GitWorld:
     """A bare repository (the remote), a clone of it, and the stand-in serving it."""
@@ -257,10 +267,7 @@ class GitWorld:
     def world(self) -> dict[str, Any]:
         """What an agent changes: the remote's branches and the clone's, by content (a revert
         restores the files, with a new commit), and the open pull requests."""
-        remote = {b: git(self.bare, "rev-parse", f"{sha}^{{tree}}")
-                  for b, sha in self.remote_branches().items()}  # fmt: skip
-        local = {b: git(self.clone, "rev-parse", f"{sha}^{{tree}}")
-                 for b, sha in self.repo.branches().items()}  # fmt: skip
+        remote, local = trees(self.bare), trees(self.clone, "refs/heads")
         pulls = sorted(
             (p["head"], p["base"], p["title"])
             for p in self.stand_in.pulls(self.name)
@@ -272,13 +279,13 @@ class GitWorld:
         """Back to one commit on main, locally and on the remote; no pull requests."""
         for where in (self.bare, self.clone):
             refs = git(where, "for-each-ref", "--format=%(refname)").splitlines()
-            for ref in refs:
-                if ref not in ("refs/heads/main", "refs/remotes/origin/main"):
-                    git(where, "update-ref", "-d", ref)
-            git(where, "update-ref", "refs/heads/main", self.initial)
+            script = [f"delete {ref}" for ref in refs if ref not in KEEP]
+            script.append(f"update refs/heads/main {self.initial}")
+            subprocess.run(["git", "update-ref", "--stdin"], cwd=where, check=True, text=True,
+                           input="\n".join(script) + "\n", capture_output=True)  # fmt: skip
         self.stand_in.register(self.name, self.bare)
 
-    @property
+    @functools.cached_property
     def initial(self) -> str:
         return git(self.clone, "rev-list", "--max-parents=0", "refs/remotes/origin/main")
 

@@ -147,6 +147,24 @@ def test_a_push_to_an_existing_branch_is_put_back_not_deleted(
     assert repo.branches()["feature"] == published
 
 
+def test_a_commit_writes_and_removes_files_without_touching_the_work_tree(
+    git_world: GitWorld, tmp_path: Path
+) -> None:
+    repo = git_world.repo
+    with kit_for(tmp_path) as kit:
+        pack = GitPack(kit, repo)
+        with kit.transaction("tidy"):
+            pack.branch("tidy", "main")
+            done = pack.commit("tidy", {"app.py": None, "src/app.py": "VERSION = 1\n"}, "Move")
+            pack.push("tidy")
+    assert git_world.remote_file("tidy", "app.py") is None
+    assert git_world.remote_file("tidy", "src/app.py") == "VERSION = 1\n"
+    assert (git_world.clone / "app.py").read_text() == "VERSION = 1\n"  # untouched
+    assert not (git_world.clone / "src").exists()
+    message = repo.run("log", "-1", "--format=%B", done["sha"]).stdout
+    assert message.startswith("Move\n\nAgent-Saga-Key: as1-")
+
+
 def test_an_undo_never_overwrites_work_someone_else_pushed(
     git_world: GitWorld, tmp_path: Path
 ) -> None:
@@ -235,10 +253,13 @@ def test_one_line_errors(git_world: GitWorld, stand_in_url: str) -> None:
         repo.commit_files("main", {"../x": "no"}, "escape", "k")
     with pytest.raises(GitError, match=r"^commit: '\.git/config' is inside \.git"):
         repo.commit_files("main", {".git/config": "no"}, "escape", "k")
+    with pytest.raises(GitError, match=r"^commit: 'a\\nb' contains a control character$"):
+        repo.commit_files("main", {"a\nb": "no"}, "newline", "k")
     wrong = GitHubHosting(git_world.name, token="wrong", base_url=stand_in_url, retry=None)
     with pytest.raises(HostingError, match=r"^github: read pull request #1: 401 Bad credentials$"):
         wrong.get(1)
     assert "wrong" not in repr(wrong)
+    assert "stand-in-token" not in repr(git_world.gitlab())
     with pytest.raises(GitError, match=r"^git rev-parse: .*nowhere is not a directory$"):
         LocalRepository(git_world.clone.parent / "nowhere").git_dir()
 

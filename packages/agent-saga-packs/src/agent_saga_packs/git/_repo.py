@@ -56,6 +56,7 @@ class LocalRepository:
         self.remote = remote
         self.git = git
         self.timeout = timeout
+        self._git_dir: Path | None = None
 
     # -- running git ---------------------------------------------------------------------------
 
@@ -93,7 +94,10 @@ class LocalRepository:
         return done.stdout.strip() or None
 
     def git_dir(self) -> Path:
-        return Path(self.run("rev-parse", "--absolute-git-dir").stdout.strip())
+        """The clone's git directory (asked once, then remembered)."""
+        if self._git_dir is None:
+            self._git_dir = Path(self.run("rev-parse", "--absolute-git-dir").stdout.strip())
+        return self._git_dir
 
     def tree(self, ref: str) -> str | None:
         done = self.run("rev-parse", "--verify", "--quiet", f"{ref}^{{tree}}", check=False)
@@ -175,13 +179,15 @@ class LocalRepository:
         env = {"GIT_INDEX_FILE": str(index)}
         try:
             self.run("read-tree", parent, env=env)
+            entries = []
             for path, text in files.items():
                 name = _safe_path(path)
                 if text is None:
-                    self.run("update-index", "--force-remove", "--", name, env=env)
+                    entries.append(f"0 {ZERO}\t{name}")  # mode 0 removes the path
                     continue
                 blob = self.run("hash-object", "-w", "--stdin", input=text).stdout.strip()
-                self.run("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", env=env)
+                entries.append(f"100644 {blob}\t{name}")
+            self.run("update-index", "--index-info", input="\n".join(entries) + "\n", env=env)
             tree = self.run("write-tree", env=env).stdout.strip()
         finally:
             index.unlink(missing_ok=True)
@@ -277,6 +283,8 @@ class LocalRepository:
 def _safe_path(path: str) -> str:
     """A repository-relative path, refused when it could leave the tree or touch ``.git``."""
     pure = PurePosixPath(path)
+    if any(ord(char) < 32 for char in path):
+        raise GitError(f"commit: {path!r} contains a control character")
     if not path or pure.is_absolute() or ".." in pure.parts or "\\" in path:
         raise GitError(f"commit: {path!r} is not a relative path inside the repository")
     if pure.parts[0] == ".git":
