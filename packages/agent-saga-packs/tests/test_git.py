@@ -279,3 +279,21 @@ def test_every_fault_point_of_shipping_a_change(
     }
     assert len(report.results) > 50
     assert report.ok
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_merge_happens_only_at_the_head_the_agent_saw(
+    git_world: GitWorld, tmp_path: Path, host: str
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit, host)
+        with kit.transaction("open"):
+            pack.branch("fix", "main")
+            pack.commit("fix", {"app.py": "VERSION = 3\n"}, "Three")
+            pack.push("fix")
+            pull = pack.open_pr("fix", "main", "Three")
+    hosting = git_world.github() if host == "github" else git_world.gitlab()
+    with pytest.raises(HostingError, match=f"^{host}: merge .*: 409 "):
+        hosting.merge(pull["number"], "0" * 40)
+    assert pack.pr_is_open(pull["number"])
+    assert git_world.remote_branches()["main"] == git_world.initial
