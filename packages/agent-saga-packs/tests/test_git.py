@@ -297,3 +297,15 @@ def test_a_merge_happens_only_at_the_head_the_agent_saw(
         hosting.merge(pull["number"], "0" * 40)
     assert pack.pr_is_open(pull["number"])
     assert git_world.remote_branches()["main"] == git_world.initial
+
+
+def test_a_branch_someone_checked_out_is_not_deleted(git_world: GitWorld, tmp_path: Path) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = GitPack(kit, git_world.repo)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("t"):
+            pack.branch("work", "main")
+            subprocess.run(["git", "checkout", "-q", "work"], cwd=git_world.clone, check=True)
+            raise RuntimeError("stop")
+    assert failed.value.report.status is SagaStatus.NEEDS_HUMAN
+    assert "it is checked out in" in str(failed.value.report.failed[0].error)
+    assert git_world.repo.checked_out() == "work"

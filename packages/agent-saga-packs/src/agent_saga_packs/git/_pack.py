@@ -129,6 +129,8 @@ class GitPack:
                 f"delete branch {branch}: it moved to {now[:12]} since it was created at "
                 f"{created_at[:12]}, not only by agent-saga; left in place"
             )
+        if self.repo.checked_out() == branch:
+            raise GitError(f"delete branch {branch}: it is checked out in {self.repo.workdir}")
         self.repo.move_branch(branch, None, now, idempotency_key)
 
     # -- commit --------------------------------------------------------------------------------

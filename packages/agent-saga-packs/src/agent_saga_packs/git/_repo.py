@@ -103,6 +103,11 @@ class LocalRepository:
         done = self.run("rev-parse", "--verify", "--quiet", f"{ref}^{{tree}}", check=False)
         return done.stdout.strip() or None
 
+    def checked_out(self) -> str | None:
+        """The branch the clone's work tree is on, or ``None`` (a detached head)."""
+        done = self.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+        return done.stdout.strip() or None
+
     def branches(self) -> dict[str, str]:
         """Local branches and the commit each points at."""
         out = self.run("for-each-ref", "--format=%(refname:strip=2) %(objectname)", "refs/heads")
