@@ -45,6 +45,7 @@ TYPED_GROUPS = [
     ["packages/agent-saga-openai-agents/src", "packages/agent-saga-openai-agents/tests"],
     ["packages/agent-saga-slack/src", "packages/agent-saga-slack/tests"],
     ["packages/agent-saga-otel/src", "packages/agent-saga-otel/tests"],
+    ["packages/agent-saga-packs/src", "packages/agent-saga-packs/tests"],
 ]
 
 
