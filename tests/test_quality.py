@@ -44,6 +44,7 @@ TYPED_GROUPS = [
     ["packages/agent-saga-openai-agents/src", "packages/agent-saga-openai-agents/tests"],
     ["packages/agent-saga-slack/src", "packages/agent-saga-slack/tests"],
     ["packages/agent-saga-otel/src", "packages/agent-saga-otel/tests"],
+    ["packages/agent-saga-mcp/src", "packages/agent-saga-mcp/tests"],
 ]
 
 
