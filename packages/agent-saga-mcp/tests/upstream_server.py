@@ -90,7 +90,8 @@ def issues(ledger: Ledger) -> MCPServer:
         """Numbers of the open issues."""
         entries = ledger.entries()
         closed = {e["number"] for e in entries if e["op"] == "close_issue"}
-        return [e["number"] for e in entries if e["op"] == "create_issue" and e["number"] not in closed]
+        created = [e["number"] for e in entries if e["op"] == "create_issue"]
+        return [number for number in created if number not in closed]
 
     @app.tool()
     def add_label(number: int, label: str) -> str:

@@ -122,12 +122,15 @@ _TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", float:
 _TYPE_NAMES |= {list: "a list", dict: "a table"}
 
 
-def read_config(path: Path) -> GatewayConfig:
-    """Read and check the configuration at ``path`` (see the module docstring for its layout).
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and check the gateway configuration at ``path`` (see the module docstring for its
+    layout). Declarations are checked against the upstreams' tools when the gateway starts.
 
     Raises:
-        ConfigError: unreadable, not TOML, or a declaration that cannot hold.
+        ConfigError: unreadable, not TOML, or a declaration that cannot hold; the message names
+            the file and the line.
     """
+    path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -345,4 +348,4 @@ def _check_semantics(doc: _Doc, decl: ToolDecl) -> None:
         doc.fail(decl.where, str(exc).replace(decl.exposed + ": ", ""))
 
 
-__all__ = ["read_config"]
+__all__ = ["load_config"]

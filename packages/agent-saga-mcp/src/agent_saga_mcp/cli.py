@@ -13,19 +13,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anyio
 import click
-from agent_saga import CompensatorRegistry
 from agent_saga.cli import current_settings
 
-from ._build import gate_rules
-from ._catalog import build_routes
-from ._config import ConfigError, GatewayConfig
-from ._config_read import read_config
-from ._gateway import guards_for
-from ._saga_tools import NAMES
-from ._upstream import LiveUpstreams, UpstreamError
+if TYPE_CHECKING:  # the commands import the gateway (and the mcp SDK) when they run
+    from ._config import GatewayConfig
 
 _CONFIG = click.option(
     "--config",
@@ -48,8 +42,11 @@ def _fail(exc: BaseException) -> click.ClickException:
 
 
 def _load(path: Path) -> GatewayConfig:
+    from ._config import ConfigError
+    from ._config_read import load_config
+
     try:
-        return read_config(path)
+        return load_config(path)
     except ConfigError as exc:
         raise _fail(exc) from None
 
@@ -80,7 +77,11 @@ def serve(
     A client session is one saga: it commits when the session ends cleanly (stdin closed, HTTP
     DELETE) and is rolled back when the gateway is stopped or the session idles out.
     """
+    import anyio
+
+    from ._config import ConfigError
     from ._serve import bind, serve_http, serve_stdio
+    from ._upstream import UpstreamError
 
     config = _load(config_path)
     home = current_settings().home
@@ -106,6 +107,16 @@ def serve(
 @_CONFIG
 def check(config_path: Path) -> None:
     """Start the upstreams, check the configuration against their tools, list what is exposed."""
+    import anyio
+    from agent_saga import CompensatorRegistry
+
+    from ._build import gate_rules
+    from ._catalog import build_routes
+    from ._config import ConfigError
+    from ._gateway import guards_for
+    from ._saga_tools import NAMES
+    from ._upstream import LiveUpstreams, UpstreamError
+
     config = _load(config_path)
 
     async def run() -> list[tuple[str, str, str, str]]:

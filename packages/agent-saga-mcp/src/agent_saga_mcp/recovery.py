@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from ._config import ConfigError
-from ._config_read import read_config
+from ._config_read import load_config
 from ._recovery import register_compensations
 
 ENV = "AGENT_SAGA_MCP_CONFIG"
@@ -35,7 +35,7 @@ def _from_environment() -> None:
         )
     for path in paths:
         try:
-            register_compensations(read_config(Path(path)))
+            register_compensations(load_config(Path(path)))
         except ConfigError as exc:
             raise ImportError(str(exc)) from exc
 
