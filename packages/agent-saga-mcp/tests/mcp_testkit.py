@@ -9,15 +9,18 @@ own ``tmp_path`` (or a module's ``tmp_path_factory`` directory for shared server
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import pwd
 import re
 import select
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,3 +188,47 @@ async def http_gateway(url: str, **session: Any) -> AsyncIterator[ClientSession]
 
 def text_of(result: Any) -> str:
     return " ".join(block.text for block in result.content if hasattr(block, "text"))
+
+
+def wait_for_text(path: Path, pattern: str, process: subprocess.Popen[str], timeout: float) -> str:
+    """The first match of ``pattern`` in the file ``path`` a process writes, as it appears."""
+    deadline = time.monotonic() + timeout
+    regex = re.compile(pattern)
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        match = regex.search(text)
+        if match:
+            return match.group(1)
+        if process.poll() is not None:
+            pytest.fail(f"the process exited ({process.returncode}): {text[-3000:]}")
+        time.sleep(0.05)
+    pytest.fail(f"{pattern!r} did not appear in {path} within {timeout} s")
+
+
+def this_user() -> str:
+    """The approver id ``agent-saga approve`` votes as, for the user running the tests."""
+    return "unix:" + pwd.getpwuid(os.geteuid()).pw_name
+
+
+def step_sagas(home: Path, tool: str, **args: Any) -> list[str]:
+    """Ids of the sagas with a step of ``tool`` whose arguments include ``args``."""
+    found = []
+    for saga, records in saga_records(home).items():
+        for record in records:
+            data = record.data
+            given = data.get("args")
+            if record.kind == "step.intent" and data.get("tool") == tool and isinstance(given, dict):
+                if all(given.get(k) == v for k, v in args.items()):
+                    found.append(saga)
+    return found
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    """Poll ``check`` until it returns something true; that value (or a test failure)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    pytest.fail(f"{check} was still false after {timeout} s")

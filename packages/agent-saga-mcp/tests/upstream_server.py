@@ -228,7 +228,10 @@ def main() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app.streamable_http_app(), log_level="warning"))
+    config = uvicorn.Config(
+        app.streamable_http_app(), log_level="warning", timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
     anyio.run(lambda: server.serve(sockets=[sock]))
     sys.exit(0)
 

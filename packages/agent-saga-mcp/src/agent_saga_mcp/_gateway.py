@@ -150,9 +150,12 @@ class Gateway:
             sagas = self.sessions[key] = SessionSagas(self.kit, self.config.saga_name)
         return sagas
 
-    async def end_session(self, key: str, *, clean: bool) -> dict[str, Any] | None:
+    async def end_session(
+        self, key: str, *, clean: bool, why: str = "the gateway stopped"
+    ) -> dict[str, Any] | None:
+        """End client session ``key`` (see :meth:`SessionSagas.end_session`); its saga's summary."""
         sagas = self.sessions.pop(key, None)
-        return await sagas.end_session(clean=clean) if sagas is not None else None
+        return await sagas.end_session(clean=clean, why=why) if sagas is not None else None
 
     async def end_all(self, *, clean: bool) -> None:
         for key in list(self.sessions):

@@ -165,7 +165,8 @@ class SessionEnds:
                 if self.in_flight.get(session, 0) == 0 and now - seen >= self.idle_timeout:
                     del self.last_seen[session]
                     self.in_flight.pop(session, None)
-                    await self.gateway.end_session(session, clean=False)
+                    why = f"the session was idle for {self.idle_timeout:g} s"
+                    await self.gateway.end_session(session, clean=False, why=why)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -213,7 +214,15 @@ async def serve_http(
         )
         sessions = SessionEnds(app, gateway, path, idle_timeout)
         server = _QuietServer(
-            uvicorn.Config(sessions, log_level="warning", lifespan="on", ws="none")
+            uvicorn.Config(
+                sessions,
+                log_level="warning",
+                lifespan="on",
+                ws="none",
+                # Clients hold a GET stream open for the server's messages: do not wait for
+                # them to hang up before rolling their sessions back.
+                timeout_graceful_shutdown=2,
+            )
         )
 
         def exit_server() -> None:

@@ -158,9 +158,11 @@ class SessionSagas:
         self.last = summary
         return summary
 
-    async def end_session(self, *, clean: bool) -> dict[str, Any] | None:
+    async def end_session(
+        self, *, clean: bool, why: str = "the gateway stopped"
+    ) -> dict[str, Any] | None:
         """The client session is over: commit its implicit saga if it ended cleanly, roll back
-        otherwise (and always an explicit saga left open)."""
+        otherwise (``why`` says why), and always roll back an explicit saga left open."""
         async with self.lock:
             self.closed = True
             slot = self.slot
@@ -168,7 +170,8 @@ class SessionSagas:
                 return None
             if clean and not slot.explicit:
                 return await self.end_saga(None)
-            why = "the session ended before saga_commit" if slot.explicit else "the gateway stopped"
+            if slot.explicit:
+                why = "the session ended before saga_commit"
             return await self.end_saga(SessionEnded(why))
 
 
