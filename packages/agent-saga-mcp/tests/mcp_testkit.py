@@ -217,9 +217,10 @@ def step_sagas(home: Path, tool: str, **args: Any) -> list[str]:
         for record in records:
             data = record.data
             given = data.get("args")
-            if record.kind == "step.intent" and data.get("tool") == tool and isinstance(given, dict):
-                if all(given.get(k) == v for k, v in args.items()):
-                    found.append(saga)
+            if record.kind != "step.intent" or data.get("tool") != tool:
+                continue
+            if isinstance(given, dict) and all(given.get(k) == v for k, v in args.items()):
+                found.append(saga)
     return found
 
 

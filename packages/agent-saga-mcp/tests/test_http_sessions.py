@@ -40,6 +40,8 @@ from mcp_testkit import (
     wait_for_text,
 )
 
+HTTP = ["--http", "--port", "0", "--idle-timeout", "3"]
+
 
 @dataclass
 class Served:
@@ -71,8 +73,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home, errlog = root / "home", root / "gateway.err"
     with errlog.open("w") as err:
         process = subprocess.Popen(
-            [AGENT_SAGA, "--home", str(home), "mcp", "serve", "--config", str(config)]
-            + ["--http", "--port", "0", "--idle-timeout", "3"],
+            [AGENT_SAGA, "--home", str(home), "mcp", "serve", "--config", str(config), *HTTP],
             stdout=subprocess.DEVNULL,
             stderr=err,
             text=True,
@@ -202,9 +203,10 @@ def test_without_elicitation_a_terminal_approver_decides(served: Served) -> None
         for records in saga_records(served.home).values():
             for record in records:
                 args = record.data.get("args")
-                if record.kind == "approval.requested" and isinstance(args, dict):
-                    if args.get("label") == "from-terminal":
-                        return str(record.data["request"])
+                if record.kind != "approval.requested" or not isinstance(args, dict):
+                    continue
+                if args.get("label") == "from-terminal":
+                    return str(record.data["request"])
         return None
 
     async def run() -> tuple[types.CallToolResult, subprocess.CompletedProcess[str]]:

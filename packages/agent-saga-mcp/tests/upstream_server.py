@@ -21,7 +21,6 @@ import os
 import shutil
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -123,10 +122,10 @@ def payments(ledger: Ledger) -> MCPServer:
         return make_charge(amount, card, idempotency_key)
 
     @app.tool()
-    def slow_charge(amount: float, card: str, idempotency_key: str = "") -> Charge:
-        """Charge a card, then take a long time to answer."""
+    async def slow_charge(amount: float, card: str, idempotency_key: str = "") -> Charge:
+        """Charge a card, then take a long time to answer (on the event loop: a stop cancels it)."""
         made = make_charge(amount, card, idempotency_key)
-        time.sleep(60)
+        await anyio.sleep(60)
         return made
 
     @app.tool()

@@ -138,7 +138,9 @@ def load_config(path: str | Path) -> GatewayConfig:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", file=path) from None
+        at = re.search(r"at line (\d+)", str(exc))
+        line = int(at.group(1)) if at else None
+        raise ConfigError(f"not valid TOML: {exc}", file=path, line=line) from None
     doc = _Doc(path, text)
     root = _Table(doc, data, ())
     gateway = root.table("gateway") or _Table(doc, {}, ("gateway",))
