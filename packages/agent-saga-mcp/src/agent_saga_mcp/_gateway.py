@@ -27,6 +27,7 @@ from agent_saga import (
     HaltedError,
     RefusedCall,
     RollbackReport,
+    Semantics,
     StepRef,
     ToolCallGuard,
     ToolFailed,
@@ -117,10 +118,23 @@ class Gateway:
         self.tools = [route.definition for route in self.routes.values()]
         if config.saga_tools:
             self.tools += _saga_tools.SAGA_TOOLS
+        self.inline = {
+            name
+            for name, guard in self.guards.items()
+            if guard.semantics is Semantics.REVERSIBLE and not _may_ask(self.routes[name])
+        }
+        """Tools whose gate runs on the event loop: REVERSIBLE (no fsync before the call) and
+        no rule that could ask a human. The others are gated in a worker thread, so an fsync
+        or an approval wait never holds up other sessions."""
 
     def server(self) -> Server[Any]:
-        """The low-level MCP server answering ``tools/list`` and ``tools/call``."""
-        return Server(
+        """The low-level MCP server answering ``tools/list`` and ``tools/call``.
+
+        The SDK's OpenTelemetry middleware is left out: it costs a fraction of a millisecond
+        per request even with no exporter, and agent-saga's observers (agent-saga-otel) trace
+        the gateway's sagas and steps.
+        """
+        server: Server[Any] = Server(
             self.config.name,
             version=__version__,
             instructions=(
@@ -133,6 +147,8 @@ class Gateway:
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
+        server.middleware = []
+        return server
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -232,10 +248,15 @@ class Gateway:
                     sent[decl.idempotency_key] = step.idempotency_key
             return await self.upstreams.call(route.upstream, route.tool, sent)
 
+        guard = self.guards[route.exposed]
         try:
-            value = await self.guards[route.exposed].arun(
-                arguments, effect, result_of=structured, error_of=_error_of
-            )
+            if route.exposed in self.inline:
+                pending = guard.begin(arguments)
+            else:  # an fsync, maybe a human: wait in a worker thread, not on the event loop
+                pending = await asyncio.to_thread(guard.begin, arguments)
+            if pending is None or isinstance(pending, RefusedCall):
+                return pending or StepFailed("no saga is open")
+            value = await pending.arun(effect, result_of=structured, error_of=_error_of)
         except Exception as exc:
             return StepFailed(f"{type(exc).__name__}: {exc}")
         finally:
@@ -268,6 +289,11 @@ class Gateway:
             return await slot.finish(cause)
         await sagas.end_saga(cause)
         return slot.report
+
+
+def _may_ask(route: Route) -> bool:
+    """Whether a declared rule of ``route`` may send its calls to a human."""
+    return route.decl is not None and any(r.kind == "require_approval" for r in route.decl.rules)
 
 
 def _error_of(result: types.CallToolResult) -> BaseException | None:

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -36,40 +34,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ._build import open_gateway
 from ._config import GatewayConfig
 from ._gateway import Gateway
+from ._pipes import client_pipes
 from ._upstream import LiveUpstreams
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-_LINE_LIMIT = 64 * 1024 * 1024
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class _PipeLines:
-    """Lines of the client's pipe, read without a thread, so that stopping never waits for
-    input that may not come."""
-
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self.reader = reader
-
-    def __aiter__(self) -> _PipeLines:
-        return self
-
-    async def __anext__(self) -> str:
-        line = await self.reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
-
-
-async def _stdin_lines() -> _PipeLines | None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_LINE_LIMIT)
-    pipe = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-    except (OSError, ValueError):  # not a pipe, socket or terminal: the SDK reads it instead
-        pipe.close()
-        return None
-    return _PipeLines(reader)
 
 
 @contextlib.asynccontextmanager
@@ -96,9 +65,10 @@ async def serve_stdio(config: GatewayConfig, home: Path | None) -> None:
         with anyio.CancelScope() as scope:
             stop = _on_signals(scope.cancel)
             try:
-                lines = await _stdin_lines()
-                async with stdio_server(stdin=cast(Any, lines)) as (read, write):
-                    await server.run(read, write, server.create_initialization_options())
+                async with client_pipes() as pipes:
+                    stdin, stdout = pipes if pipes is not None else (None, None)
+                    async with stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
+                        await server.run(read, write, server.create_initialization_options())
             finally:
                 stop()
         if scope.cancelled_caught:
