@@ -121,14 +121,30 @@ def readme_config(payments_url: str, issues_ledger: Path, extra: str = "") -> st
     return text + extra
 
 
+def issues_only(config: str) -> str:
+    """The README's configuration without its payments upstream (not started here)."""
+    kept: list[str] = []
+    skipping = False
+    for line in config.splitlines():
+        if line.startswith("["):
+            skipping = "upstreams.payments" in line
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
 TEST_DECLARATIONS = """
 [upstreams.payments.tools.fail]
+semantics = "reversible"
+
+[upstreams.payments.tools.crash]
 semantics = "reversible"
 
 [upstreams.payments.tools.find_charge]
 semantics = "reversible"
 """
-"""What the tests add to the README's configuration: a tool that fails on purpose."""
+"""What the tests add to the README's configuration: tools that fail on purpose (an error
+result, and a protocol error)."""
 
 
 def saga_records(home: Path) -> dict[str, list[Record]]:

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 from agent_saga import action_digest
-from mcp import types
+from mcp import ClientSession, types
 from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
 from mcp_testkit import (
     AGENT_SAGA,
     TEST_DECLARATIONS,
@@ -113,6 +114,21 @@ def test_two_sessions_are_two_sagas(served: Served) -> None:
     [saga_two] = step_sagas(served.home, "create_issue", title="two")
     assert served.status_of(saga_one) == "rolled_back"
     assert served.status_of(saga_two) == "committed"
+
+
+def test_a_call_that_fails_without_a_result_rolls_the_saga_back(served: Served) -> None:
+    async def run() -> tuple[int, types.CallToolResult]:
+        async with http_gateway(served.url) as client:
+            number = served.issue(await client.call_tool("create_issue", {"title": "crash"}))
+            return number, await client.call_tool("pay_crash", {"reason": "disk full"})
+
+    number, crashed = asyncio.run(run())
+    assert crashed.is_error
+    assert "pay_crash failed: MCPError: provider crashed: disk full" in text_of(crashed)
+    assert "compensated #1 create_issue" in text_of(crashed)
+    assert number in served.closed()
+    [saga] = step_sagas(served.home, "create_issue", title="crash")
+    assert served.status_of(saga) == "rolled_back"
 
 
 def test_the_model_brackets_its_work_with_the_saga_tools(served: Served) -> None:
@@ -225,9 +241,6 @@ def test_without_elicitation_a_terminal_approver_decides(served: Served) -> None
 
 
 def test_a_client_that_vanishes_is_rolled_back_after_the_idle_timeout(served: Served) -> None:
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
     async def run() -> int:
         async with (
             streamable_http_client(served.url, terminate_on_close=False) as (read, write),
@@ -244,6 +257,28 @@ def test_a_client_that_vanishes_is_rolled_back_after_the_idle_timeout(served: Se
     assert end is not None
     assert end["status"] == "rolled_back"
     assert "idle for 3 s" in str(end["cause"])
+
+
+def test_a_request_without_a_session_is_a_saga_of_its_own(served: Served) -> None:
+    """The 2026-07-28 protocol has no sessions: each call commits (or rolls back) by itself."""
+
+    async def run() -> tuple[list[str], types.CallToolResult, types.CallToolResult]:
+        async with (
+            streamable_http_client(served.url) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            discovered = await client.discover()
+            made = await client.call_tool("create_issue", {"title": "sessionless"})
+            begin = await client.call_tool("saga_begin", {})
+        return discovered.supported_versions, made, begin
+
+    versions, made, begin = asyncio.run(run())
+    assert versions == ["2026-07-28"]
+    assert not made.is_error, text_of(made)
+    [saga] = step_sagas(served.home, "create_issue", title="sessionless")
+    assert served.status_of(saga) == "committed"
+    assert begin.is_error
+    assert "saga_begin needs a client session" in text_of(begin)
 
 
 def test_stopping_the_gateway_rolls_back_the_open_sessions(served: Served) -> None:

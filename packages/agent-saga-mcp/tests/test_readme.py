@@ -26,6 +26,7 @@ from mcp_testkit import (
     AGENT_SAGA,
     PACKAGE_README,
     Ledger,
+    issues_only,
     readme_config,
     saga_end,
     saga_records,
@@ -149,7 +150,7 @@ def test_the_package_readme_error_example_names_the_line_the_gateway_reports(
     ledger = tmp_path / "issues.jsonl"
     adapted = readme_config("http://127.0.0.1:9/unused", ledger)
     adapted = adapted.replace("tools.create_issue]", "tools.create_isue]")
-    config.write_text(_issues_only(adapted))
+    config.write_text(issues_only(adapted))
     expected_line = TomlLines(config.read_text()).line_of(
         ("upstreams", "issues", "tools", "create_isue")
     )
@@ -170,7 +171,7 @@ def test_the_package_readme_error_example_names_the_line_the_gateway_reports(
 def test_check_lists_what_the_readme_configuration_exposes(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
     adapted = readme_config("http://127.0.0.1:9/unused", tmp_path / "issues.jsonl")
-    config.write_text(_issues_only(adapted))
+    config.write_text(issues_only(adapted))
     result = subprocess.run(
         [AGENT_SAGA, "--home", str(tmp_path / "home"), "mcp", "check", "--config", str(config)],
         capture_output=True,
@@ -188,18 +189,6 @@ def test_check_lists_what_the_readme_configuration_exposes(tmp_path: Path) -> No
         "4 tool(s) exposed, 1 hidden; the configuration is valid."
     )
     assert not (tmp_path / "home").exists()  # check writes nothing
-
-
-def _issues_only(config: str) -> str:
-    """The README's configuration without the payments upstream (not started here)."""
-    kept: list[str] = []
-    skipping = False
-    for line in config.splitlines():
-        if line.startswith("["):
-            skipping = "upstreams.payments" in line
-        if not skipping:
-            kept.append(line)
-    return "\n".join(kept) + "\n"
 
 
 @pytest.mark.parametrize("command", ["serve", "check"])

@@ -1,5 +1,5 @@
 """A gateway SIGKILLed mid-session, and ``agent-saga recover`` finishing its rollback through
-the upstreams.
+the upstreams; and a gateway stopped by SIGTERM, which rolls its open session back itself.
 
 The session opens an issue and makes a charge (both done), then starts a slow charge: the
 provider records it and takes a minute to answer. While that call is in flight the gateway's
@@ -19,6 +19,7 @@ from pathlib import Path
 from mcp_testkit import (
     Ledger,
     eventually,
+    issues_only,
     readme_config,
     run_cli,
     saga_end,
@@ -118,3 +119,28 @@ def test_recover_refuses_to_run_without_the_gateway_configuration(tmp_path: Path
     result = run_cli(home, "recover", "--import", "agent_saga_mcp.recovery")
     assert result.returncode != 0
     assert "set AGENT_SAGA_MCP_CONFIG to the gateway's configuration file" in result.stderr
+
+
+def test_a_gateway_stopped_by_sigterm_rolls_its_session_back(tmp_path: Path) -> None:
+    issues = Ledger(tmp_path / "issues.jsonl")
+    home, config = tmp_path / "home", tmp_path / "gateway.toml"
+    config.write_text(issues_only(readme_config("http://127.0.0.1:9/unused", issues.path)))
+
+    async def run() -> int:
+        with (tmp_path / "gateway.err").open("w") as err:
+            async with stdio_gateway(home, config, err) as client:
+                made = await client.call_tool("create_issue", {"title": "stopped"})
+                assert not made.is_error, text_of(made)
+                pid = _gateway_pid(home)
+                assert pid is not None
+                os.kill(pid, signal.SIGTERM)
+                await eventually(lambda: issues.ops("close_issue"))
+        return pid
+
+    asyncio.run(run())
+    assert [c["number"] for c in issues.ops("close_issue")] == [1]
+    [records] = saga_records(home).values()
+    end = saga_end(records)
+    assert end is not None
+    assert end["status"] == "rolled_back"
+    assert "the gateway stopped" in str(end["cause"])

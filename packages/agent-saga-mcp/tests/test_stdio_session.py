@@ -119,7 +119,7 @@ def test_tools_are_listed_with_the_upstreams_names_descriptions_and_schemas(
             assert mine.output_schema == tool.output_schema
             assert mine.model_dump(exclude={"name"}) == tool.model_dump(exclude={"name"})
             compared += 1
-    assert compared == 4 + 5
+    assert compared == 4 + 6
     gateway_tools = {"saga_begin", "saga_commit", "saga_rollback", "saga_status"}
     assert (
         set(listed)

@@ -3,7 +3,7 @@
 ``python upstream_server.py KIND --ledger FILE [--root DIR] [--http]`` serves one of:
 
 * ``issues``: an issue tracker (create_issue, close_issue, list_issues, add_label, delete_repo);
-* ``payments``: a payment provider (charge, slow_charge, refund, find_charge, fail);
+* ``payments``: a payment provider (charge, slow_charge, refund, find_charge, fail, crash);
 * ``files``: a stand-in for the reference filesystem server (@modelcontextprotocol/
   server-filesystem): the same tool names and argument names, on ``--root``.
 
@@ -28,6 +28,7 @@ import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 
 
 class Ledger:
@@ -147,6 +148,11 @@ def payments(ledger: Ledger) -> MCPServer:
         """Always fails."""
         ledger.record("fail", reason=reason)
         raise ToolError(f"declined: {reason}")
+
+    @app.tool()
+    def crash(reason: str) -> str:
+        """Answers with a protocol error instead of a result."""
+        raise MCPError(code=-32603, message=f"provider crashed: {reason}")
 
     return app
 

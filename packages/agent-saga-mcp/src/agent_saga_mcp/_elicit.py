@@ -87,8 +87,6 @@ class ElicitationChannel:
         self.store = store
         """The log votes go to: the kit's store (set once the kit is open)."""
         self.approver = approver
-        self.asked: list[str] = []
-        """Ids of the requests sent to a client (for tests and diagnostics)."""
 
     def request_posted(self, request: ApprovalRequest) -> None:
         call = CURRENT_CALL.get()
@@ -103,7 +101,6 @@ class ElicitationChannel:
         if not can_elicit(call.request):
             await self._fallback(request, "the client does not support elicitation")
             return
-        self.asked.append(request.id)
         try:
             answer = await call.request.session.elicit_form(
                 question(request), APPROVAL_SCHEMA, related_request_id=call.request.request_id

@@ -211,8 +211,8 @@ class Gateway:
             raise
         if isinstance(outcome, RefusedCall):
             return await self._refused(sagas, slot, outcome)
-        if isinstance(outcome, StepFailed):
-            report = await self._end(sagas, slot, None)
+        if isinstance(outcome, StepFailed):  # rolled back even if nothing doomed the saga
+            report = await self._end(sagas, slot, outcome)
             note = rollback_note(report, f"{route.exposed} failed") if report else ""
             data = report_data(report) if report else None
             return message(
