@@ -46,6 +46,7 @@ TYPED_GROUPS = [
     ["packages/agent-saga-slack/src", "packages/agent-saga-slack/tests"],
     ["packages/agent-saga-otel/src", "packages/agent-saga-otel/tests"],
     ["packages/agent-saga-packs/src", "packages/agent-saga-packs/tests"],
+    ["packages/agent-saga-mcp/src", "packages/agent-saga-mcp/tests"],
 ]
 
 
