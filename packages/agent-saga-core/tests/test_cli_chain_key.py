@@ -14,7 +14,6 @@ import secrets
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,6 +81,8 @@ COMMANDS = {
     "checkpoint": ["checkpoint"],
     "status": ["status"],
     "guarantees": ["guarantees", "--json"],
+    "recover": ["recover"],
+    "approvals": ["approvals"],
 }
 SOURCES = ["option", "environment", "configuration"]
 
@@ -130,7 +131,8 @@ def test_every_command_reads_a_keyed_log_with_the_key(
     elif name == "certify":
         assert "certified: 2 sagas" in result.stdout
     elif name == "sagas":
-        assert ids[0] in result.stdout and ids[1] in result.stdout
+        assert ids[0] in result.stdout
+        assert ids[1] in result.stdout
     elif name == "replay":
         assert "final status  committed" in result.stdout
     elif name == "prove":
@@ -140,6 +142,10 @@ def test_every_command_reads_a_keyed_log_with_the_key(
         assert "ready" in result.stdout
     elif name == "guarantees":
         assert json.loads(result.stdout)["store"]["keyed_chain"] is True
+    elif name == "recover":
+        assert result.stdout.strip() == "nothing to recover"
+    elif name == "approvals":
+        assert result.stdout.strip() == "no pending approvals"
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -177,6 +183,7 @@ def test_a_key_given_for_an_unkeyed_log_is_named_as_such(home: Path, tmp_path: P
 @pytest.mark.parametrize(
     ("content", "problem"),
     [(None, "cannot read"), ("", "empty"), ("short", "at least 16"), (b"\xff" * 40, "UTF-8")],
+    ids=["missing", "empty", "short", "binary"],
 )
 def test_an_unusable_key_file_is_one_line(
     keyed: tuple[Path, list[str]],
@@ -288,7 +295,7 @@ AGENT = textwrap.dedent(
 
 
 @pytest.fixture
-def crashed(tmp_path: Path, home: Path) -> Iterator[tuple[Path, Path, Path]]:
+def crashed(tmp_path: Path, home: Path) -> tuple[Path, Path, Path]:
     """A child that kept a keyed log died mid-saga; returns (code dir, ledger, key file)."""
     code = tmp_path / "code"
     code.mkdir()
@@ -303,16 +310,14 @@ def crashed(tmp_path: Path, home: Path) -> Iterator[tuple[Path, Path, Path]]:
         [sys.executable, str(code / "agent.py"), str(key_file)], env=env, check=False, timeout=60
     )
     assert child.returncode == -9
-    yield code, ledger, key_file
+    return code, ledger, key_file
 
 
 def journal(ledger: Path) -> list[str]:
     return [line.split()[0] for line in (ledger / "journal").read_text().splitlines()]
 
 
-def agent_saga(
-    home: Path, cwd: Path, ledger: Path, *args: str
-) -> subprocess.CompletedProcess[str]:
+def agent_saga(home: Path, cwd: Path, ledger: Path, *args: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).parent / "agent-saga"
     return subprocess.run(
         [str(script), "--home", str(home), "--no-color", *args],

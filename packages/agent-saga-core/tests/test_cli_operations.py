@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,7 +103,7 @@ AGENT = textwrap.dedent(
 
 
 @pytest.fixture
-def crashed(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def crashed(tmp_path: Path) -> tuple[Path, Path]:
     code = tmp_path / "code"
     code.mkdir()
     (code / "nh_tools.py").write_text(TOOLS)
@@ -114,7 +113,7 @@ def crashed(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     env = {**os.environ, "LEDGER_DIR": str(ledger), "PYTHONPATH": str(code)}
     child = subprocess.run([sys.executable, str(code / "agent.py")], env=env, check=False)
     assert child.returncode == -9
-    yield code, ledger
+    return code, ledger
 
 
 def recover(home: Path, code: Path, ledger: Path) -> subprocess.CompletedProcess[str]:

@@ -58,9 +58,7 @@ def schema(pg_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def fleet(
-    pg_url: str, schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
+def fleet(pg_url: str, schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project whose configuration names the fleet log; the working directory is in it."""
     project = tmp_path / "project"
     project.mkdir()
@@ -68,7 +66,7 @@ def fleet(
         f"store = {json.dumps(pg_url)}\nstore_schema = {json.dumps(schema)}\n"
     )
     monkeypatch.chdir(project)
-    yield project
+    return project
 
 
 def fleet_kit(pg_url: str, schema: str, home: Path, **options: Any) -> AgentKit:
