@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from agent_saga import AgentKit, Entry, SagaRolledBack, SequentialIds, compensator, tool
+from agent_saga._kit.manifest import VERIFIED
 from agent_saga._postgres.store import PostgresLogStore
 from agent_saga.cli import main
 from agent_saga.testing.postgres import scratch_schema, server_for_tests
@@ -253,8 +254,10 @@ def test_status_guarantees_and_recover_open_the_fleet_log(
     assert status.exit_code == 0, status.output
     manifest = run(home, "guarantees", "--json")
     assert manifest.exit_code == 0, manifest.output
-    store = json.loads(manifest.stdout)["store"]
+    stated = json.loads(manifest.stdout)
+    store = stated["store"]
     assert (store["kind"], store["where"].endswith(f"schema {schema}")) == ("postgres", True)
+    assert VERIFIED["postgres"] in stated["guaranteed_after"]
     recovered = run(home, "recover")
     assert recovered.exit_code == 3, recovered.output  # fleet-0003 needs a human
     assert "fleet-0003" in recovered.output
