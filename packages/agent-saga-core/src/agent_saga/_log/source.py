@@ -13,7 +13,7 @@ for it, which says which of the two it can be.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Protocol
 
@@ -80,8 +80,9 @@ class LogSource(Protocol):
         """Whether there is a log there at all (reading a missing one yields nothing)."""
         ...
 
-    def records(self) -> Iterator[Record]:
-        """The records, verified while read, streamed in ``seq`` order.
+    def records(self) -> Generator[Record]:
+        """The records, verified while read, streamed in ``seq`` order (close the generator
+        when stopping early).
 
         Raises:
             CorruptLogError: at the first defect (:class:`ChainKeyError` for a key problem).
@@ -91,6 +92,10 @@ class LogSource(Protocol):
 
     def owner_alive(self, owner_id: str) -> bool:
         """False only when ``owner_id`` is provably gone; never changes anything."""
+        ...
+
+    def close(self) -> None:
+        """Release what reading holds (a connection); idempotent."""
         ...
 
 
@@ -115,7 +120,7 @@ class FileLogSource:
     def exists(self) -> bool:
         return self.path.is_file()
 
-    def records(self) -> Iterator[Record]:
+    def records(self) -> Generator[Record]:
         try:
             for _, record in iter_log(self.path, Chain(self.key), watermark=True):
                 yield record
@@ -137,3 +142,6 @@ class FileLogSource:
 
     def owner_alive(self, owner_id: str) -> bool:
         return owner_alive(OS, self.home, owner_id)
+
+    def close(self) -> None:
+        """Nothing to release: each read opens and closes its own descriptors."""

@@ -11,7 +11,7 @@ psycopg is imported inside the methods, so importing this module is cheap.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from .._errors import CorruptLogError, StoreFailedError
@@ -90,7 +90,7 @@ class PostgresLogSource:
         except psycopg.Error as exc:
             raise self._query_failed(exc) from exc
 
-    def records(self) -> Iterator[Record]:
+    def records(self) -> Generator[Record]:
         """The stored records in ``seq`` order, verified while read, one page at a time.
 
         Raises:

@@ -134,9 +134,7 @@ def reading(settings: Settings, *, hold_lock: bool = True) -> Iterator[LogSource
         else:
             yield source
     finally:
-        close = getattr(source, "close", None)
-        if callable(close):
-            close()
+        source.close()
 
 
 def read_history(settings: Settings) -> tuple[History, str]:
@@ -179,9 +177,7 @@ def key_problem(settings: Settings, error: CorruptLogError) -> str | None:
                 try:
                     next(first, None)
                 finally:
-                    close = getattr(first, "close", None)
-                    if callable(close):
-                        close()
+                    first.close()
         except ChainKeyError as exc:
             error = exc
         except Exception:
