@@ -21,6 +21,8 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own agent-saga home; nothing lands in the working directory."""
     home = tmp_path / "home"
     monkeypatch.setenv("AGENT_SAGA_HOME", str(home))
+    for name in ("AGENT_SAGA_CHAIN_KEY_FILE", "AGENT_SAGA_STORE_SCHEMA"):
+        monkeypatch.delenv(name, raising=False)  # a key or schema from the shell stays out
     return home
 
 

@@ -23,6 +23,7 @@ from agent_saga import (
     tool,
     verify_file,
 )
+from agent_saga._kit import agentkit
 
 WORKERS = 4
 ROUNDS = 15
@@ -110,6 +111,8 @@ def test_forked_children_with_their_own_default_kits_write_at_once(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGENT_SAGA_HOME", str(home))
+    # This test's own process-wide default kit, dropped afterwards (other tests make theirs).
+    monkeypatch.setattr(agentkit._Defaults, "kits", {})
     with saga_scope("parent"):  # the parent's default kit exists before the fork
         draft(0)
     fork = multiprocessing.get_context("fork")
@@ -122,6 +125,7 @@ def test_forked_children_with_their_own_default_kits_write_at_once(
     for worker in workers:
         worker.join(60)
         assert worker.exitcode == 0
+    agentkit._Defaults.kits["kit"].close()
     assert verify_file(home / "log.jsonl").ok
     assert _statuses(home) == [SagaStatus.COMMITTED] * (1 + WORKERS * ROUNDS)
 

@@ -21,11 +21,12 @@ from .._engine.tool import DEFAULT_TOOLS, _declare
 from .._engine.transaction import Transaction
 from .._errors import AgentSagaError, ConfigurationError
 from .._gate.decisions import Gate, Rule
-from .._gate.killswitch import FileKillSwitch, KillSwitch
+from .._gate.killswitch import KillSwitch
 from .._log.filestore import FileLogStore
 from .._log.records import Entry, Kind, Semantics
-from .._log.store import LogStore, MemoryLogStore, VerifyReport
+from .._log.store import LogStore, VerifyReport
 from .manifest import Status, guarantees, status
+from .stores import configured_approvals, default_switch, open_store
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class AgentKit:
         registry: compensators by name (defaults to the process-wide registry).
         fast_path: buffer REVERSIBLE steps' records until the next durable record.
         chain_key: makes the hash chain keyed (HMAC-SHA-256) for stores this kit opens.
+            ``None`` means the key in the file named by ``$AGENT_SAGA_CHAIN_KEY_FILE`` or
+            ``chain_key_file`` in the configuration, if either is set.
         tools: where the tools this kit declares are listed (the manifest and ``status()`` cover
             them and every tool that has run in this kit's sagas).
         checkpoints: publish signed checkpoints of a durable log in the background, every
@@ -95,13 +98,9 @@ class AgentKit:
         self.home: Path = resolve_home(home)
         self.name = name or str(self.home)
         clock = clock or SystemClock()
-        if store is None:
-            from .._config import find_config, store_setting  # reads files: only when needed
-
-            store = store_setting(find_config())
-        opened = _open_store(store, self.home, chain_key)
+        opened = open_store(store, self.home, chain_key)
         if approvals is None:
-            approvals = _configured_approvals()
+            approvals = configured_approvals()
         self._own_switch = kill_switch is None
         self.runtime = Runtime(
             store=opened,
@@ -261,12 +260,11 @@ class AgentKit:
         report = status(self.runtime, self.runtime.tools.specs())
         if self.checkpointer is None:
             return report
-        health = self.checkpointer.health()
+        health, problem = self.checkpointer.readiness()
         checks = {**report.checks, "checkpoints": health}
-        if not health.startswith("FORK"):
+        if problem is None:
             return Status(report.ready, report.reasons, checks)
-        reasons = (*report.reasons, f"the log no longer extends its checkpoint: {health}")
-        return Status(False, reasons, checks)
+        return Status(False, (*report.reasons, problem), checks)
 
     def guarantees(self) -> dict[str, Any]:
         """The versioned, JSON-serialisable manifest of this configuration (see docs)."""
@@ -312,48 +310,6 @@ class AgentKit:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _configured_approvals() -> Approvals | None:
-    """Approvals with the project configuration's ``approvers``, if it lists any."""
-    from .._config import find_config
-
-    approvers = find_config().extra.get("approvers")
-    if not approvers:
-        return None
-    if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
-        raise ConfigurationError("approvers in the configuration is a list of approver ids")
-    from .._approvals.wait import Approvals
-
-    return Approvals(approvers=approvers)
-
-
-def _open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> LogStore:
-    if store is None or store == "file":
-        return FileLogStore(home, key=key)
-    if store == "memory":
-        return MemoryLogStore(key=key)
-    if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
-        from .._postgres.store import PostgresLogStore  # psycopg is imported only when asked for
-
-        return PostgresLogStore(store, key=key)
-    if isinstance(store, LogStore):
-        return store
-    raise ConfigurationError(
-        f"store must be 'file', 'memory', a postgresql:// URL or a LogStore, got {store!r}"
-    )
-
-
-def default_switch(store: LogStore, home: Path) -> KillSwitch:
-    """A fleet's kill switch is a row beside its PostgreSQL log; otherwise the HALT file."""
-    if store.kind == "postgres":
-        from .._postgres.store import PostgresLogStore
-
-        if isinstance(store, PostgresLogStore):
-            from .._gate.killswitch_pg import PostgresKillSwitch
-
-            return PostgresKillSwitch.beside(store)
-    return FileKillSwitch(home)
 
 
 class _Defaults:

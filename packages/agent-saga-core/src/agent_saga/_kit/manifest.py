@@ -12,6 +12,23 @@ from .._log.records import Semantics
 
 MANIFEST_VERSION = 1
 
+VERIFIED = {
+    "file": "agent-saga verify and certify re-check the file log from its first byte and that it "
+    "does not end before its synced watermark (log.synced), as opening the store does, then "
+    "the log against the home's latest signed checkpoint.",
+    "postgres": "agent-saga verify and certify re-check every row of the PostgreSQL log in seq "
+    "order (a missing, edited or relabelled row is found), then the log against the latest "
+    "signed checkpoint in the home they run with; rows removed from its end are found only by "
+    "a checkpoint.",
+}
+"""What the commands check of each durable store's log (stated in ``docs/guarantees.md``)."""
+BEYOND_CHECKPOINT = (
+    "records appended after the latest signed checkpoint rest on the chain alone (and, in the "
+    "file store, on the synced watermark while log.synced is intact): a full re-hash of the "
+    "log by someone who can write it is found only against a checkpoint kept where they "
+    "cannot write"
+)
+
 
 @dataclass(frozen=True)
 class Status:
@@ -104,6 +121,8 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
     ]
     if durable:
         after.append("terminal record of every transaction fsynced before it returns")
+    if store.get("kind") in VERIFIED:
+        after.append(VERIFIED[str(store.get("kind"))])
     not_claimed = [
         "a step whose tool raised, when its tool has no probe, is taken to have had no effect: "
         "it is not compensated and is listed as unknown in the rollback report",
@@ -114,8 +133,7 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         "probe says it landed; with no probe it is escalated to a human",
         "compensators must be idempotent per idempotency key: recovery re-runs one whose "
         "outcome a crash left unlogged",
-        "the hash chain alone does not detect removal of the newest records or a full re-hash "
-        "of the log (no signed checkpoints yet)",
+        BEYOND_CHECKPOINT,
         "compensators run even while halted: the kill switch stops new effects, not undo",
     ]
     if not durable:

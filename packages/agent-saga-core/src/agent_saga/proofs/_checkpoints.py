@@ -18,6 +18,7 @@ import time
 import weakref
 from pathlib import Path
 
+from .._errors import ConfigurationError
 from .._log.files import OS as _OS
 from .._log.files import ensure_dir, fsync_dir, fsync_fd, write_fully
 from .._log.forks import ForkGuard
@@ -232,6 +233,24 @@ class Checkpointer:
             return "ok"
         kind = "FORK" if isinstance(error, ForkError) else type(error).__name__
         return f"{kind}: {error}"
+
+    def readiness(self) -> tuple[str, str | None]:
+        """:meth:`health`, and why the kit is not ready because of its checkpoints, if it is not.
+
+        Not ready: after a fork, and when the home's public key (``keys/checkpoint.pub``)
+        exists but cannot be read as a verifier key, since no checkpoint could then be checked.
+        A failed attempt to publish is retried and does not, on its own, make the kit not ready.
+        """
+        health = self.health()
+        if health.startswith("FORK"):
+            return health, f"the log no longer extends its checkpoint: {health}"
+        from ._signing import home_verifier  # loads cryptography: only when asked
+
+        try:
+            home_verifier(self.home)
+        except ConfigurationError as exc:
+            return f"KEY: {exc}", f"checkpoints cannot be checked: {exc}"
+        return health, None
 
     def close(self, *, final: bool = True) -> None:
         """Stop the thread and, with ``final``, publish a last checkpoint if the log grew
