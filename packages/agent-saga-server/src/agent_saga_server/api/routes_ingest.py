@@ -1,0 +1,106 @@
+"""Ingest: agents push their log records and checkpoints; anyone allowed reads an origin's tail."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path
+
+from ..store import ingest as ingest_store
+from ..store.checkpoints import accept_checkpoint
+from ..store.ingest import IngestRefused, origin_state
+from ..store.tokens import Caller
+from .common import CONFLICT, UNPROCESSABLE, router
+from .context import ServerContext, context
+from .models import CheckpointIn, CheckpointOut, IngestBody, IngestOut, OriginList, OriginOut
+from .security import allow, own_origin
+
+api = router("ingest")
+OriginPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
+
+
+def _origin_out(state: ingest_store.OriginState) -> OriginOut:
+    return OriginOut(
+        origin=state.origin,
+        last_seq=state.last_seq,
+        last_hash=state.last_hash,
+        checkpoint_size=state.checkpoint_size,
+        checkpoint=state.checkpoint_note,
+        verifier=state.verifier,
+    )
+
+
+@api.get("/origins", response_model=OriginList)
+def list_origins(
+    caller: Caller = Depends(allow("admin", "auditor")),
+    ctx: ServerContext = Depends(context),
+) -> OriginList:
+    """Every origin the server holds records of, with its tail and latest checkpoint."""
+    with ctx.db.transaction(write=False) as tx:
+        names = [str(r[0]) for r in tx.all("SELECT origin FROM origins ORDER BY origin")]
+        states = [origin_state(tx, name) for name in names]
+    return OriginList(origins=[_origin_out(s) for s in states])
+
+
+@api.get("/origins/{origin}", response_model=OriginOut)
+def get_origin(
+    origin: OriginPath,
+    caller: Caller = Depends(allow("agent", "admin", "auditor")),
+    ctx: ServerContext = Depends(context),
+) -> OriginOut:
+    """Where the server's copy of an origin's log ends (agents resume shipping from here)."""
+    own_origin(caller, origin)
+    with ctx.db.transaction(write=False) as tx:
+        return _origin_out(origin_state(tx, origin))
+
+
+@api.post(
+    "/origins/{origin}/records", response_model=IngestOut, responses={**CONFLICT, **UNPROCESSABLE}
+)
+def post_records(
+    origin: OriginPath,
+    body: IngestBody,
+    caller: Caller = Depends(allow("agent")),
+    ctx: ServerContext = Depends(context),
+) -> IngestOut:
+    """Append a batch of records (consecutive, in seq order) to the origin's copy.
+
+    Idempotent: records already stored are skipped when identical. All or nothing: a record
+    that differs from the stored one (409), breaks the chain (409/422) or leaves a gap (422)
+    refuses the whole batch, and the batch is kept as evidence.
+    """
+    own_origin(caller, origin)
+    records = [record.model_dump() for record in body.records]
+    try:
+        result = ingest_store.ingest(ctx.db, origin, records, caller.token_id)
+    except IngestRefused as refused:
+        raise HTTPException(refused.status, str(refused)) from None
+    return IngestOut(
+        accepted=result.accepted,
+        duplicates=result.duplicates,
+        last_seq=result.last_seq,
+        last_hash=result.last_hash,
+    )
+
+
+@api.post(
+    "/origins/{origin}/checkpoints",
+    response_model=CheckpointOut,
+    responses={**CONFLICT, **UNPROCESSABLE},
+)
+def post_checkpoint(
+    origin: OriginPath,
+    body: CheckpointIn,
+    caller: Caller = Depends(allow("agent")),
+    ctx: ServerContext = Depends(context),
+) -> CheckpointOut:
+    """Submit a signed checkpoint with a consistency proof from the last accepted one
+    (base64 hashes; empty for the first). The root must be that of the records received."""
+    own_origin(caller, origin)
+    try:
+        accepted = accept_checkpoint(
+            ctx.db, origin, body.note, body.proof, body.verifier, caller.token_id
+        )
+    except IngestRefused as refused:
+        raise HTTPException(refused.status, str(refused)) from None
+    return CheckpointOut(**accepted.__dict__)

@@ -1,0 +1,63 @@
+"""Sagas: the fleet's transactions, filtered and paginated, and one saga in full."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import Depends, HTTPException, Path, Query
+
+from ..store import approvals as approval_store
+from ..store.sagas import BadCursor, SagaFilter, list_sagas, saga_view, view_json
+from ..store.tokens import Caller
+from .common import NOT_FOUND, Cursor, Limit, not_found, router
+from .context import ServerContext, context
+from .models import SagaDetail, SagaPage, SagaSummaryOut
+from .routes_approvals import approval_out
+from .security import allow
+
+api = router("sagas")
+Status = Literal["running", "committed", "rolled_back", "needs_human"]
+NamePattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+
+
+@api.get("/sagas", response_model=SagaPage)
+def get_sagas(
+    caller: Caller = Depends(allow("admin", "auditor", "approver")),
+    ctx: ServerContext = Depends(context),
+    status: Status | None = None,
+    origin: Annotated[str | None, Query(pattern=NamePattern)] = None,
+    tool: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+    since: Annotated[int | None, Query(ge=0, le=2**62, description="started at or after (ms)")] = None,
+    until: Annotated[int | None, Query(ge=0, le=2**62, description="started before (ms)")] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> SagaPage:
+    """Sagas newest first, filtered by status, origin, a tool they called and start time."""
+    where = SagaFilter(status, origin, tool, since, until)
+    try:
+        page, more = list_sagas(ctx.db, where, limit, cursor)
+    except BadCursor as exc:
+        raise HTTPException(400, str(exc)) from None
+    return SagaPage(sagas=[SagaSummaryOut(**s.__dict__) for s in page], next=more)
+
+
+@api.get("/sagas/{origin}/{saga}", response_model=SagaDetail, responses=NOT_FOUND)
+def get_saga(
+    origin: Annotated[str, Path(pattern=NamePattern)],
+    saga: Annotated[str, Path(min_length=1, max_length=500)],
+    caller: Caller = Depends(allow("admin", "auditor", "approver")),
+    ctx: ServerContext = Depends(context),
+) -> SagaDetail:
+    """One saga as ``agent-saga replay`` tells it: steps with their outcomes, approvals and
+    compensations, rollbacks; and the approval requests the server holds for it."""
+    view = saga_view(ctx.db, origin, saga)
+    if view is None:
+        raise not_found(f"saga {saga} from {origin}")
+    requests = [
+        row
+        for row in approval_store.list_approvals(ctx.db, None, origin, 500, None)
+        if row.saga == saga
+    ]
+    return SagaDetail(
+        origin=origin, saga=view_json(view), approvals=[approval_out(r) for r in requests]
+    )

@@ -1,0 +1,204 @@
+"""Strict input and safe output for every route.
+
+* JSON bodies are parsed strictly (:func:`strict_json`): duplicate keys, ``NaN``/``Infinity``,
+  lone surrogates, nesting deeper than 64 and non-UTF-8 bytes are a 400, before any model sees
+  them. Models are pydantic strict models that forbid extra fields; a value of the wrong type is
+  a 400 too, and the answer never echoes the input (FastAPI's default 422 does, and crashes on
+  values it cannot encode).
+* A body with another content type than ``application/json`` is a 415.
+* Every response carries security headers; errors are ``{"detail": "one line"}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MAX_DEPTH = 64
+
+
+class StrictModel(BaseModel):
+    """A request body: strict types, no extra fields."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class BadJSON(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise BadJSON("duplicate key in a JSON object")
+    for key in obj:
+        _check_text(key)
+    return obj
+
+
+def _constant(name: str) -> Any:
+    raise BadJSON(f"{name} is not a JSON number")
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadJSON("a lone surrogate is not text") from None
+
+
+def _walk(value: Any, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise BadJSON(f"nesting deeper than {MAX_DEPTH}")
+    if isinstance(value, str):
+        _check_text(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _walk(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _walk(item, depth + 1)
+    elif isinstance(value, float) and value in (float("inf"), float("-inf")):
+        raise BadJSON("a number too large for a double")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
+
+
+def strict_json(body: bytes) -> Any:
+    """Parse ``body`` as one strict JSON value.
+
+    Raises:
+        BadJSON: invalid UTF-8 or JSON, duplicate keys, NaN/Infinity, lone surrogates, a number
+            that overflows, or nesting deeper than :data:`MAX_DEPTH`.
+    """
+    try:
+        text = body.decode("utf-8")
+        value = _DECODER.decode(text)
+    except BadJSON:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadJSON(f"not valid JSON: {str(exc)[:120]}") from None
+    _walk(value, 0)
+    return value
+
+
+class StrictRequest(Request):
+    """A request whose JSON body is parsed by :func:`strict_json`."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_strict_json"):
+            content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
+            if content_type != "application/json":
+                raise HTTPException(415, "the body must be application/json")
+            try:
+                self._strict_json = strict_json(await self.body())
+            except BadJSON as exc:
+                raise HTTPException(400, f"bad JSON body: {exc}") from None
+        return self._strict_json
+
+
+class StrictRoute(APIRoute):
+    """Routes whose handlers see a :class:`StrictRequest`."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request) -> Response:
+            strict = StrictRequest(request.scope, request.receive)
+            if strict.method in ("POST", "PUT", "PATCH") and await strict.body():
+                await strict.json()  # 415 or 400 before any model or handler sees it
+            return await handler(strict)
+
+        return strict_handler
+
+
+def _first_problem(exc: RequestValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request"
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+    message = str(first.get("msg", "invalid"))
+    return f"{where}: {message}" if where else message
+
+
+async def validation_error(request: Request, exc: Exception) -> Response:
+    """A 400 naming the first wrong field; the input itself is never echoed."""
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse({"detail": f"invalid request: {_first_problem(exc)}"[:300]}, 400)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else "request refused"
+    return JSONResponse({"detail": detail}, exc.status_code, headers=exc.headers)
+
+
+async def unexpected_error(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"detail": "internal error"}, 500)
+
+
+API_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+    "content-security-policy": "default-src 'none'; frame-ancestors 'none'",
+    "cross-origin-resource-policy": "same-origin",
+}
+DOCS_CSP = (
+    "default-src 'none'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; "
+    "connect-src 'self'; frame-ancestors 'none'"
+)
+
+
+class SecurityHeaders:
+    """Adds :data:`API_HEADERS` to every response (a looser CSP on the docs page)."""
+
+    def __init__(self, app: ASGIApp, docs_path: str = "/docs") -> None:
+        self.app = app
+        self.docs_path = docs_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        docs = scope.get("path") == self.docs_path
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                for name, value in API_HEADERS.items():
+                    if docs and name == "content-security-policy":
+                        value = DOCS_CSP
+                    if name.encode() not in present:
+                        headers.append((name.encode(), value.encode()))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+__all__ = [
+    "BadJSON",
+    "SecurityHeaders",
+    "StrictModel",
+    "StrictRequest",
+    "StrictRoute",
+    "http_error",
+    "strict_json",
+    "unexpected_error",
+    "validation_error",
+]
