@@ -15,7 +15,7 @@ from .._config import resolve_home
 from .._engine.compensation import DEFAULT_REGISTRY, CompensatorRegistry
 from .._engine.events import Observers
 from .._engine.observe import Observer
-from .._engine.runtime import Runtime
+from .._engine.runtime import Runtime, StepApprover
 from .._engine.spec import ToolRegistry
 from .._engine.tool import DEFAULT_TOOLS, _declare
 from .._engine.transaction import Transaction
@@ -25,6 +25,7 @@ from .._gate.killswitch import KillSwitch
 from .._log.filestore import FileLogStore
 from .._log.records import Entry, Kind, Semantics
 from .._log.store import LogStore, VerifyReport
+from .connect import Connection, connect, server_setting
 from .manifest import Status, guarantees, status
 from .stores import configured_approvals, default_switch, open_store
 from .version import __version__
@@ -73,6 +74,10 @@ class AgentKit:
         name: how messages name this kit (default: its home). A tool declared with
             :meth:`tool` belongs to this kit: called inside another kit's transaction it is
             refused, and the refusal names both kits.
+        server: a control plane's URL (``$AGENT_SAGA_SERVER`` when ``None``): the log stays
+            local and is shipped there in the background; the kill switch, approvals and
+            budgets come from the server (needs ``agent-saga-server``; see ``connect.py``).
+        token: the agent token for ``server``.
     """
 
     def __init__(
@@ -94,13 +99,25 @@ class AgentKit:
         approvals: Approvals | None = None,
         observers: Iterable[Observer] = (),
         name: str | None = None,
+        server: str | None = None,
+        token: str | None = None,
     ) -> None:
         self.home: Path = resolve_home(home)
         self.name = name or str(self.home)
         clock = clock or SystemClock()
+        url = server_setting(server)
+        self.connection: Connection | None = (
+            None if url is None else connect(url, token=token, home=self.home)
+        )
         opened = open_store(store, self.home, chain_key)
-        if approvals is None:
-            approvals = configured_approvals()
+        approver: StepApprover | None = approvals
+        if approver is None and self.connection is not None:
+            approver = self.connection.approvals
+        if approver is None:
+            approver = configured_approvals()
+        if self.connection is not None:
+            rules = self.connection.rules(list(rules))
+            kill_switch = kill_switch or self.connection.kill_switch
         self._own_switch = kill_switch is None
         self.runtime = Runtime(
             store=opened,
@@ -111,7 +128,7 @@ class AgentKit:
             registry=registry or DEFAULT_REGISTRY,
             tools=tools or ToolRegistry(self.name),
             fast_path=fast_path,
-            approvals=approvals,
+            approvals=approver,
             observers=Observers(observers),
         )
         self.checkpointer: Checkpointer | None = None
@@ -131,6 +148,8 @@ class AgentKit:
                 poll=min(poll, checkpoint_interval),
             )
             self.checkpointer.start()
+        if self.connection is not None:
+            self.connection.attach(opened, self.home)
 
     @property
     def store(self) -> LogStore:
@@ -258,6 +277,10 @@ class AgentKit:
     def status(self) -> Status:
         """Readiness, computed now: never ready when halted or when a signal cannot be read."""
         report = status(self.runtime, self.runtime.tools.specs())
+        if self.connection is not None:
+            problems = self.connection.health()
+            checks = {**report.checks, "server": "; ".join(problems) or "ok"}
+            report = Status(report.ready and not problems, (*report.reasons, *problems), checks)
         if self.checkpointer is None:
             return report
         health, problem = self.checkpointer.readiness()
@@ -274,6 +297,9 @@ class AgentKit:
         manifest["checkpoints"] = (
             None if self.checkpointer is None else self.checkpointer.describe()
         )
+        if self.connection is not None:
+            manifest["server"] = self.connection.describe()
+            manifest["not_claimed"].extend(self.connection.not_claimed())
         return manifest
 
     def checkpoint(self) -> Checkpoint:
@@ -299,6 +325,8 @@ class AgentKit:
                     self.checkpointer.close(final=False)  # closing the store reports it
                 else:
                     self.checkpointer.close()
+            if self.connection is not None:
+                self.connection.close()  # after the last checkpoint, so it is shipped too
             self.runtime.store.close()
         finally:
             close_switch = getattr(self.runtime.kill_switch, "close", None)

@@ -15,8 +15,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .._version import __version__
 from ..settings import ServerSettings
 from ..store.db import Database, DatabaseUnavailable
-from . import routes_approvals, routes_audit, routes_budgets, routes_control, routes_ingest
-from . import routes_sagas
+from . import (
+    routes_approvals,
+    routes_audit,
+    routes_budgets,
+    routes_control,
+    routes_ingest,
+    routes_sagas,
+)
 from .context import ServerContext
 from .hub import ChangeHub
 from .strict import SecurityHeaders, http_error, unexpected_error, validation_error

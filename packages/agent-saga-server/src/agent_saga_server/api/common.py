@@ -22,9 +22,13 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     415: problem("the body is not application/json"),
     503: problem("the database cannot be reached"),
 }
-NOT_FOUND = {404: problem("no such item")}
-CONFLICT = {409: problem("conflicts with what the server holds (kept as evidence)")}
-UNPROCESSABLE = {422: problem("well-formed but not acceptable (the message says why)")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: problem("no such item")}
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: problem("conflicts with what the server holds (kept as evidence)")
+}
+UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
+    422: problem("well-formed but not acceptable (the message says why)")
+}
 
 Limit = Annotated[int, Query(ge=1, le=500, description="items per page (at most 500)")]
 Cursor = Annotated[str | None, Query(max_length=500, description="from the previous page")]
@@ -38,5 +42,14 @@ def not_found(what: str) -> HTTPException:
     return HTTPException(404, f"no {what}")
 
 
-__all__ = ["CONFLICT", "ERRORS", "NOT_FOUND", "UNPROCESSABLE", "Cursor", "Limit", "not_found",
-           "problem", "router"]
+__all__ = [
+    "CONFLICT",
+    "ERRORS",
+    "NOT_FOUND",
+    "UNPROCESSABLE",
+    "Cursor",
+    "Limit",
+    "not_found",
+    "problem",
+    "router",
+]

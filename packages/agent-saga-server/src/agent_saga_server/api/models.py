@@ -183,9 +183,10 @@ class ApprovalCreate(StrictModel):
     args: Any
     rule: Text
     reason: Text
-    approvers: Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(
-        min_length=1, max_length=100
-    )]
+    approvers: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=200)]],
+        Field(min_length=1, max_length=100),
+    ]
     quorum: Annotated[int, Field(ge=1, le=100)]
     expires_at: Annotated[float, Field(ge=0, le=1e11)]
 

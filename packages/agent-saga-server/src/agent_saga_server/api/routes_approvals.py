@@ -30,8 +30,8 @@ def approval_out(row: ApprovalRow) -> ApprovalOut:
 
 @api.get("/approvers", response_model=ApproverList)
 def list_approvers(
-    caller: Caller = Depends(allow("agent", "admin", "auditor")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent", "admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> ApproverList:
     """The subjects of the approver tokens valid now (who may be asked)."""
     return ApproverList(approvers=approver_subjects(ctx.db))
@@ -40,8 +40,8 @@ def list_approvers(
 @api.post("/approvals", response_model=ApprovalOut, status_code=201, responses=CONFLICT)
 def create_approval(
     body: ApprovalCreate,
-    caller: Caller = Depends(allow("agent")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> ApprovalOut:
     """An agent asks for a decision on one step of one of its sagas (idempotent by id)."""
     assert caller.origin is not None
@@ -55,8 +55,8 @@ def create_approval(
 
 @api.get("/approvals", response_model=ApprovalList)
 async def list_approvals(
-    caller: Caller = Depends(allow("approver", "admin", "auditor", "agent")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("approver", "admin", "auditor", "agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
     status: Literal["pending", "approved", "denied", "expired"] | None = None,
     wait: Wait = 0,
     limit: Limit = 50,
@@ -84,8 +84,8 @@ async def list_approvals(
 @api.get("/approvals/{request_id}", response_model=ApprovalOut, responses=NOT_FOUND)
 async def get_approval(
     request_id: RequestId,
-    caller: Caller = Depends(allow("agent", "approver", "admin", "auditor")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent", "approver", "admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
     wait: Wait = 0,
 ) -> ApprovalOut:
     """One request with its votes. With ``wait``, a pending request is answered once it is
@@ -114,12 +114,14 @@ async def get_approval(
 def post_vote(
     request_id: RequestId,
     body: VoteIn,
-    caller: Caller = Depends(allow("approver")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("approver"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> ApprovalOut:
     """Approve or deny, as the approver the token names (the body names nobody)."""
     try:
-        row = store.vote(ctx.db, request_id, caller.subject, body.decision, body.note, caller.token_id)
+        row = store.vote(
+            ctx.db, request_id, caller.subject, body.decision, body.note, caller.token_id
+        )
     except ApprovalRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
     ctx.hub.poke()

@@ -8,7 +8,7 @@ from fastapi import Depends, HTTPException, Path, Query
 
 from ..store import audit as store
 from ..store.checkpoints import list_checkpoints
-from ..store.tokens import Caller
+from ..store.tokens import Caller, Scope
 from .common import NOT_FOUND, UNPROCESSABLE, Cursor, Limit, router
 from .context import ServerContext, context
 from .models import CertifyOut, CheckpointList, CheckpointOut, ConflictList, ConflictOut
@@ -17,7 +17,7 @@ from .security import allow
 api = router("audit")
 NamePattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 Origin = Annotated[str, Path(pattern=NamePattern)]
-READERS = ("admin", "auditor")
+READERS: tuple[Scope, ...] = ("admin", "auditor")
 
 
 @api.get(
@@ -28,8 +28,8 @@ READERS = ("admin", "auditor")
 def disclosure(
     origin: Origin,
     saga: Annotated[str, Path(min_length=1, max_length=500)],
-    caller: Caller = Depends(allow(*READERS)),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow(*READERS))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> dict[str, Any]:
     """One saga's records with inclusion proofs under the origin's latest checkpoint: a bundle
     ``agent-saga verify-proof bundle.json --key <origin's key>`` checks offline."""
@@ -43,8 +43,8 @@ def disclosure(
 @api.get("/audit/certify/{origin}", response_model=CertifyOut)
 def certify(
     origin: Origin,
-    caller: Caller = Depends(allow(*READERS)),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow(*READERS))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> CertifyOut:
     """certify's findings over an origin's stored log: chain, checkpoint, every saga."""
     return CertifyOut(**store.certify(ctx.db, origin))
@@ -52,8 +52,8 @@ def certify(
 
 @api.get("/audit/checkpoints", response_model=CheckpointList)
 def checkpoints(
-    caller: Caller = Depends(allow(*READERS)),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow(*READERS))],
+    ctx: Annotated[ServerContext, Depends(context)],
     origin: Annotated[str | None, Query(pattern=NamePattern)] = None,
     limit: Limit = 50,
 ) -> CheckpointList:
@@ -64,8 +64,8 @@ def checkpoints(
 
 @api.get("/audit/conflicts", response_model=ConflictList)
 def conflicts(
-    caller: Caller = Depends(allow(*READERS)),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow(*READERS))],
+    ctx: Annotated[ServerContext, Depends(context)],
     origin: Annotated[str | None, Query(pattern=NamePattern)] = None,
     limit: Limit = 50,
     cursor: Cursor = None,

@@ -33,14 +33,18 @@ HoldId = Annotated[str, Path(pattern=r"^[0-9a-f]{24}$")]
 
 @api.get("/budgets", response_model=BudgetList)
 def list_budgets(
-    caller: Caller = Depends(allow("admin", "auditor", "agent")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin", "auditor", "agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> BudgetList:
     """Every budget: its server cap (if set), spent and held over all accounts."""
     return BudgetList(
         budgets=[
-            BudgetOut(name=b.name, cap=None if b.cap is None else str(b.cap), spent=str(b.spent),
-                      held=str(b.held))
+            BudgetOut(
+                name=b.name,
+                cap=None if b.cap is None else str(b.cap),
+                spent=str(b.spent),
+                held=str(b.held),
+            )
             for b in store.list_budgets(ctx.db)
         ]
     )
@@ -50,8 +54,8 @@ def list_budgets(
 def put_cap(
     budget: BudgetName,
     body: CapIn,
-    caller: Caller = Depends(allow("admin")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> BudgetOut:
     """Set (or clear, with null) the fleet-wide cap of a budget; agents' own limits still apply."""
     from ..store.control import audit
@@ -59,7 +63,7 @@ def put_cap(
     store.set_cap(ctx.db, budget, None if body.cap is None else Decimal(body.cap))
     with ctx.db.transaction() as tx:
         audit(tx, caller, "budget.cap", {"budget": budget, "cap": body.cap})
-    found = [b for b in store.list_budgets(ctx.db) if b.name == budget][0]
+    found = next(b for b in store.list_budgets(ctx.db) if b.name == budget)
     return BudgetOut(name=budget, cap=body.cap, spent=str(found.spent), held=str(found.held))
 
 
@@ -67,8 +71,8 @@ def put_cap(
 def reserve(
     budget: BudgetName,
     body: ReserveIn,
-    caller: Caller = Depends(allow("agent")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> ReserveOut:
     """Hold an amount if ``spent + held + amount <= cap``; ``hold_id`` null when it does not
     fit. Retrying with the same ``hold_id`` returns the same hold."""
@@ -91,8 +95,8 @@ def settle(
     budget: BudgetName,
     hold_id: HoldId,
     body: SettleIn,
-    caller: Caller = Depends(allow("agent", "admin")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent", "admin"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> SettleOut:
     """Commit (``commit: true``: held becomes spent) or release a hold. Idempotent."""
     origin = caller.origin if caller.scope == "agent" else None
@@ -107,8 +111,8 @@ def settle(
 def usage(
     budget: BudgetName,
     account: Annotated[str, Query(min_length=1, max_length=300)],
-    caller: Caller = Depends(allow("agent", "admin", "auditor")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent", "admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> UsageOut:
     """Spent and held of one account of a budget now."""
     spent, held = store.usage(ctx.db, budget, account)
@@ -118,15 +122,21 @@ def usage(
 @api.get("/budgets/{budget}/holds", response_model=HoldList)
 def holds(
     budget: BudgetName,
-    caller: Caller = Depends(allow("agent", "admin", "auditor")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent", "admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> HoldList:
     """Outstanding holds (an agent token sees its own origin's)."""
     origin = caller.origin if caller.scope == "agent" else None
     return HoldList(
         holds=[
-            HoldOut(hold_id=h.hold_id, account=h.account, amount=str(h.amount), origin=h.origin,
-                    saga=h.saga, ordinal=h.ordinal)
+            HoldOut(
+                hold_id=h.hold_id,
+                account=h.account,
+                amount=str(h.amount),
+                origin=h.origin,
+                saga=h.saga,
+                ordinal=h.ordinal,
+            )
             for h in store.holds(ctx.db, budget, origin)
         ]
     )

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.responses import StreamingResponse
 
 from ..store import control, tokens
-from ..store.db import DatabaseUnavailable
-from ..store.tokens import Caller, authenticate
+from ..store.tokens import Caller, Scope, authenticate
 from .common import NOT_FOUND, Cursor, Limit, router
 from .context import ServerContext, context
 from .models import (
     AuditEventOut,
     AuditList,
     Health,
-    ReasonIn,
     Ready,
+    ReasonIn,
     SwitchOut,
     TokenCreate,
     TokenCreated,
@@ -33,8 +33,10 @@ from .models import (
 from .security import allow
 
 api = router("control")
-ANY = ("agent", "approver", "admin", "auditor")
-STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": "kill-switch events"}}
+ANY: tuple[Scope, ...] = ("agent", "approver", "admin", "auditor")
+STREAM_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "kill-switch events"}
+}
 
 
 @api.get("/health", response_model=Health)
@@ -44,17 +46,17 @@ def health() -> Health:
 
 
 @api.get("/ready", response_model=Ready, responses={503: {"model": Ready}})
-def ready(ctx: ServerContext = Depends(context)) -> Ready:
+def ready(ctx: Annotated[ServerContext, Depends(context)]) -> Ready:
     """Readiness: the database answers now (503 otherwise). No token needed."""
     try:
         state = control.switch_state(ctx.db)
-    except (DatabaseUnavailable, Exception) as exc:
+    except Exception as exc:  # DatabaseUnavailable or anything the driver raises
         raise HTTPException(503, f"database unreachable: {type(exc).__name__}") from None
     return Ready(ready=True, database=ctx.db.kind, halted=state.halted)
 
 
 @api.get("/whoami", response_model=WhoAmI)
-def whoami(caller: Caller = Depends(allow(*ANY))) -> WhoAmI:
+def whoami(caller: Annotated[Caller, Depends(allow(*ANY))]) -> WhoAmI:
     """The token's scope, subject and origin."""
     return WhoAmI(**caller.__dict__)
 
@@ -66,8 +68,8 @@ def _token_out(info: tokens.TokenInfo) -> TokenOut:
 @api.post("/tokens", response_model=TokenCreated, status_code=201)
 def create_token(
     body: TokenCreate,
-    caller: Caller = Depends(allow("admin")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> TokenCreated:
     """Issue a token (its text is in this answer only; the server keeps a hash)."""
     expires = None if body.expires_in is None else time.time() + body.expires_in
@@ -79,14 +81,19 @@ def create_token(
             )  # fmt: skip
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
-        control.audit(tx, caller, "token.create", {"id": info.id, "scope": info.scope,
-                                                  "subject": info.subject, "origin": info.origin})
+        control.audit(
+            tx,
+            caller,
+            "token.create",
+            {"id": info.id, "scope": info.scope, "subject": info.subject, "origin": info.origin},
+        )
     return TokenCreated(token=text, **_token_out(info).__dict__)
 
 
 @api.get("/tokens", response_model=TokenList)
 def list_tokens(
-    caller: Caller = Depends(allow("admin")), ctx: ServerContext = Depends(context)
+    caller: Annotated[Caller, Depends(allow("admin"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> TokenList:
     """Every token (never the secret)."""
     return TokenList(tokens=[_token_out(t) for t in tokens.list_tokens(ctx.db)])
@@ -95,8 +102,8 @@ def list_tokens(
 @api.delete("/tokens/{token_id}", status_code=204, responses=NOT_FOUND)
 def revoke_token(
     token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{16}$")],
-    caller: Caller = Depends(allow("admin")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> None:
     """Revoke a token: every replica refuses it from its next request."""
     with ctx.db.transaction() as tx:
@@ -107,15 +114,26 @@ def revoke_token(
 
 def _switch_out(state: control.SwitchState | None) -> SwitchOut:
     if state is None:
-        return SwitchOut(halted=True, reason="control plane database unreadable", since=None,
-                         version=-1, readable=False, at=time.time())
-    return SwitchOut(halted=state.halted, reason=state.reason, since=state.since,
-                     version=state.version, at=time.time())
+        return SwitchOut(
+            halted=True,
+            reason="control plane database unreadable",
+            since=None,
+            version=-1,
+            readable=False,
+            at=time.time(),
+        )
+    return SwitchOut(
+        halted=state.halted,
+        reason=state.reason,
+        since=state.since,
+        version=state.version,
+        at=time.time(),
+    )
 
 
 @api.get("/killswitch", response_model=SwitchOut)
 def get_switch(
-    caller: Caller = Depends(allow(*ANY)), ctx: ServerContext = Depends(context)
+    caller: Annotated[Caller, Depends(allow(*ANY))], ctx: Annotated[ServerContext, Depends(context)]
 ) -> SwitchOut:
     """The fleet's kill switch now."""
     return _switch_out(control.switch_state(ctx.db))
@@ -124,8 +142,8 @@ def get_switch(
 @api.post("/killswitch/halt", response_model=SwitchOut)
 def halt(
     body: ReasonIn,
-    caller: Caller = Depends(allow("admin", "agent")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin", "agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> SwitchOut:
     """Halt every agent of the fleet (admins, and agents: anyone may pull the brake). Audited."""
     state = control.halt(ctx.db, caller, body.reason)
@@ -136,8 +154,8 @@ def halt(
 @api.post("/killswitch/resume", response_model=SwitchOut)
 def resume(
     body: ReasonIn,
-    caller: Caller = Depends(allow("admin")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> SwitchOut:
     """Release the kill switch (admins only). Audited."""
     state = control.resume(ctx.db, caller, body.reason)
@@ -148,8 +166,8 @@ def resume(
 @api.get("/killswitch/stream", response_class=StreamingResponse, responses=STREAM_DOC)
 async def stream_switch(
     request: Request,
-    caller: Caller = Depends(allow(*ANY)),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow(*ANY))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> StreamingResponse:
     """Server-sent events: the switch's state at once, on every change, and every
     ``heartbeat`` seconds. The stream ends when the token stops being valid."""
@@ -166,18 +184,16 @@ async def stream_switch(
                 still = await anyio.to_thread.run_sync(authenticate, ctx.db, presented)
                 if still is None or await request.is_disconnected():
                     return
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), ctx.settings.heartbeat)
-            except TimeoutError:
-                pass
 
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
 @api.get("/audit/events", response_model=AuditList)
 def audit_events(
-    caller: Caller = Depends(allow("admin", "auditor")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> AuditList:

@@ -32,8 +32,8 @@ def _origin_out(state: ingest_store.OriginState) -> OriginOut:
 
 @api.get("/origins", response_model=OriginList)
 def list_origins(
-    caller: Caller = Depends(allow("admin", "auditor")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> OriginList:
     """Every origin the server holds records of, with its tail and latest checkpoint."""
     with ctx.db.transaction(write=False) as tx:
@@ -45,8 +45,8 @@ def list_origins(
 @api.get("/origins/{origin}", response_model=OriginOut)
 def get_origin(
     origin: OriginPath,
-    caller: Caller = Depends(allow("agent", "admin", "auditor")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent", "admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> OriginOut:
     """Where the server's copy of an origin's log ends (agents resume shipping from here)."""
     own_origin(caller, origin)
@@ -60,8 +60,8 @@ def get_origin(
 def post_records(
     origin: OriginPath,
     body: IngestBody,
-    caller: Caller = Depends(allow("agent")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> IngestOut:
     """Append a batch of records (consecutive, in seq order) to the origin's copy.
 
@@ -91,8 +91,8 @@ def post_records(
 def post_checkpoint(
     origin: OriginPath,
     body: CheckpointIn,
-    caller: Caller = Depends(allow("agent")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> CheckpointOut:
     """Submit a signed checkpoint with a consistency proof from the last accepted one
     (base64 hashes; empty for the first). The root must be that of the records received."""

@@ -22,12 +22,14 @@ NamePattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
 @api.get("/sagas", response_model=SagaPage)
 def get_sagas(
-    caller: Caller = Depends(allow("admin", "auditor", "approver")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin", "auditor", "approver"))],
+    ctx: Annotated[ServerContext, Depends(context)],
     status: Status | None = None,
     origin: Annotated[str | None, Query(pattern=NamePattern)] = None,
     tool: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
-    since: Annotated[int | None, Query(ge=0, le=2**62, description="started at or after (ms)")] = None,
+    since: Annotated[
+        int | None, Query(ge=0, le=2**62, description="started at or after (ms)")
+    ] = None,
     until: Annotated[int | None, Query(ge=0, le=2**62, description="started before (ms)")] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
@@ -45,8 +47,8 @@ def get_sagas(
 def get_saga(
     origin: Annotated[str, Path(pattern=NamePattern)],
     saga: Annotated[str, Path(min_length=1, max_length=500)],
-    caller: Caller = Depends(allow("admin", "auditor", "approver")),
-    ctx: ServerContext = Depends(context),
+    caller: Annotated[Caller, Depends(allow("admin", "auditor", "approver"))],
+    ctx: Annotated[ServerContext, Depends(context)],
 ) -> SagaDetail:
     """One saga as ``agent-saga replay`` tells it: steps with their outcomes, approvals and
     compensations, rollbacks; and the approval requests the server holds for it."""

@@ -9,6 +9,7 @@ token may only act for its own origin (403 otherwise).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -25,8 +26,8 @@ def allow(*scopes: Scope) -> Callable[..., Caller]:
 
     def caller(
         request: Request,
-        credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
-        ctx: ServerContext = Depends(context),
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        ctx: Annotated[ServerContext, Depends(context)],
     ) -> Caller:
         if credentials is None or credentials.scheme.lower() != "bearer":
             raise HTTPException(401, "a bearer token is required", headers=_CHALLENGE)

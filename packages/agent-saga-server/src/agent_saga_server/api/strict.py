@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import HTTPException, Request, Response
@@ -110,7 +110,7 @@ class StrictRequest(Request):
 class StrictRoute(APIRoute):
     """Routes whose handlers see a :class:`StrictRequest`."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def strict_handler(request: Request) -> Response:
@@ -181,10 +181,9 @@ class SecurityHeaders:
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
                 for name, value in API_HEADERS.items():
-                    if docs and name == "content-security-policy":
-                        value = DOCS_CSP
+                    shown = DOCS_CSP if docs and name == "content-security-policy" else value
                     if name.encode() not in present:
-                        headers.append((name.encode(), value.encode()))
+                        headers.append((name.encode(), shown.encode()))
                 message["headers"] = headers
             await send(message)
 

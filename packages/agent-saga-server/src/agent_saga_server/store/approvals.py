@@ -77,7 +77,8 @@ def _row(tx: Tx, row: tuple[Any, ...], now: float) -> ApprovalRow:
         "SELECT approver, decision, note, at FROM approval_votes WHERE request = ? ORDER BY at",
         (values[0],),
     )
-    return ApprovalRow(*values, votes=[VoteRow(*v) for v in votes])  # type: ignore[arg-type]
+    fields: list[Any] = [*values[:17], [VoteRow(*v) for v in votes]]
+    return ApprovalRow(*fields)
 
 
 def create(db: Database, origin: str, request: dict[str, Any]) -> tuple[ApprovalRow, bool]:
@@ -130,7 +131,8 @@ def list_approvals(
 ) -> list[ApprovalRow]:
     """Requests, oldest first, optionally only ``pending`` (undecided and unexpired) ones."""
     now = time.time()
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
     if status == "pending":
         clauses.append("status = 'pending' AND expires_at > ?")
         params.append(now)

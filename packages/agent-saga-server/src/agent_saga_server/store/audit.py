@@ -15,8 +15,8 @@ from typing import Any
 
 from agent_saga import CorruptLogError, Record, SagaStatus, VerifyReport, build_history
 from agent_saga.proofs import (
-    Checkpoint,
     ChainError,
+    Checkpoint,
     DisclosureError,
     Finding,
     MerkleTree,
@@ -112,7 +112,9 @@ def certify(db: Database, origin: str) -> dict[str, Any]:
     }
 
 
-def conflicts(db: Database, origin: str | None, limit: int, after: str | None) -> list[dict[str, Any]]:
+def conflicts(
+    db: Database, origin: str | None, limit: int, after: str | None
+) -> list[dict[str, Any]]:
     """Refused records and checkpoints kept as evidence, oldest first."""
     sql = "SELECT id, origin, seq, what, reason, received_at, body FROM conflicts"
     clauses, params = [], []

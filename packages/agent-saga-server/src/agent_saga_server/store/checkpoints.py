@@ -124,7 +124,9 @@ def list_checkpoints(db: Database, origin: str | None, limit: int) -> list[Accep
         sql += " WHERE origin = ?"
         params.append(origin)
     with db.transaction(write=False) as tx:
-        rows = tx.all(sql + " ORDER BY received_at DESC, origin, size DESC LIMIT ?", [*params, limit])
+        rows = tx.all(
+            sql + " ORDER BY received_at DESC, origin, size DESC LIMIT ?", [*params, limit]
+        )
     return [AcceptedCheckpoint(str(o), int(s), str(r), str(n), float(a)) for o, s, r, n, a in rows]
 
 

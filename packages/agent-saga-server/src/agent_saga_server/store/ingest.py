@@ -125,9 +125,9 @@ def _ingest(tx: Tx, origin: str, batch: Sequence[dict[str, Any]]) -> IngestResul
     seqs = [obj.get("seq") for obj in batch]
     if any(type(s) is not int for s in seqs):
         raise IngestRefused(422, "every record has an integer seq")
-    if seqs != list(range(int(seqs[0]), int(seqs[0]) + len(seqs))):  # type: ignore[call-overload]
+    first = int(batch[0]["seq"])
+    if seqs != list(range(first, first + len(seqs))):
         raise IngestRefused(422, "a batch holds consecutive records in seq order")
-    first = int(seqs[0])  # type: ignore[call-overload]
     if first < 1 or first > state.last_seq + 1:
         raise IngestRefused(
             422,
@@ -136,7 +136,8 @@ def _ingest(tx: Tx, origin: str, batch: Sequence[dict[str, Any]]) -> IngestResul
         )
     known = [obj for obj in batch if obj["seq"] <= state.last_seq]
     _check_duplicates(tx, origin, known)
-    prev, fresh = state.last_hash, []
+    prev = state.last_hash
+    fresh: list[Record] = []
     for obj in batch[len(known) :]:
         try:
             record = check_record(obj, seq=state.last_seq + len(fresh) + 1, prev=prev)
@@ -217,7 +218,8 @@ def _store(tx: Tx, origin: str, fresh: list[Record]) -> None:
     began = {r.saga for r in fresh if r.kind == "saga.begin"}
     ended = {r.saga for r in fresh if r.kind == "saga.end"}
     history = build_history(fresh)  # the core's reading of these records, saga by saga
-    sagas, tools = [], []
+    sagas: list[tuple[Any, ...]] = []
+    tools: list[tuple[str, str, str]] = []
     for view in history.sagas:
         done = view.id in ended
         sagas.append(
@@ -248,7 +250,9 @@ def _store(tx: Tx, origin: str, fresh: list[Record]) -> None:
     )
 
 
-def read_records(tx: Tx, origin: str, *, saga: str | None = None, upto: int | None = None) -> list[Record]:
+def read_records(
+    tx: Tx, origin: str, *, saga: str | None = None, upto: int | None = None
+) -> list[Record]:
     """The stored records of ``origin`` (of one saga, up to a seq), in seq order."""
     sql = "SELECT seq, ts, kind, saga, data, prev, hash FROM records WHERE origin = ?"
     params: list[Any] = [origin]
