@@ -57,7 +57,9 @@ def cloud_server(home: Path, *args: str, admin: str | None = None) -> Iterator[R
         first = process.stdout.readline()
         if not first.startswith("agent-saga control plane on "):
             process.wait(30)
-            raise RuntimeError(f"server did not start: {first!r} {(home / 'server.out').read_text()}")
+            raise RuntimeError(
+                f"server did not start: {first!r} {(home / 'server.out').read_text()}"
+            )
         url = first.split()[4]
         second = process.stdout.readline()
         if second.startswith("admin token"):

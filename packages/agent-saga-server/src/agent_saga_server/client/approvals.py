@@ -35,6 +35,8 @@ class ServerChannel:
         self.client = client
         self.store: LogStore | None = None
         self.errors: list[str] = []
+        self.closed = threading.Event()
+        """Set when the kit closes: the threads following requests stop."""
 
     def request_posted(self, request: ApprovalRequest) -> None:
         threading.Thread(
@@ -57,26 +59,26 @@ class ServerChannel:
         }  # fmt: skip
         if not self._retry(lambda: self.client.post("/v1/approvals", body), request):
             return
-        while time.time() < request.expires_at:
-            wait = max(0.0, min(25.0, request.expires_at - time.time()))
+        while time.time() < request.expires_at and not self.closed.is_set():
+            wait = max(0.0, min(5.0, request.expires_at - time.time()))
             try:
                 row = self.client.get(f"/v1/approvals/{request.id}", params={"wait": wait})
             except (ServerUnreachable, ServerRefused) as exc:
                 self._note(f"{request.id}: {exc}")
-                time.sleep(0.5)
+                self.closed.wait(0.5)
                 continue
             if row["status"] != "pending":
                 self._deliver(request, row)
                 return
 
     def _retry(self, call: Any, request: ApprovalRequest) -> bool:
-        while time.time() < request.expires_at:
+        while time.time() < request.expires_at and not self.closed.is_set():
             try:
                 call()
                 return True
             except ServerUnreachable as exc:
                 self._note(f"{request.id}: {exc}")
-                time.sleep(0.5)
+                self.closed.wait(0.5)
             except ServerRefused as exc:
                 self._note(f"{request.id}: refused by the server: {exc}")
                 return False

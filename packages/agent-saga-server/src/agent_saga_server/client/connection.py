@@ -47,6 +47,7 @@ class ServerConnection:
         try:
             me = self.client.get("/v1/whoami")
         except ServerRefused as exc:
+            self.client.close()
             raise ConfigurationError(
                 f"the control plane {self.url} refused the token: {exc}"
             ) from None
@@ -54,6 +55,7 @@ class ServerConnection:
             me = None  # fail closed at run time: the kill switch reads as unknown
         if me is not None:
             if me["scope"] != "agent":
+                self.client.close()
                 raise ConfigurationError(
                     f"AgentKit(server=...) needs an agent token, this one is {me['scope']}"
                 )
@@ -87,6 +89,7 @@ class ServerConnection:
             ConfigurationError: a keyed chain (the server checks hashes without a key).
         """
         if store.describe().get("keyed_chain"):
+            self.close()
             raise ConfigurationError(
                 "a keyed chain (chain_key) cannot be shipped to a control plane: "
                 "the server checks each record's hash without the key"
@@ -133,6 +136,9 @@ class ServerConnection:
         if self.shipper is not None:
             self.shipper.close()
         self.kill_switch.close()
+        self.approvals.channel.closed.set()
+        for client in (self.client, self.approvals.client, self.budgets.client):
+            client.close()
 
 
 def connect(url: str, *, token: str | None, home: Path) -> ServerConnection:

@@ -95,7 +95,10 @@ class ServerKillSwitch:
         }
 
     def close(self) -> None:
+        """Stop the stream's thread and close its connection; the switch then reads as stale."""
         self._stop.set()
+        self._thread.join(5.0)
+        self.client.close()
 
     def _take(self, data: dict[str, Any]) -> None:
         readable = bool(data.get("readable", True))

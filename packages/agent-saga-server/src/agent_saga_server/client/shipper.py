@@ -106,6 +106,7 @@ class Shipper:
         self._stop.set()
         self._wake.set()
         self._thread.join(deadline + 1.0)
+        self.client.close()
 
     # -- the thread ------------------------------------------------------------------------
 

@@ -1,0 +1,314 @@
+"""Agents against a real control plane (uvicorn, SQLite in its home): shipping, sagas,
+approvals, budgets, the kill switch, audit exports, and what the manifest and status say."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_saga import (
+    IRREVERSIBLE,
+    AgentKit,
+    Budget,
+    ConfigurationError,
+    GateRefused,
+    HaltedError,
+    SagaRolledBack,
+    read_log,
+)
+from agent_saga.proofs import NoteVerifier, verify_bundle
+from plane_testkit import RunningServer, cloud_server
+
+
+def wait_until(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def agent_kit(server: RunningServer, home: Path, origin: str, **kwargs: Any) -> AgentKit:
+    token = server.token("agent", origin)
+    return AgentKit(home=home, server=server.url, token=token, **kwargs)
+
+
+def shipped(server: RunningServer, origin: str) -> int:
+    with server.client(server.admin) as client:
+        return int(client.get(f"/v1/origins/{origin}").json()["last_seq"])
+
+
+def test_records_ship_sagas_list_and_a_saga_reads_as_replay_tells_it(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    kit = agent_kit(server, tmp_path / "a", "ship-a")
+
+    @kit.tool(name="crm.note", compensate=lambda text: None)
+    def note(text: str) -> str:
+        return text.upper()
+
+    for i in range(7):
+        with kit.transaction(f"batch-{i}"):
+            note(f"n{i}")
+    try:
+        with kit.transaction("broken"):
+            note("x")
+            raise RuntimeError("downstream failed")
+    except SagaRolledBack:
+        pass
+    local = list(read_log(tmp_path / "a"))
+    wait_until(lambda: shipped(server, "ship-a") == local[-1].seq)
+    with server.client(server.admin) as client:
+        page1 = client.get("/v1/sagas", params={"origin": "ship-a", "limit": 5}).json()
+        page2 = client.get(
+            "/v1/sagas", params={"origin": "ship-a", "limit": 5, "cursor": page1["next"]}
+        ).json()
+        names = [s["name"] for s in page1["sagas"] + page2["sagas"]]
+        assert len(names) == 8 and len(set(names)) == 8 and page2["next"] is None
+        failed = client.get("/v1/sagas", params={"origin": "ship-a", "status": "rolled_back"})
+        [broken] = failed.json()["sagas"]
+        assert broken["name"] == "broken" and broken["tools"] == ["crm.note"]
+        none = client.get("/v1/sagas", params={"origin": "ship-a", "tool": "other.tool"})
+        assert none.json()["sagas"] == []
+        detail = client.get(f"/v1/sagas/ship-a/{broken['saga']}").json()
+        step = detail["saga"]["steps"][0]
+        assert (step["tool"], step["outcome"], step["compensation_state"]) == (
+            "crm.note",
+            "done",
+            "compensated",
+        )
+        assert detail["saga"]["cause"]["message"] == "downstream failed"
+        assert client.get("/v1/sagas", params={"limit": 501}).status_code == 400
+    kit.close()
+
+
+def test_approval_quorum_identity_single_use_and_the_decision_reaches_the_agent(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    alice = server.token("approver", "alice")
+    bob = server.token("approver", "bob")
+    from agent_saga import RequireApproval, Rule, ToolCall  # noqa: F401
+
+    class TwoPeople:
+        name = "two_people"
+
+        def evaluate(self, call: ToolCall) -> RequireApproval:
+            return RequireApproval(self.name, "wires need two people", quorum=2)
+
+    kit = agent_kit(server, tmp_path / "b", "approve-b", rules=[TwoPeople()])
+
+    @kit.tool(name="bank.wire", semantics=IRREVERSIBLE)
+    def wire(to: str, amount: int) -> str:
+        return f"{amount} to {to}"
+
+    outcome: list[str] = []
+
+    def agent() -> None:
+        with kit.transaction("payout"):
+            outcome.append(wire("acme", 9000))
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    with server.client(alice) as a, server.client(bob) as b:
+        pending = a.get("/v1/approvals", params={"status": "pending", "wait": 20}).json()
+        [request] = [r for r in pending["approvals"] if r["origin"] == "approve-b"]
+        assert request["args"] == {"to": "acme", "amount": 9000}
+        assert len(request["digest"]) == 64 and request["quorum"] == 2
+        path = f"/v1/approvals/{request['id']}/votes"
+        named = a.post(path, json={"decision": "approve", "approver": "bob"})
+        assert named.status_code == 400  # the body cannot name the approver
+        first = a.post(path, json={"decision": "approve"}).json()
+        assert first["status"] == "pending" and [v["approver"] for v in first["votes"]] == ["alice"]
+        assert a.post(path, json={"decision": "approve"}).status_code == 409  # once each
+        assert b.post(path, json={"decision": "approve"}).json()["status"] == "approved"
+        assert b.post(path, json={"decision": "deny"}).status_code == 409  # decided once
+    thread.join(20)
+    assert outcome == ["9000 to acme"]
+    decided = [r.data for r in read_log(tmp_path / "b") if r.kind == "approval.decided"]
+    assert decided[0]["decision"] == "approved" and decided[0]["by"] == ["alice", "bob"]
+    wait_until(lambda: _outcome(server, request["id"]) == "approved")
+    kit.close()
+
+
+def _outcome(server: RunningServer, request_id: str) -> str | None:
+    with server.client(server.admin) as client:
+        return client.get(f"/v1/approvals/{request_id}").json()["outcome"]  # type: ignore[no-any-return]
+
+
+def test_a_denial_refuses_the_call(server: RunningServer, tmp_path: Path) -> None:
+    carol = server.token("approver", "carol")
+    kit = agent_kit(server, tmp_path / "c", "deny-c")
+
+    @kit.tool(name="db.drop", semantics=IRREVERSIBLE)
+    def drop(table: str) -> str:
+        return table
+
+    def deny() -> None:
+        with server.client(carol) as client:
+            for _ in range(50):
+                rows = client.get("/v1/approvals", params={"status": "pending", "wait": 5})
+                mine = [r for r in rows.json()["approvals"] if r["origin"] == "deny-c"]
+                if mine:
+                    client.post(f"/v1/approvals/{mine[0]['id']}/votes", json={"decision": "deny"})
+                    return
+
+    thread = threading.Thread(target=deny)
+    thread.start()
+    with pytest.raises(SagaRolledBack) as failed, kit.transaction("cleanup"):
+        drop("users")
+    thread.join(20)
+    assert isinstance(failed.value.cause, GateRefused)
+    assert "denied" in str(failed.value.cause)
+    kit.close()
+
+
+def test_budgets_are_shared_by_agents_and_never_exceed_the_cap(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    with server.client(server.admin) as admin:
+        assert admin.put("/v1/budgets/fleet-ads", json={"cap": "50"}).status_code == 200
+    kits = [
+        agent_kit(server, tmp_path / f"k{i}", f"budget-{i}",
+                  rules=[Budget("fleet-ads", 1000, tools="ads.buy")])
+        for i in range(2)
+    ]  # fmt: skip
+    bought: list[int] = []
+    lock = threading.Lock()
+
+    def run(kit: AgentKit) -> None:
+        @kit.tool(name="ads.buy", compensate=lambda amount: None)
+        def buy(amount: int) -> int:
+            with lock:
+                bought.append(amount)
+            return amount
+
+        for _ in range(8):
+            try:
+                with kit.transaction("spend"):
+                    buy(5)
+            except SagaRolledBack:
+                pass
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in kits for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sum(bought) == 50  # 32 attempts of 5 against a server cap of 50
+    with server.client(server.admin) as admin:
+        [row] = [b for b in admin.get("/v1/budgets").json()["budgets"] if b["name"] == "fleet-ads"]
+        assert (row["spent"], row["held"], row["cap"]) == ("50", "0", "50")
+    for kit in kits:
+        kit.close()
+
+
+def test_halt_reaches_the_agent_and_a_silent_server_makes_it_refuse(tmp_path: Path) -> None:
+    with cloud_server(tmp_path / "plane") as plane:
+        kit = agent_kit(plane, tmp_path / "d", "halt-d")
+
+        @kit.tool(name="arm.move", compensate=lambda angle: None)
+        def move(angle: int) -> int:
+            return angle
+
+        with kit.transaction("ok"):
+            move(1)
+        assert kit.status().ready
+        assert kit.guarantees()["kill_switch"]["kind"] == "server"
+        assert any("after the fact" in n for n in kit.guarantees()["not_claimed"])
+        with plane.client(plane.admin) as admin:
+            admin.post("/v1/killswitch/halt", json={"reason": "incident 7"})
+            started = time.monotonic()
+            wait_until(lambda: kit.runtime.kill_switch.state().halted, timeout=1.0)
+            assert time.monotonic() - started < 1.0
+            with pytest.raises(HaltedError, match="incident 7"), kit.transaction("blocked"):
+                move(2)
+            assert not kit.status().ready
+            admin.post("/v1/killswitch/resume", json={"reason": "fixed"})
+            wait_until(lambda: not kit.runtime.kill_switch.state().halted)
+            events = admin.get("/v1/audit/events").json()["events"]
+            assert [e["action"] for e in events][-2:] == ["halt", "resume"]
+        plane.process.kill()
+        plane.process.wait(10)
+        stopped = time.monotonic()
+        wait_until(lambda: kit.runtime.kill_switch.state().halted, timeout=3.0)
+        assert time.monotonic() - stopped < 2.0
+        state = kit.runtime.kill_switch.state()
+        assert not state.readable and "stale" in state.reason
+        with pytest.raises(HaltedError), kit.transaction("no server"):
+            move(3)
+        assert not kit.status().ready
+        kit.close()
+
+
+def test_checkpoints_disclosure_and_certify_from_the_server(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    kit = agent_kit(server, tmp_path / "e", "audit-e")
+
+    @kit.tool(name="files.put", compensate=lambda path: None)
+    def put(path: str) -> str:
+        return path
+
+    with kit.transaction("upload"):
+        put("/a")
+    kit.checkpoint()
+    seq = list(read_log(tmp_path / "e"))[-1].seq
+    wait_until(lambda: _checkpoint_size(server, "audit-e") == seq)
+    with server.client(server.admin) as admin:
+        sagas = admin.get("/v1/sagas", params={"origin": "audit-e"}).json()["sagas"]
+        bundle = admin.get(f"/v1/audit/sagas/audit-e/{sagas[0]['saga']}/disclosure").json()
+        report = admin.get("/v1/audit/certify/audit-e").json()
+        checkpoints = admin.get("/v1/audit/checkpoints", params={"origin": "audit-e"}).json()
+    key = NoteVerifier.parse((tmp_path / "e" / "keys" / "checkpoint.pub").read_text())
+    proven = verify_bundle(json.loads(json.dumps(bundle)), [key])
+    assert proven.saga == sagas[0]["saga"] and len(proven.records) >= 3
+    assert report["ok"] and report["counts"]["committed"] == 1
+    assert checkpoints["checkpoints"][0]["size"] == seq
+    kit.close()
+
+
+def _checkpoint_size(server: RunningServer, origin: str) -> int:
+    with server.client(server.admin) as client:
+        return int(client.get(f"/v1/origins/{origin}").json()["checkpoint_size"])
+
+
+def test_a_conflicting_record_is_a_409_kept_as_evidence(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    kit = agent_kit(server, tmp_path / "f", "conflict-f")
+    with kit.transaction("one"):
+        pass
+    record = list(read_log(tmp_path / "f"))[0].to_json()
+    wait_until(lambda: shipped(server, "conflict-f") >= 1)
+    kit.close()
+    token = server.token("agent", "conflict-f")
+    with server.client(token) as agent:
+        again = agent.post("/v1/origins/conflict-f/records", json={"records": [record]})
+        assert again.status_code == 200 and again.json()["duplicates"] == 1
+        forged = {**record, "ts": record["ts"] + 1}
+        refused = agent.post("/v1/origins/conflict-f/records", json={"records": [forged]})
+        assert refused.status_code == 409
+        other = agent.post("/v1/origins/someone-else/records", json={"records": [record]})
+        assert other.status_code == 403
+    with server.client(server.admin) as admin:
+        kept = admin.get("/v1/audit/conflicts", params={"origin": "conflict-f"}).json()
+        assert kept["conflicts"][-1]["body"]["records"][0]["ts"] == record["ts"] + 1
+
+
+def test_the_manifest_and_status_describe_server_mode(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    kit = agent_kit(server, tmp_path / "g", "manifest-g", rules=[Budget("g", 10)])
+    manifest = kit.guarantees()
+    assert manifest["server"]["url"] == server.url and manifest["server"]["origin"] == "manifest-g"
+    assert "server store" in manifest["gate"]["rules"][0]["describes"]
+    assert manifest["approvals"]["via"] == f"control plane {server.url}"
+    assert kit.status().checks["server"] == "ok"
+    kit.close()
+    with pytest.raises(ConfigurationError, match="agent token"):
+        AgentKit(home=tmp_path / "h", server=server.url, token=server.admin)
+    with pytest.raises(ConfigurationError, match="refused the token"):
+        AgentKit(home=tmp_path / "h", server=server.url, token="asg_0000000000000000_" + "x" * 43)
