@@ -1,0 +1,87 @@
+"""An agent process SIGKILLed in the middle of shipping, then restarted: the server ends with
+every record of its log exactly once, and the chain verifies there."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agent_saga import read_log
+from plane_testkit import RunningServer
+
+AGENT = """
+import sys
+from agent_saga import AgentKit
+
+home, url, token, mode = sys.argv[1:5]
+kit = AgentKit(home=home, server=url, token=token)
+
+@kit.tool(name="crm.tag", compensate=lambda key: None)
+def tag(key: str) -> str:
+    return key
+
+if mode == "run":
+    print("started", flush=True)
+    for i in range(100000):
+        with kit.transaction(f"tagging-{i}"):
+            tag(f"a{i}")
+            tag(f"b{i}")
+else:
+    kit.close()  # ships what is left before it returns
+    print("closed", flush=True)
+"""
+
+
+def _server_tail(server: RunningServer, origin: str) -> int:
+    with server.client(server.admin) as client:
+        return int(client.get(f"/v1/origins/{origin}").json()["last_seq"])
+
+
+def test_sigkill_mid_shipping_then_restart_ships_every_record_once(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    token = server.token("agent", "crashy")
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    home = tmp_path / "agent-home"
+    run = [sys.executable, str(script), str(home), server.url, token]
+    child = subprocess.Popen([*run, "run"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "started"
+    deadline = time.monotonic() + 60
+    while _server_tail(server, "crashy") < 600:  # several batches are in
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(10)
+    child.stdout.close()
+    local = list(read_log(home))
+    at_kill = _server_tail(server, "crashy")
+    assert at_kill < local[-1].seq  # the kill left records unshipped
+
+    finish = subprocess.run([*run, "finish"], capture_output=True, text=True, timeout=120)
+    assert finish.stdout.strip() == "closed", finish.stderr
+    local = list(read_log(home))
+    assert _server_tail(server, "crashy") == local[-1].seq
+    with server.client(server.admin) as client:
+        report = client.get("/v1/audit/certify/crashy").json()
+        conflicts = client.get("/v1/audit/conflicts", params={"origin": "crashy"}).json()
+    assert report["records"] == len(local)  # each seq once (and no more)
+    assert not [f for f in report["findings"] if f["check"] == "chain"]
+    assert conflicts["conflicts"] == []
+    stored = _stored_hashes(server)
+    assert stored == [r.hash for r in local]
+
+
+def _stored_hashes(server: RunningServer) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(server.home / "control-plane.sqlite3") as db:
+        rows = db.execute("SELECT seq, hash FROM records WHERE origin = 'crashy' ORDER BY seq")
+        pairs = list(rows)
+    assert [seq for seq, _ in pairs] == list(range(1, len(pairs) + 1))
+    return [str(h) for _, h in pairs]
