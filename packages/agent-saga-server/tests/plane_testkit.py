@@ -1,5 +1,6 @@
 """Real control-plane processes for the tests: ``agent-saga cloud-server`` under uvicorn on
-127.0.0.1, started as a subprocess and stopped (SIGTERM, then SIGKILL) afterwards."""
+127.0.0.1, started as a subprocess (in its home, with none of the shell's agent-saga or terminal
+settings) and stopped (SIGTERM, then SIGKILL) afterwards."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from agent_saga.testing.environment import variables_to_clear
 
 AGENT_SAGA = str(Path(sys.executable).parent / "agent-saga")
 
@@ -40,6 +42,13 @@ class RunningServer:
             return str(answer.json()["token"])
 
 
+def server_environment() -> dict[str, str]:
+    """This process's environment without the variables that change what agent-saga does."""
+    cleared = set(variables_to_clear(os.environ))
+    env = {name: value for name, value in os.environ.items() if name not in cleared}
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
 @contextmanager
 def cloud_server(home: Path, *args: str, admin: str | None = None) -> Iterator[RunningServer]:
     """Start ``agent-saga --home HOME cloud-server --port 0 ARGS``; yield it once it answers."""
@@ -50,7 +59,8 @@ def cloud_server(home: Path, *args: str, admin: str | None = None) -> Iterator[R
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=server_environment(),
+        cwd=home,
     )
     try:
         assert process.stdout is not None

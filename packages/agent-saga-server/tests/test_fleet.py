@@ -67,10 +67,13 @@ def test_records_ship_sagas_list_and_a_saga_reads_as_replay_tells_it(
             "/v1/sagas", params={"origin": "ship-a", "limit": 5, "cursor": page1["next"]}
         ).json()
         names = [s["name"] for s in page1["sagas"] + page2["sagas"]]
-        assert len(names) == 8 and len(set(names)) == 8 and page2["next"] is None
+        assert len(names) == 8
+        assert len(set(names)) == 8
+        assert page2["next"] is None
         failed = client.get("/v1/sagas", params={"origin": "ship-a", "status": "rolled_back"})
         [broken] = failed.json()["sagas"]
-        assert broken["name"] == "broken" and broken["tools"] == ["crm.note"]
+        assert broken["name"] == "broken"
+        assert broken["tools"] == ["crm.note"]
         none = client.get("/v1/sagas", params={"origin": "ship-a", "tool": "other.tool"})
         assert none.json()["sagas"] == []
         detail = client.get(f"/v1/sagas/ship-a/{broken['saga']}").json()
@@ -116,19 +119,22 @@ def test_approval_quorum_identity_single_use_and_the_decision_reaches_the_agent(
         pending = a.get("/v1/approvals", params={"status": "pending", "wait": 20}).json()
         [request] = [r for r in pending["approvals"] if r["origin"] == "approve-b"]
         assert request["args"] == {"to": "acme", "amount": 9000}
-        assert len(request["digest"]) == 64 and request["quorum"] == 2
+        assert len(request["digest"]) == 64
+        assert request["quorum"] == 2
         path = f"/v1/approvals/{request['id']}/votes"
         named = a.post(path, json={"decision": "approve", "approver": "bob"})
         assert named.status_code == 400  # the body cannot name the approver
         first = a.post(path, json={"decision": "approve"}).json()
-        assert first["status"] == "pending" and [v["approver"] for v in first["votes"]] == ["alice"]
+        assert first["status"] == "pending"
+        assert [v["approver"] for v in first["votes"]] == ["alice"]
         assert a.post(path, json={"decision": "approve"}).status_code == 409  # once each
         assert b.post(path, json={"decision": "approve"}).json()["status"] == "approved"
         assert b.post(path, json={"decision": "deny"}).status_code == 409  # decided once
     thread.join(20)
     assert outcome == ["9000 to acme"]
     decided = [r.data for r in read_log(tmp_path / "b") if r.kind == "approval.decided"]
-    assert decided[0]["decision"] == "approved" and decided[0]["by"] == ["alice", "bob"]
+    assert decided[0]["decision"] == "approved"
+    assert decided[0]["by"] == ["alice", "bob"]
     wait_until(lambda: _outcome(server, request["id"]) == "approved")
     kit.close()
 
@@ -236,7 +242,8 @@ def test_halt_reaches_the_agent_and_a_silent_server_makes_it_refuse(tmp_path: Pa
         wait_until(lambda: kit.runtime.kill_switch.state().halted, timeout=3.0)
         assert time.monotonic() - stopped < 2.0
         state = kit.runtime.kill_switch.state()
-        assert not state.readable and "stale" in state.reason
+        assert not state.readable
+        assert "stale" in state.reason
         with pytest.raises(HaltedError), kit.transaction("no server"):
             move(3)
         assert not kit.status().ready
@@ -264,8 +271,10 @@ def test_checkpoints_disclosure_and_certify_from_the_server(
         checkpoints = admin.get("/v1/audit/checkpoints", params={"origin": "audit-e"}).json()
     key = NoteVerifier.parse((tmp_path / "e" / "keys" / "checkpoint.pub").read_text())
     proven = verify_bundle(json.loads(json.dumps(bundle)), [key])
-    assert proven.saga == sagas[0]["saga"] and len(proven.records) >= 3
-    assert report["ok"] and report["counts"]["committed"] == 1
+    assert proven.saga == sagas[0]["saga"]
+    assert len(proven.records) >= 3
+    assert report["ok"]
+    assert report["counts"]["committed"] == 1
     assert checkpoints["checkpoints"][0]["size"] == seq
     kit.close()
 
@@ -281,13 +290,14 @@ def test_a_conflicting_record_is_a_409_kept_as_evidence(
     kit = agent_kit(server, tmp_path / "f", "conflict-f")
     with kit.transaction("one"):
         pass
-    record = list(read_log(tmp_path / "f"))[0].to_json()
+    record = next(iter(read_log(tmp_path / "f"))).to_json()
     wait_until(lambda: shipped(server, "conflict-f") >= 1)
     kit.close()
     token = server.token("agent", "conflict-f")
     with server.client(token) as agent:
         again = agent.post("/v1/origins/conflict-f/records", json={"records": [record]})
-        assert again.status_code == 200 and again.json()["duplicates"] == 1
+        assert again.status_code == 200
+        assert again.json()["duplicates"] == 1
         forged = {**record, "ts": record["ts"] + 1}
         refused = agent.post("/v1/origins/conflict-f/records", json={"records": [forged]})
         assert refused.status_code == 409
@@ -303,7 +313,8 @@ def test_the_manifest_and_status_describe_server_mode(
 ) -> None:
     kit = agent_kit(server, tmp_path / "g", "manifest-g", rules=[Budget("g", 10)])
     manifest = kit.guarantees()
-    assert manifest["server"]["url"] == server.url and manifest["server"]["origin"] == "manifest-g"
+    assert manifest["server"]["url"] == server.url
+    assert manifest["server"]["origin"] == "manifest-g"
     assert "server store" in manifest["gate"]["rules"][0]["describes"]
     assert manifest["approvals"]["via"] == f"control plane {server.url}"
     assert kit.status().checks["server"] == "ok"

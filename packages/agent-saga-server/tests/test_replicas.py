@@ -5,24 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from agent_saga import AgentKit, Budget, SagaRolledBack
-from agent_saga.testing.postgres import scratch_schema, server_for_tests
-from plane_testkit import RunningServer, cloud_server
-
-
-@pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, ...]]:
-    with server_for_tests() as url, scratch_schema(url) as schema:
-        args = ("--store", url, "--store-schema", schema)
-        with cloud_server(tmp_path_factory.mktemp("one"), *args) as one:
-            assert one.admin is not None  # the first start prints the first admin token
-            with cloud_server(tmp_path_factory.mktemp("two"), *args, admin=one.admin) as two:
-                assert two.process.poll() is None
-                yield one, two
+from plane_testkit import RunningServer
 
 
 def test_the_second_replica_prints_no_new_admin_token_and_shares_the_data(
@@ -76,7 +62,9 @@ def test_budgets_hold_across_replicas_under_concurrent_agents(
         thread.join(120)
     assert sum(paid) == 70  # 24 attempts of 5 on two replicas, cap 70
     with two.client(two.admin) as admin:
-        [row] = [b for b in admin.get("/v1/budgets").json()["budgets"] if b["name"] == "fleet-wires"]
+        [row] = [
+            b for b in admin.get("/v1/budgets").json()["budgets"] if b["name"] == "fleet-wires"
+        ]
     assert (row["spent"], row["held"]) == ("70", "0")
     for kit in kits:
         kit.close()
@@ -105,7 +93,9 @@ def test_each_approval_is_decided_once_across_replicas(
         with plane.client(token) as client:
             start.wait()
             for request_id in ids:
-                answer = client.post(f"/v1/approvals/{request_id}/votes", json={"decision": decision})
+                answer = client.post(
+                    f"/v1/approvals/{request_id}/votes", json={"decision": decision}
+                )
                 statuses[request_id].append(answer.status_code)
 
     voters = [
@@ -123,9 +113,10 @@ def test_each_approval_is_decided_once_across_replicas(
             seen_two = b.get(f"/v1/approvals/{request_id}").json()
             assert seen_one == seen_two
             assert len(seen_one["votes"]) == 1
-            assert seen_one["status"] == {"approve": "approved", "deny": "denied"}[
-                seen_one["votes"][0]["decision"]
-            ]
+            assert (
+                seen_one["status"]
+                == {"approve": "approved", "deny": "denied"}[seen_one["votes"][0]["decision"]]
+            )
 
 
 def test_a_halt_on_one_replica_reaches_agents_on_both_within_a_second(

@@ -23,7 +23,10 @@ from .settings import ServerSettings
 
 
 def _store_value(store: str | None) -> str | None:
-    """``--store`` / ``$AGENT_SAGA_STORE``: only a database URL means anything here."""
+    """``--store``, else fleet mode's setting (``$AGENT_SAGA_STORE`` or ``store`` in the
+    configuration): only a database URL means anything here, a file or memory log is SQLite."""
+    if store is None:
+        store = current_settings().store()
     if store is None or store in ("file", "memory"):
         return None
     return store
@@ -40,9 +43,10 @@ def _open(store: str | None, schema: str) -> Any:
 
 _STORE = click.option(
     "--store",
-    envvar="AGENT_SAGA_STORE",
     default=None,
-    help="postgresql://... for a fleet (several server processes); default SQLite in the home.",
+    help="postgresql://... for a fleet (several server processes); default: the configured "
+    "store ($AGENT_SAGA_STORE, store in agent-saga.toml) when it is PostgreSQL, else SQLite "
+    "in the home.",
 )
 _SCHEMA = click.option(
     "--store-schema",
@@ -57,10 +61,14 @@ _SCHEMA = click.option(
 @click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port.")
 @_STORE
 @_SCHEMA
-@click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True, type=int)
+@click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True,
+              type=click.IntRange(1024, 1 << 30),
+              help="Larger bodies are refused (413).")  # fmt: skip
 @click.option("--cors-origin", multiple=True, help="A browser origin allowed to call the API.")
 @click.option("--heartbeat", default=0.2, show_default=True, type=float,
               help="Seconds between kill-switch messages on each agent's stream.")  # fmt: skip
+@click.option("--max-wait", default=30.0, show_default=True, type=click.FloatRange(0, 30),
+              help="The longest a long-poll (?wait=) is held, in seconds.")  # fmt: skip
 @click.pass_context
 def cloud_server(
     ctx: click.Context,
@@ -71,13 +79,17 @@ def cloud_server(
     max_body_bytes: int,
     cors_origin: tuple[str, ...],
     heartbeat: float,
+    max_wait: float,
 ) -> None:
     """The control plane for a fleet of agents (REST API under /v1, docs at /docs)."""
     if ctx.invoked_subcommand is not None:
         ctx.obj = (store, store_schema)
         return
     settings = ServerSettings(
-        max_body_bytes=max_body_bytes, cors_origins=cors_origin, heartbeat=heartbeat
+        max_body_bytes=max_body_bytes,
+        cors_origins=cors_origin,
+        heartbeat=heartbeat,
+        max_wait=max_wait,
     )
     serve(host, port, store, store_schema, settings)
 

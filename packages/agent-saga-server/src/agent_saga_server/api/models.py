@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field
 
 from .strict import StrictModel
 
+MAX_INT = 2**53 - 1
+"""The largest integer the API takes: every JSON parser holds it exactly (a double's range)."""
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
 Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Amount = Annotated[str, Field(pattern=r"^[0-9]{1,30}(\.[0-9]{1,18})?$")]
@@ -68,8 +70,8 @@ class TokenList(BaseModel):
 
 class RecordIn(StrictModel):
     v: int
-    seq: Annotated[int, Field(ge=1, le=2**62)]
-    ts: Annotated[int, Field(ge=-(2**62), le=2**62)]
+    seq: Annotated[int, Field(ge=1, le=MAX_INT)]
+    ts: Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)]
     kind: Annotated[str, Field(max_length=200)]
     saga: Annotated[str, Field(max_length=500)] | None
     data: dict[str, Any]
@@ -176,7 +178,7 @@ class ApprovalList(BaseModel):
 class ApprovalCreate(StrictModel):
     id: Annotated[str, Field(pattern=r"^apr-[0-9a-f]{16}$")]
     saga: Annotated[str, Field(min_length=1, max_length=500)]
-    ordinal: Annotated[int, Field(ge=0, le=2**62)]
+    ordinal: Annotated[int, Field(ge=0, le=MAX_INT)]
     tool: Annotated[str, Field(min_length=1, max_length=500)]
     semantics: Literal["reversible", "compensable", "irreversible"]
     digest: Hex64
@@ -206,7 +208,7 @@ class ReserveIn(StrictModel):
     amount: Amount
     limit: Amount
     saga: Annotated[str, Field(min_length=1, max_length=500)]
-    ordinal: Annotated[int, Field(ge=0, le=2**62)]
+    ordinal: Annotated[int, Field(ge=0, le=MAX_INT)]
     keep_spent: bool
     until: Annotated[float, Field(ge=0, le=1e11)] | None = None
 

@@ -9,7 +9,7 @@ from fastapi import Depends, HTTPException, Path, Query
 from ..store import audit as store
 from ..store.checkpoints import list_checkpoints
 from ..store.tokens import Caller, Scope
-from .common import NOT_FOUND, UNPROCESSABLE, Cursor, Limit, router
+from .common import CONFLICT, NOT_FOUND, Cursor, Limit, router
 from .context import ServerContext, context
 from .models import CertifyOut, CheckpointList, CheckpointOut, ConflictList, ConflictOut
 from .security import allow
@@ -23,7 +23,7 @@ READERS: tuple[Scope, ...] = ("admin", "auditor")
 @api.get(
     "/audit/sagas/{origin}/{saga}/disclosure",
     response_model=dict[str, Any],
-    responses={**NOT_FOUND, **UNPROCESSABLE},
+    responses={**NOT_FOUND, **CONFLICT},
 )
 def disclosure(
     origin: Origin,
@@ -32,11 +32,12 @@ def disclosure(
     ctx: Annotated[ServerContext, Depends(context)],
 ) -> dict[str, Any]:
     """One saga's records with inclusion proofs under the origin's latest checkpoint: a bundle
-    ``agent-saga verify-proof bundle.json --key <origin's key>`` checks offline."""
+    ``agent-saga verify-proof bundle.json --key <origin's key>`` checks offline. 409 while no
+    checkpoint covers the saga's end (or it has not ended)."""
     try:
         return store.disclosure(ctx.db, origin, saga)
     except store.AuditUnavailable as exc:
-        status = 404 if "no saga" in str(exc) else 422
+        status = 404 if "no saga" in str(exc) else 409  # not provable yet
         raise HTTPException(status, str(exc)) from None
 
 

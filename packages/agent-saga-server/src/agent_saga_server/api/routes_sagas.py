@@ -7,11 +7,11 @@ from typing import Annotated, Literal
 from fastapi import Depends, HTTPException, Path, Query
 
 from ..store import approvals as approval_store
-from ..store.sagas import BadCursor, SagaFilter, list_sagas, saga_view, view_json
+from ..store.sagas import CURSOR_PATTERN, BadCursor, SagaFilter, list_sagas, saga_view, view_json
 from ..store.tokens import Caller
-from .common import NOT_FOUND, Cursor, Limit, not_found, router
+from .common import NOT_FOUND, Limit, not_found, router
 from .context import ServerContext, context
-from .models import SagaDetail, SagaPage, SagaSummaryOut
+from .models import MAX_INT, SagaDetail, SagaPage, SagaSummaryOut
 from .routes_approvals import approval_out
 from .security import allow
 
@@ -28,11 +28,13 @@ def get_sagas(
     origin: Annotated[str | None, Query(pattern=NamePattern)] = None,
     tool: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
     since: Annotated[
-        int | None, Query(ge=0, le=2**62, description="started at or after (ms)")
+        int | None, Query(ge=0, le=MAX_INT, description="started at or after (ms)")
     ] = None,
-    until: Annotated[int | None, Query(ge=0, le=2**62, description="started before (ms)")] = None,
+    until: Annotated[int | None, Query(ge=0, le=MAX_INT, description="started before (ms)")] = None,
     limit: Limit = 50,
-    cursor: Cursor = None,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="`next` of the previous page")
+    ] = None,
 ) -> SagaPage:
     """Sagas newest first, filtered by status, origin, a tool they called and start time."""
     where = SagaFilter(status, origin, tool, since, until)

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_DEPTH = 64
@@ -141,7 +142,20 @@ async def validation_error(request: Request, exc: Exception) -> Response:
 async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else "request refused"
-    return JSONResponse({"detail": detail}, exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method of the path, not only the first route's
+        headers["Allow"] = ", ".join(sorted(_methods(request)))
+    return JSONResponse({"detail": detail}, exc.status_code, headers=headers)
+
+
+def _methods(request: Request) -> set[str]:
+    found: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        methods = getattr(route, "methods", None)
+        if match is not Match.NONE and methods:
+            found.update(methods)
+    return found
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:

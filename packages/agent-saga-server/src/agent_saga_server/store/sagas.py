@@ -2,13 +2,12 @@
 
 The list reads the summaries ingest keeps (``sagas``, ``saga_tools``); one saga is rebuilt from
 its stored records by :func:`agent_saga.build_history`, the view ``agent-saga replay`` shows.
-Pages are ordered newest first by (started, origin, saga) and continue after an opaque cursor.
+Pages are ordered newest first by (started, origin, saga) and continue after a cursor naming
+that position (``started~origin~saga``).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -44,28 +43,25 @@ class SagaSummary:
     tools: list[str]
 
 
-def encode_cursor(values: list[Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+CURSOR_PATTERN = r"^(0|[1-9][0-9]{0,15})~[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}~.{1,500}$"
+"""A page's cursor: ``started~origin~saga`` of the last saga of the previous page."""
 
 
-def decode_cursor(text: str, shape: tuple[type, ...]) -> list[Any]:
-    """The values of a cursor, checked against their types.
+def encode_cursor(started: int, origin: str, saga: str) -> str:
+    return f"{started}~{origin}~{saga}"
+
+
+def decode_cursor(text: str) -> tuple[int, str, str]:
+    """The position a cursor names.
 
     Raises:
-        BadCursor: anything that is not a cursor of this shape.
+        BadCursor: text that is not ``started~origin~saga``.
     """
-    try:
-        padded = text + "=" * (-len(text) % 4)
-        values = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-    except (ValueError, UnicodeEncodeError, binascii.Error):
-        raise BadCursor("cursor is not one this server handed out") from None
-    if (
-        not isinstance(values, list)
-        or len(values) != len(shape)
-        or not all(type(v) is t for v, t in zip(values, shape, strict=True))
-    ):
-        raise BadCursor("cursor is not one this server handed out")
-    return values
+    started, _, rest = text.partition("~")
+    origin, _, saga = rest.partition("~")
+    if not (started.isdigit() and origin and saga):
+        raise BadCursor("a cursor reads started~origin~saga")
+    return int(started), origin, saga
 
 
 def list_sagas(
@@ -96,7 +92,7 @@ def list_sagas(
         )
         params.append(where.tool)
     if cursor is not None:
-        started, origin, saga = decode_cursor(cursor, (int, str, str))
+        started, origin, saga = decode_cursor(cursor)
         clauses.append("(started, origin, saga) < (?, ?, ?)")
         params.extend([started, origin, saga])
     if clauses:
@@ -119,7 +115,7 @@ def list_sagas(
     more = None
     if len(rows) > limit:
         last = summaries[-1]
-        more = encode_cursor([last.started, last.origin, last.saga])
+        more = encode_cursor(last.started, last.origin, last.saga)
     return summaries, more
 
 
@@ -139,6 +135,7 @@ def view_json(view: SagaView) -> dict[str, Any]:
 
 
 __all__ = [
+    "CURSOR_PATTERN",
     "BadCursor",
     "SagaFilter",
     "SagaSummary",
