@@ -240,7 +240,7 @@ def verify(settings: Settings, since: Path | None, key: str | None) -> None:
     break or inconsistency. Checkpoints are the home's, for a fleet log too.
     """
     with reading(settings) as source:
-        log = snapshot(source, keep_records=False)
+        log = snapshot(source, keep_records=False, home=settings.home)
     render_verify(settings.console, log.chain, source.where, source.unit)
     lines, consistent = checkpoint_lines(settings.home, log, since, key)
     for line in [*lines, *redaction_lines(log)]:
