@@ -45,17 +45,32 @@ def build_history(records: Iterable[Record]) -> History:
     """
     builders: dict[str, _SagaBuilder] = {}
     events: list[LogEvent] = []
+    settled: dict[str, str] = {}
     count = 0
     for record in records:
         count += 1
         if record.saga is None:
             events.append(_event(record))
+            if record.kind == Kind.SETTLED:
+                target, by, note = (_str(record.data, k) for k in ("saga", "by", "note"))
+                if target is not None:
+                    settled[target] = f"{by or '?'}: {note or ''}"
             continue
         builder = builders.get(record.saga)
         if builder is None:
             builder = builders[record.saga] = _SagaBuilder(record.saga)
         builder.add(record)
-    return History(tuple(b.build() for b in builders.values()), tuple(events), count)
+    views = (b.build() for b in builders.values())
+    return History(
+        tuple(
+            replace(v, settled=settled[v.id])
+            if v.id in settled and v.status is SagaStatus.NEEDS_HUMAN
+            else v
+            for v in views
+        ),
+        tuple(events),
+        count,
+    )
 
 
 def sagas(records: Iterable[Record]) -> list[SagaView]:
