@@ -29,6 +29,7 @@ class ScriptedChat(BaseChatModel):
     """Answers with the next scripted message on each call."""
 
     script: list[AIMessage]
+    model: str = "scripted-1"
 
     @property
     def _llm_type(self) -> str:
@@ -66,7 +67,10 @@ def agent(model: BaseChatModel, tools: Sequence[BaseTool]) -> Runnable[Any, Any]
 
 
 def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
-    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": call_id}])
+    usage = {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25}
+    return AIMessage(
+        "", tool_calls=[{"name": name, "args": args, "id": call_id}], usage_metadata=usage
+    )
 
 
 def test_agent_runs_and_spans_carry_the_saga_id(
@@ -146,6 +150,42 @@ def test_agent_runs_and_spans_carry_the_saga_id(
     }
     assert sorted(tool_spans) == ["call_1", "call_2"]
     assert tool_spans["call_2"].status.status_code is StatusCode.ERROR
+
+    # Each step is the child of the tool run it ran in, with the model's id of the call and
+    # its own idempotency key; every run has an OpenInference span kind.
+    steps = {s.name: s for s in spans if s.name.startswith("execute_tool ") and s not in runs_spans}
+    for step_name, call_id in [
+        ("execute_tool payments.charge", "call_1"),
+        ("execute_tool shipping.book", "call_2"),
+    ]:
+        step = steps[step_name]
+        assert step.attributes is not None
+        assert step.attributes["gen_ai.tool.call.id"] == call_id
+        assert str(step.attributes["agent_saga.step.idempotency_key"]).startswith("as1-")
+        assert step.parent is not None
+        assert tool_spans[call_id].context is not None
+        assert step.parent.span_id == tool_spans[call_id].context.span_id
+    run_kinds = {
+        (s.name, s.attributes["openinference.span.kind"]) for s in runs_spans if s.attributes
+    }
+    assert run_kinds == {
+        ("agent_loop", "AGENT"),
+        ("chat scripted-1", "LLM"),
+        ("execute_tool charge", "TOOL"),
+        ("execute_tool ship", "TOOL"),
+    }
+    chats = [s for s in runs_spans if s.name == "chat scripted-1"]
+    assert [s.attributes["gen_ai.request.model"] for s in chats if s.attributes] == 3 * [
+        "scripted-1"
+    ]
+    counted = [
+        s.attributes for s in chats if s.attributes and "llm.token_count.prompt" in s.attributes
+    ]
+    assert len(counted) == 2  # the two tool calls reported usage, the final answer did not
+    for attributes in counted:
+        assert attributes["gen_ai.usage.input_tokens"] == 20
+        assert attributes["gen_ai.usage.output_tokens"] == 5
+        assert attributes["llm.token_count.total"] == 25
     own = [s for s in spans if s.instrumentation_scope and s.instrumentation_scope.name == OWN]
     assert sorted(s.name for s in own if s is not root) == [
         "compensate payments.charge",
