@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from .._history.build import resolve_saga_id
+from .._history.views import SagaLookupError
 from .._log.chain import HASH_MISMATCH
 from ..proofs._audit import (
     LogSnapshot,
@@ -121,11 +123,17 @@ def checkpoint() -> None:
     help="Where to write the bundle (JSON).",
 )
 def prove_command(saga_id: str, out: Path) -> None:
-    """Write a disclosure bundle: one saga's records, proven included and complete."""
+    """Write a disclosure bundle: one saga's records, proven included and complete.
+
+    SAGA_ID may be a unique prefix of the id (dashes and case do not matter).
+    """
     settings = current_settings()
     try:
         with reading(settings, hold_lock=False) as source:
+            saga_id = resolve_saga_id((r.saga for r in source.records() if r.saga), saga_id)
             bundle = prove(settings.home, saga_id, source)
+    except SagaLookupError as exc:
+        raise BadInputError(str(exc)) from exc
     except (DisclosureError, CheckpointError) as exc:
         raise CliError(str(exc)) from exc
     _write_json(out, bundle)
