@@ -29,10 +29,7 @@ from pytest_agent_saga import clean_environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plane_testkit import RunningServer, cloud_server
-
-HOSTILE_BODY_LIMIT = 256 * 1024
-CONSOLE_ORIGIN = "https://console.example"
+from plane_testkit import CONSOLE_ORIGIN, HOSTILE_BODY_LIMIT, RunningServer, cloud_server
 
 
 @pytest.fixture(scope="session", autouse=True)

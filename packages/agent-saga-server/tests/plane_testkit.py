@@ -18,6 +18,10 @@ import httpx
 from agent_saga.testing.environment import variables_to_clear
 
 AGENT_SAGA = str(Path(sys.executable).parent / "agent-saga")
+HOSTILE_BODY_LIMIT = 256 * 1024
+"""The body limit of the ``hostile`` server (``--max-body-bytes``)."""
+CONSOLE_ORIGIN = "https://console.example"
+"""The one browser origin the ``hostile`` server allows (``--cors-origin``)."""
 
 
 @dataclass

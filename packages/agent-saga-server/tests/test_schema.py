@@ -1,11 +1,13 @@
 """schemathesis against the OpenAPI document of a real server process: no 5xx and no schema
 violation over the generated cases (each operation called with a token of a scope it allows).
 
-Every check schemathesis runs by default applies but ``ignored_auth``, which sends each case
-twice more (without a token, with a bogus one): ``test_authorization`` calls every operation
-with every kind of token instead. A case whose body holds an integral float (``5.0`` where an integer is expected) is exempt from
-the one check that valid input is accepted: JSON Schema calls it an integer, this API refuses it
-(400), as it refuses every value that is not exactly of its type.
+Every check schemathesis runs by default applies but two:
+
+* ``ignored_auth`` sends each case twice more (without a token, with a bogus one);
+  ``test_authorization`` calls every operation with every kind of token instead;
+* "a schema-valid request is accepted", for a case whose body holds an integral float (``5.0``
+  where an integer is expected): JSON Schema calls it an integer, this API refuses it (400), as
+  it refuses every value that is not exactly of its type (``test_inputs``).
 
 The count of cases run is printed at the end of the module (``-s``) and checked against a
 floor, so a run that silently generated nothing fails.

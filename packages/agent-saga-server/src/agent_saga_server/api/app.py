@@ -25,7 +25,13 @@ from . import (
 )
 from .context import ServerContext
 from .hub import ChangeHub
-from .strict import SecurityHeaders, http_error, unexpected_error, validation_error
+from .strict import (
+    BodyLimit,
+    SecurityHeaders,
+    http_error,
+    unexpected_error,
+    validation_error,
+)
 
 DESCRIPTION = """The agent-saga control plane for a fleet of agents.
 
@@ -58,7 +64,6 @@ def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,
     )
     app.state.context = ServerContext(db, settings, hub)
     for module in (
@@ -70,6 +75,7 @@ def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(DatabaseUnavailable, _database_down)
     app.add_exception_handler(Exception, unexpected_error)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -31,7 +31,9 @@ UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
 }
 
 Limit = Annotated[int, Query(ge=1, le=500, description="items per page (at most 500)")]
-Cursor = Annotated[str | None, Query(max_length=500, description="from the previous page")]
+Cursor = Annotated[
+    str | None, Query(pattern=r"^[0-9]{20}-[0-9a-f]{8}$", description="`next` of the previous page")
+]
 
 
 def router(tag: str) -> APIRouter:

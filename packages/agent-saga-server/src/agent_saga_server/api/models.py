@@ -173,6 +173,7 @@ class SagaDetail(BaseModel):
 
 class ApprovalList(BaseModel):
     approvals: list[ApprovalOut]
+    next: str | None
 
 
 class ApprovalCreate(StrictModel):

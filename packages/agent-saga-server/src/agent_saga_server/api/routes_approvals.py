@@ -12,13 +12,14 @@ from fastapi import Depends, HTTPException, Path, Query
 from ..store import approvals as store
 from ..store.approvals import ApprovalRefused, ApprovalRow
 from ..store.tokens import Caller, approver_subjects
-from .common import CONFLICT, NOT_FOUND, Cursor, Limit, not_found, router
+from .common import CONFLICT, NOT_FOUND, Limit, not_found, router
 from .context import ServerContext, context
 from .models import ApprovalCreate, ApprovalList, ApprovalOut, ApproverList, VoteIn, VoteOut
 from .security import allow, own_origin
 
 api = router("approvals")
-RequestId = Annotated[str, Path(pattern=r"^apr-[0-9a-f]{16}$")]
+REQUEST_ID = r"^apr-[0-9a-f]{16}$"
+RequestId = Annotated[str, Path(pattern=REQUEST_ID)]
 Wait = Annotated[float, Query(ge=0, le=30, description="seconds to wait for a change")]
 
 
@@ -60,21 +61,24 @@ async def list_approvals(
     status: Literal["pending", "approved", "denied", "expired"] | None = None,
     wait: Wait = 0,
     limit: Limit = 50,
-    after: Cursor = None,
+    after: Annotated[
+        str | None, Query(pattern=REQUEST_ID, description="`next` of the previous page")
+    ] = None,
 ) -> ApprovalList:
-    """Requests (oldest first, after the id ``after``), in full: the action's arguments and
-    digest. With ``wait``, an empty answer waits up to that long for a new or changed one.
+    """Requests, oldest first (after the request ``after``), in full: the action's arguments
+    and digest. With ``wait``, an empty answer waits up to that long for a new or changed one.
     An agent token sees its own origin's requests only."""
     origin = caller.origin if caller.scope == "agent" else None
     deadline = time.monotonic() + min(wait, ctx.settings.max_wait)
     while True:
         event = ctx.hub.event("approvals")
         rows = await anyio.to_thread.run_sync(
-            store.list_approvals, ctx.db, status, origin, limit, after
+            store.list_approvals, ctx.db, status, origin, limit + 1, after
         )
         left = deadline - time.monotonic()
         if rows or left <= 0:
-            return ApprovalList(approvals=[approval_out(r) for r in rows])
+            more = rows[limit - 1].id if len(rows) > limit else None
+            return ApprovalList(approvals=[approval_out(r) for r in rows[:limit]], next=more)
         try:
             await asyncio.wait_for(event.wait(), left)
         except TimeoutError:

@@ -12,11 +12,10 @@ from ..store.tokens import Caller, Scope
 from .common import CONFLICT, NOT_FOUND, Cursor, Limit, router
 from .context import ServerContext, context
 from .models import CertifyOut, CheckpointList, CheckpointOut, ConflictList, ConflictOut
-from .security import allow
+from .security import ORIGIN_PATTERN, allow
 
 api = router("audit")
-NamePattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
-Origin = Annotated[str, Path(pattern=NamePattern)]
+Origin = Annotated[str, Path(pattern=ORIGIN_PATTERN)]
 READERS: tuple[Scope, ...] = ("admin", "auditor")
 
 
@@ -55,7 +54,7 @@ def certify(
 def checkpoints(
     caller: Annotated[Caller, Depends(allow(*READERS))],
     ctx: Annotated[ServerContext, Depends(context)],
-    origin: Annotated[str | None, Query(pattern=NamePattern)] = None,
+    origin: Annotated[str | None, Query(pattern=ORIGIN_PATTERN)] = None,
     limit: Limit = 50,
 ) -> CheckpointList:
     """Accepted checkpoints, newest first."""
@@ -67,7 +66,7 @@ def checkpoints(
 def conflicts(
     caller: Annotated[Caller, Depends(allow(*READERS))],
     ctx: Annotated[ServerContext, Depends(context)],
-    origin: Annotated[str | None, Query(pattern=NamePattern)] = None,
+    origin: Annotated[str | None, Query(pattern=ORIGIN_PATTERN)] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> ConflictList:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path
+from fastapi import Depends, HTTPException
 
 from ..store import ingest as ingest_store
 from ..store.checkpoints import accept_checkpoint
@@ -13,10 +13,9 @@ from ..store.tokens import Caller
 from .common import CONFLICT, UNPROCESSABLE, router
 from .context import ServerContext, context
 from .models import CheckpointIn, CheckpointOut, IngestBody, IngestOut, OriginList, OriginOut
-from .security import allow, own_origin
+from .security import OriginPath, allow, for_origin
 
 api = router("ingest")
-OriginPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
 
 
 def _origin_out(state: ingest_store.OriginState) -> OriginOut:
@@ -45,11 +44,10 @@ def list_origins(
 @api.get("/origins/{origin}", response_model=OriginOut)
 def get_origin(
     origin: OriginPath,
-    caller: Annotated[Caller, Depends(allow("agent", "admin", "auditor"))],
+    caller: Annotated[Caller, Depends(for_origin("agent", "admin", "auditor"))],
     ctx: Annotated[ServerContext, Depends(context)],
 ) -> OriginOut:
     """Where the server's copy of an origin's log ends (agents resume shipping from here)."""
-    own_origin(caller, origin)
     with ctx.db.transaction(write=False) as tx:
         return _origin_out(origin_state(tx, origin))
 
@@ -60,7 +58,7 @@ def get_origin(
 def post_records(
     origin: OriginPath,
     body: IngestBody,
-    caller: Annotated[Caller, Depends(allow("agent"))],
+    caller: Annotated[Caller, Depends(for_origin("agent"))],
     ctx: Annotated[ServerContext, Depends(context)],
 ) -> IngestOut:
     """Append a batch of records (consecutive, in seq order) to the origin's copy.
@@ -69,7 +67,6 @@ def post_records(
     that differs from the stored one (409), breaks the chain (409/422) or leaves a gap (422)
     refuses the whole batch, and the batch is kept as evidence.
     """
-    own_origin(caller, origin)
     records = [record.model_dump() for record in body.records]
     try:
         result = ingest_store.ingest(ctx.db, origin, records, caller.token_id)
@@ -91,12 +88,11 @@ def post_records(
 def post_checkpoint(
     origin: OriginPath,
     body: CheckpointIn,
-    caller: Annotated[Caller, Depends(allow("agent"))],
+    caller: Annotated[Caller, Depends(for_origin("agent"))],
     ctx: Annotated[ServerContext, Depends(context)],
 ) -> CheckpointOut:
     """Submit a signed checkpoint with a consistency proof from the last accepted one
     (base64 hashes; empty for the first). The root must be that of the records received."""
-    own_origin(caller, origin)
     try:
         accepted = accept_checkpoint(
             ctx.db, origin, body.note, body.proof, body.verifier, caller.token_id

@@ -13,11 +13,10 @@ from .common import NOT_FOUND, Limit, not_found, router
 from .context import ServerContext, context
 from .models import MAX_INT, SagaDetail, SagaPage, SagaSummaryOut
 from .routes_approvals import approval_out
-from .security import allow
+from .security import ORIGIN_PATTERN, allow
 
 api = router("sagas")
 Status = Literal["running", "committed", "rolled_back", "needs_human"]
-NamePattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
 
 @api.get("/sagas", response_model=SagaPage)
@@ -25,7 +24,7 @@ def get_sagas(
     caller: Annotated[Caller, Depends(allow("admin", "auditor", "approver"))],
     ctx: Annotated[ServerContext, Depends(context)],
     status: Status | None = None,
-    origin: Annotated[str | None, Query(pattern=NamePattern)] = None,
+    origin: Annotated[str | None, Query(pattern=ORIGIN_PATTERN)] = None,
     tool: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
     since: Annotated[
         int | None, Query(ge=0, le=MAX_INT, description="started at or after (ms)")
@@ -47,7 +46,7 @@ def get_sagas(
 
 @api.get("/sagas/{origin}/{saga}", response_model=SagaDetail, responses=NOT_FOUND)
 def get_saga(
-    origin: Annotated[str, Path(pattern=NamePattern)],
+    origin: Annotated[str, Path(pattern=ORIGIN_PATTERN)],
     saga: Annotated[str, Path(min_length=1, max_length=500)],
     caller: Annotated[Caller, Depends(allow("admin", "auditor", "approver"))],
     ctx: Annotated[ServerContext, Depends(context)],
@@ -57,11 +56,7 @@ def get_saga(
     view = saga_view(ctx.db, origin, saga)
     if view is None:
         raise not_found(f"saga {saga} from {origin}")
-    requests = [
-        row
-        for row in approval_store.list_approvals(ctx.db, None, origin, 500, None)
-        if row.saga == saga
-    ]
+    requests = approval_store.list_approvals(ctx.db, None, origin, 1000, None, saga=saga)
     return SagaDetail(
         origin=origin, saga=view_json(view), approvals=[approval_out(r) for r in requests]
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..store.tokens import Caller, Scope, authenticate
@@ -43,10 +43,28 @@ def allow(*scopes: Scope) -> Callable[..., Caller]:
     return caller
 
 
+ORIGIN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+OriginPath = Annotated[str, Path(pattern=ORIGIN_PATTERN)]
+
+
+def for_origin(*scopes: Scope) -> Callable[..., Caller]:
+    """:func:`allow`, and an agent token only for the ``{origin}`` of the path: a 403 before
+    the body is looked at."""
+    check = allow(*scopes)
+
+    def caller(origin: OriginPath, found: Caller) -> Caller:
+        own_origin(found, origin)
+        return found
+
+    # a closure's variable cannot be named in a string annotation FastAPI resolves later
+    caller.__annotations__["found"] = Annotated[Caller, Depends(check)]
+    return caller
+
+
 def own_origin(caller: Caller, origin: str) -> None:
     """Refuse (403) an agent token acting for another origin; other scopes pass."""
     if caller.scope == "agent" and caller.origin != origin:
         raise HTTPException(403, f"this agent token writes only origin {caller.origin}")
 
 
-__all__ = ["allow", "own_origin"]
+__all__ = ["ORIGIN_PATTERN", "OriginPath", "allow", "for_origin", "own_origin"]

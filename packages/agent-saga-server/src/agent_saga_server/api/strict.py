@@ -6,6 +6,9 @@
   a 400 too, and the answer never echoes the input (FastAPI's default 422 does, and crashes on
   values it cannot encode).
 * A body with another content type than ``application/json`` is a 415.
+* A body larger than the limit is a 413 (:class:`BodyLimit`): at once when its
+  ``Content-Length`` says so, else as soon as the bytes received pass the limit, so no larger
+  body is ever buffered.
 * Every response carries security headers; errors are ``{"detail": "one line"}``.
 """
 
@@ -20,8 +23,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_DEPTH = 64
@@ -144,16 +147,26 @@ async def http_error(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc.detail, str) else "request refused"
     headers = dict(exc.headers or {})
     if exc.status_code == 405:  # every method of the path, not only the first route's
-        headers["Allow"] = ", ".join(sorted(_methods(request)))
+        named = {m.strip() for m in headers.get("Allow", "").split(",") if m.strip()}
+        headers["Allow"] = ", ".join(sorted(_methods(request) | named))
     return JSONResponse({"detail": detail}, exc.status_code, headers=headers)
 
 
 def _methods(request: Request) -> set[str]:
+    """Every method some route serves at the request's path (routers included in the app are
+    walked: FastAPI keeps their routes behind an ``original_router``)."""
+    path = request.scope.get("path", "")
     found: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
+    pending: list[Any] = list(request.app.routes)
+    while pending:
+        route = pending.pop()
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            pending.extend(inner.routes)
+            continue
+        regex = getattr(route, "path_regex", None)
         methods = getattr(route, "methods", None)
-        if match is not Match.NONE and methods:
+        if regex is not None and methods and regex.match(path):
             found.update(methods)
     return found
 
@@ -175,6 +188,39 @@ DOCS_CSP = (
     "style-src 'self' https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; "
     "connect-src 'self'; frame-ancestors 'none'"
 )
+
+
+class BodyLimit:
+    """Refuses a request body larger than ``limit`` bytes with a 413 (see the module docstring).
+
+    Placed inside :class:`SecurityHeaders`, so its answers carry the headers too.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"the body is larger than {self.limit} bytes"
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:
+            await JSONResponse({"detail": too_large}, 413)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise StarletteHTTPException(413, too_large)
+            return message
+
+        await self.app(scope, counted, send)
 
 
 class SecurityHeaders:
@@ -206,6 +252,7 @@ class SecurityHeaders:
 
 __all__ = [
     "BadJSON",
+    "BodyLimit",
     "SecurityHeaders",
     "StrictModel",
     "StrictRequest",

@@ -127,9 +127,16 @@ def get(db: Database, request_id: str) -> ApprovalRow | None:
 
 
 def list_approvals(
-    db: Database, status: str | None, origin: str | None, limit: int, after: str | None
+    db: Database,
+    status: str | None,
+    origin: str | None,
+    limit: int,
+    after: str | None,
+    *,
+    saga: str | None = None,
 ) -> list[ApprovalRow]:
-    """Requests, oldest first, optionally only ``pending`` (undecided and unexpired) ones."""
+    """Requests, oldest first (by request time, then id), after the request ``after`` (none
+    when that id is unknown); optionally only ``pending`` (undecided and unexpired) ones."""
     now = time.time()
     clauses: list[str] = []
     params: list[Any] = []
@@ -142,17 +149,20 @@ def list_approvals(
     elif status is not None:
         clauses.append("status = ?")
         params.append(status)
-    if origin is not None:
-        clauses.append("origin = ?")
-        params.append(origin)
+    for column, value in (("origin", origin), ("saga", saga)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
     if after is not None:
-        clauses.append("id > ?")
+        clauses.append(
+            "(requested_at, id) > (SELECT a.requested_at, a.id FROM approvals a WHERE a.id = ?)"
+        )
         params.append(after)
     sql = f"SELECT {_COLUMNS} FROM approvals"
     if clauses:
         sql += " WHERE " + " AND ".join(clauses)
     with db.transaction(write=False) as tx:
-        rows = tx.all(sql + " ORDER BY id LIMIT ?", [*params, limit])
+        rows = tx.all(sql + " ORDER BY requested_at, id LIMIT ?", [*params, limit])
         return [_row(tx, row, now) for row in rows]
 
 

@@ -251,14 +251,24 @@ def _store(tx: Tx, origin: str, fresh: list[Record]) -> None:
 
 
 def read_records(
-    tx: Tx, origin: str, *, saga: str | None = None, upto: int | None = None
+    tx: Tx,
+    origin: str,
+    *,
+    saga: str | None = None,
+    kind: str | None = None,
+    upto: int | None = None,
 ) -> list[Record]:
-    """The stored records of ``origin`` (of one saga, up to a seq), in seq order."""
+    """The stored records of ``origin``, in seq order: of one saga, or with ``kind`` given and
+    no saga, the log's own records of that kind (``saga.settled``, ``log.redaction``, ...);
+    up to a seq."""
     sql = "SELECT seq, ts, kind, saga, data, prev, hash FROM records WHERE origin = ?"
     params: list[Any] = [origin]
     if saga is not None:
         sql += " AND saga = ?"
         params.append(saga)
+    if kind is not None:
+        sql += " AND kind = ?" + ("" if saga is not None else " AND saga IS NULL")
+        params.append(kind)
     if upto is not None:
         sql += " AND seq <= ?"
         params.append(upto)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agent_saga import SagaView, build_history
+from agent_saga import Kind, SagaView, build_history
 
 from .db import Database
 from .ingest import read_records
@@ -120,12 +120,17 @@ def list_sagas(
 
 
 def saga_view(db: Database, origin: str, saga: str) -> SagaView | None:
-    """One saga rebuilt from its stored records (``None`` when the server has none)."""
+    """One saga rebuilt from its stored records (``None`` when the server has none), with the
+    origin's ``saga.settled`` records that name it (who took on a ``needs_human`` saga)."""
     with db.transaction(write=False) as tx:
         records = read_records(tx, origin, saga=saga)
-    if not records:
-        return None
-    return build_history(records).sagas[0]
+        if not records:
+            return None
+        settled = [
+            r for r in read_records(tx, origin, kind=Kind.SETTLED) if r.data.get("saga") == saga
+        ]
+    merged = sorted([*records, *settled], key=lambda r: r.seq)
+    return build_history(merged).sagas[0]
 
 
 def view_json(view: SagaView) -> dict[str, Any]:

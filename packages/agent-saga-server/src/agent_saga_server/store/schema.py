@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS records (
     PRIMARY KEY (origin, seq)
 );
 CREATE INDEX IF NOT EXISTS records_by_saga ON records (origin, saga, seq);
+CREATE INDEX IF NOT EXISTS records_of_the_log ON records (origin, kind, seq) WHERE saga IS NULL;
 CREATE TABLE IF NOT EXISTS conflicts (
     id TEXT PRIMARY KEY, origin TEXT NOT NULL, seq BIGINT, what TEXT NOT NULL,
     reason TEXT NOT NULL, body TEXT NOT NULL, received_at DOUBLE PRECISION NOT NULL,
