@@ -29,7 +29,13 @@ from pytest_agent_saga import clean_environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plane_testkit import CONSOLE_ORIGIN, HOSTILE_BODY_LIMIT, RunningServer, cloud_server
+from plane_testkit import (
+    CONSOLE_ORIGIN,
+    HOSTILE_BODY_LIMIT,
+    RunningServer,
+    cloud_server,
+    cloud_servers,
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,10 +69,11 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running
     """Two control-plane processes on one real PostgreSQL schema."""
     with server_for_tests() as url, scratch_schema(url) as schema:
         args = ("--store", url, "--store-schema", schema)
-        with cloud_server(tmp_path_factory.mktemp("one"), *args) as one:
-            assert one.admin is not None  # the first start prints the first admin token
-            with cloud_server(tmp_path_factory.mktemp("two"), *args, admin=one.admin) as two:
-                yield one, two
+        homes = [(tmp_path_factory.mktemp(name), args) for name in ("one", "two")]
+        with cloud_servers(*homes) as (one, two):  # started together, on an empty schema
+            admin = one.admin or two.admin
+            one.admin = two.admin = admin
+            yield one, two
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 from agent_saga.testing.environment import variables_to_clear
@@ -30,6 +32,8 @@ class RunningServer:
     admin: str | None
     process: subprocess.Popen[str]
     home: Path
+    printed_admin: bool = False
+    """Whether this process printed the first admin token when it started."""
 
     def client(self, token: str | None = None, timeout: float = 10.0) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -53,51 +57,82 @@ def server_environment() -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1"}
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @contextmanager
-def cloud_server(home: Path, *args: str, admin: str | None = None) -> Iterator[RunningServer]:
-    """Start ``agent-saga --home HOME cloud-server --port 0 ARGS``; yield it once it answers."""
-    home.mkdir(parents=True, exist_ok=True)
-    log = (home / "server.out").open("w")
-    process = subprocess.Popen(
-        [AGENT_SAGA, "--home", str(home), "cloud-server", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        env=server_environment(),
-        cwd=home,
-    )
+def cloud_servers(*homes: tuple[Path, tuple[str, ...]]) -> Iterator[list[RunningServer]]:
+    """Start ``agent-saga --home HOME cloud-server --port 0 ARGS`` for each ``(HOME, ARGS)`` at
+    once (an ``ARGS`` may name ``--port``); yield them once every one answers."""
+    started: list[tuple[subprocess.Popen[str], TextIO]] = []
     try:
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        if not first.startswith("agent-saga control plane on "):
-            process.wait(30)
-            raise RuntimeError(
-                f"server did not start: {first!r} {(home / 'server.out').read_text()}"
+        for home, args in homes:
+            home.mkdir(parents=True, exist_ok=True)
+            log = (home / "server.out").open("w")
+            process = subprocess.Popen(
+                [AGENT_SAGA, "--home", str(home), "cloud-server", "--port", "0", *args],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=server_environment(),
+                cwd=home,
             )
-        url = first.split()[4]
-        second = process.stdout.readline()
-        if second.startswith("admin token"):
-            admin = second.split()[-1]
-            process.stdout.readline()
-        deadline = time.monotonic() + 60
+            started.append((process, log))
+        pairs = zip(started, homes, strict=True)
+        yield [_answering(process, home) for (process, _), (home, _) in pairs]
+    finally:
+        for process, output in started:
+            _stop(process)
+            output.close()
+
+
+@contextmanager
+def cloud_server(
+    home: Path, *args: str, admin: str | None = None, port: int = 0
+) -> Iterator[RunningServer]:
+    """One server (:func:`cloud_servers`); ``admin`` is its admin token when it prints none."""
+    with cloud_servers((home, ("--port", str(port), *args))) as [running]:
+        running.admin = running.admin or admin
+        yield running
+
+
+def _answering(process: subprocess.Popen[str], home: Path) -> RunningServer:
+    assert process.stdout is not None
+    first = process.stdout.readline()
+    if not first.startswith("agent-saga control plane on "):
+        process.wait(30)
+        raise RuntimeError(f"server did not start: {first!r} {(home / 'server.out').read_text()}")
+    url = first.split()[4]
+    admin = None
+    second = process.stdout.readline()
+    if second.startswith("admin token"):
+        admin = second.split()[-1]
+        process.stdout.readline()
+    deadline = time.monotonic() + 60
+    with httpx.Client(base_url=url, timeout=2, trust_env=False) as probe:
         while True:
             try:
-                if httpx.get(url + "/v1/health", timeout=2, trust_env=False).status_code == 200:
+                if probe.get("/v1/health").status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("server did not answer")
-            time.sleep(0.1)
-        yield RunningServer(url, admin, process, home)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(15)
-        if process.stdout is not None:
-            process.stdout.close()
-        log.close()
+                raise RuntimeError(f"server did not answer: {(home / 'server.out').read_text()}")
+            time.sleep(0.05)
+    return RunningServer(url, admin, process, home, printed_admin=admin is not None)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(15)
+    if process.stdout is not None:
+        process.stdout.close()

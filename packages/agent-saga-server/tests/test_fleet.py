@@ -1,11 +1,13 @@
-"""Agents against a real control plane (uvicorn, SQLite in its home): shipping, sagas,
-approvals, budgets, the kill switch, audit exports, and what the manifest and status say."""
+"""Agents against a real control plane: shipping, sagas, approvals, budgets, the kill switch,
+audit exports, and what the manifest and status say. Tests taking ``plane`` run twice: against
+the SQLite server and against a replica on the real PostgreSQL."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from agent_saga import (
     read_log,
 )
 from agent_saga.proofs import NoteVerifier, verify_bundle
-from plane_testkit import RunningServer, cloud_server
+from plane_testkit import RunningServer, cloud_server, free_port
 
 
 def wait_until(check: Any, timeout: float = 10.0) -> None:
@@ -31,9 +33,23 @@ def wait_until(check: Any, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+OPENED: list[AgentKit] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_kits() -> Iterator[None]:
+    """Every kit a test opened is closed after it, also when the test failed (closing twice
+    is harmless)."""
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 def agent_kit(server: RunningServer, home: Path, origin: str, **kwargs: Any) -> AgentKit:
     token = server.token("agent", origin)
-    return AgentKit(home=home, server=server.url, token=token, **kwargs)
+    kit = AgentKit(home=home, server=server.url, token=token, **kwargs)
+    OPENED.append(kit)
+    return kit
 
 
 def shipped(server: RunningServer, origin: str) -> int:
@@ -42,9 +58,9 @@ def shipped(server: RunningServer, origin: str) -> int:
 
 
 def test_records_ship_sagas_list_and_a_saga_reads_as_replay_tells_it(
-    server: RunningServer, tmp_path: Path
+    plane: RunningServer, tmp_path: Path
 ) -> None:
-    kit = agent_kit(server, tmp_path / "a", "ship-a")
+    kit = agent_kit(plane, tmp_path / "a", "ship-a")
 
     @kit.tool(name="crm.note", compensate=lambda text: None)
     def note(text: str) -> str:
@@ -60,8 +76,8 @@ def test_records_ship_sagas_list_and_a_saga_reads_as_replay_tells_it(
     except SagaRolledBack:
         pass
     local = list(read_log(tmp_path / "a"))
-    wait_until(lambda: shipped(server, "ship-a") == local[-1].seq)
-    with server.client(server.admin) as client:
+    wait_until(lambda: shipped(plane, "ship-a") == local[-1].seq)
+    with plane.client(plane.admin) as client:
         page1 = client.get("/v1/sagas", params={"origin": "ship-a", "limit": 5}).json()
         page2 = client.get(
             "/v1/sagas", params={"origin": "ship-a", "limit": 5, "cursor": page1["next"]}
@@ -89,10 +105,10 @@ def test_records_ship_sagas_list_and_a_saga_reads_as_replay_tells_it(
 
 
 def test_approval_quorum_identity_single_use_and_the_decision_reaches_the_agent(
-    server: RunningServer, tmp_path: Path
+    plane: RunningServer, tmp_path: Path
 ) -> None:
-    alice = server.token("approver", "alice")
-    bob = server.token("approver", "bob")
+    alice = plane.token("approver", "alice")
+    bob = plane.token("approver", "bob")
     from agent_saga import RequireApproval, Rule, ToolCall  # noqa: F401
 
     class TwoPeople:
@@ -101,7 +117,7 @@ def test_approval_quorum_identity_single_use_and_the_decision_reaches_the_agent(
         def evaluate(self, call: ToolCall) -> RequireApproval:
             return RequireApproval(self.name, "wires need two people", quorum=2)
 
-    kit = agent_kit(server, tmp_path / "b", "approve-b", rules=[TwoPeople()])
+    kit = agent_kit(plane, tmp_path / "b", "approve-b", rules=[TwoPeople()])
 
     @kit.tool(name="bank.wire", semantics=IRREVERSIBLE)
     def wire(to: str, amount: int) -> str:
@@ -115,7 +131,7 @@ def test_approval_quorum_identity_single_use_and_the_decision_reaches_the_agent(
 
     thread = threading.Thread(target=agent)
     thread.start()
-    with server.client(alice) as a, server.client(bob) as b:
+    with plane.client(alice) as a, plane.client(bob) as b:
         pending = a.get("/v1/approvals", params={"status": "pending", "wait": 20}).json()
         [request] = [r for r in pending["approvals"] if r["origin"] == "approve-b"]
         assert request["args"] == {"to": "acme", "amount": 9000}
@@ -135,7 +151,7 @@ def test_approval_quorum_identity_single_use_and_the_decision_reaches_the_agent(
     decided = [r.data for r in read_log(tmp_path / "b") if r.kind == "approval.decided"]
     assert decided[0]["decision"] == "approved"
     assert decided[0]["by"] == ["alice", "bob"]
-    wait_until(lambda: _outcome(server, request["id"]) == "approved")
+    wait_until(lambda: _outcome(plane, request["id"]) == "approved")
     kit.close()
 
 
@@ -211,8 +227,13 @@ def test_budgets_are_shared_by_agents_and_never_exceed_the_cap(
         kit.close()
 
 
-def test_halt_reaches_the_agent_and_a_silent_server_makes_it_refuse(tmp_path: Path) -> None:
-    with cloud_server(tmp_path / "plane") as plane:
+def test_halt_reaches_the_agent_a_silent_server_makes_it_refuse_and_a_restart_resumes(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    with cloud_server(tmp_path / "plane", port=port) as plane:
+        assert plane.admin is not None
+        admin_token = plane.admin
         kit = agent_kit(plane, tmp_path / "d", "halt-d")
 
         @kit.tool(name="arm.move", compensate=lambda angle: None)
@@ -224,7 +245,7 @@ def test_halt_reaches_the_agent_and_a_silent_server_makes_it_refuse(tmp_path: Pa
         assert kit.status().ready
         assert kit.guarantees()["kill_switch"]["kind"] == "server"
         assert any("after the fact" in n for n in kit.guarantees()["not_claimed"])
-        with plane.client(plane.admin) as admin:
+        with plane.client(admin_token) as admin:
             admin.post("/v1/killswitch/halt", json={"reason": "incident 7"})
             started = time.monotonic()
             wait_until(lambda: kit.runtime.kill_switch.state().halted, timeout=1.0)
@@ -247,13 +268,46 @@ def test_halt_reaches_the_agent_and_a_silent_server_makes_it_refuse(tmp_path: Pa
         with pytest.raises(HaltedError), kit.transaction("no server"):
             move(3)
         assert not kit.status().ready
-        kit.close()
+    with cloud_server(tmp_path / "plane", port=port) as again:
+        assert again.admin is None  # the first admin token is printed on the first start only
+        wait_until(lambda: not kit.runtime.kill_switch.state().halted)
+        with kit.transaction("after the restart"):
+            move(4)
+        assert kit.status().ready
+        local = list(read_log(tmp_path / "d"))
+        again.admin = admin_token  # issued before the restart, still valid
+        wait_until(lambda: shipped(again, "halt-d") == local[-1].seq)
+        with again.client(admin_token) as admin:
+            page = admin.get("/v1/sagas", params={"origin": "halt-d"}).json()
+        # a transaction refused by the kill switch writes no saga
+        assert [saga["name"] for saga in page["sagas"]] == ["after the restart", "ok"]
+    kit.close()
+
+
+def test_an_agent_that_cannot_reach_its_server_refuses_effects_and_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    kit = AgentKit(home=tmp_path / "lonely", server=url, token="asg_" + "0" * 16 + "_" + "x" * 43)
+    OPENED.append(kit)
+
+    @kit.tool(name="door.open", compensate=lambda door: None)
+    def open_door(door: str) -> str:
+        return door
+
+    with pytest.raises(HaltedError, match="kill switch unknown"), kit.transaction("try"):
+        open_door("front")
+    status = kit.status()
+    assert not status.ready
+    assert any("kill switch" in reason for reason in status.reasons)
+    assert [r.kind for r in read_log(tmp_path / "lonely") if r.kind == "step.done"] == []
+    kit.close()
 
 
 def test_checkpoints_disclosure_and_certify_from_the_server(
-    server: RunningServer, tmp_path: Path
+    plane: RunningServer, tmp_path: Path
 ) -> None:
-    kit = agent_kit(server, tmp_path / "e", "audit-e")
+    kit = agent_kit(plane, tmp_path / "e", "audit-e")
 
     @kit.tool(name="files.put", compensate=lambda path: None)
     def put(path: str) -> str:
@@ -263,8 +317,8 @@ def test_checkpoints_disclosure_and_certify_from_the_server(
         put("/a")
     kit.checkpoint()
     seq = list(read_log(tmp_path / "e"))[-1].seq
-    wait_until(lambda: _checkpoint_size(server, "audit-e") == seq)
-    with server.client(server.admin) as admin:
+    wait_until(lambda: _checkpoint_size(plane, "audit-e") == seq)
+    with plane.client(plane.admin) as admin:
         sagas = admin.get("/v1/sagas", params={"origin": "audit-e"}).json()["sagas"]
         bundle = admin.get(f"/v1/audit/sagas/audit-e/{sagas[0]['saga']}/disclosure").json()
         report = admin.get("/v1/audit/certify/audit-e").json()
@@ -285,16 +339,16 @@ def _checkpoint_size(server: RunningServer, origin: str) -> int:
 
 
 def test_a_conflicting_record_is_a_409_kept_as_evidence(
-    server: RunningServer, tmp_path: Path
+    plane: RunningServer, tmp_path: Path
 ) -> None:
-    kit = agent_kit(server, tmp_path / "f", "conflict-f")
+    kit = agent_kit(plane, tmp_path / "f", "conflict-f")
     with kit.transaction("one"):
         pass
     record = next(iter(read_log(tmp_path / "f"))).to_json()
-    wait_until(lambda: shipped(server, "conflict-f") >= 1)
+    wait_until(lambda: shipped(plane, "conflict-f") >= 1)
     kit.close()
-    token = server.token("agent", "conflict-f")
-    with server.client(token) as agent:
+    token = plane.token("agent", "conflict-f")
+    with plane.client(token) as agent:
         again = agent.post("/v1/origins/conflict-f/records", json={"records": [record]})
         assert again.status_code == 200
         assert again.json()["duplicates"] == 1
@@ -303,7 +357,7 @@ def test_a_conflicting_record_is_a_409_kept_as_evidence(
         assert refused.status_code == 409
         other = agent.post("/v1/origins/someone-else/records", json={"records": [record]})
         assert other.status_code == 403
-    with server.client(server.admin) as admin:
+    with plane.client(plane.admin) as admin:
         kept = admin.get("/v1/audit/conflicts", params={"origin": "conflict-f"}).json()
         assert kept["conflicts"][-1]["body"]["records"][0]["ts"] == record["ts"] + 1
 

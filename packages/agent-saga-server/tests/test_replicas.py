@@ -11,16 +11,21 @@ from agent_saga import AgentKit, Budget, SagaRolledBack
 from plane_testkit import RunningServer
 
 
-def test_the_second_replica_prints_no_new_admin_token_and_shares_the_data(
+def test_replicas_started_together_make_one_admin_token_and_share_tokens(
     replicas: tuple[RunningServer, ...],
 ) -> None:
     one, two = replicas
+    assert [one.printed_admin, two.printed_admin].count(True) == 1
     token = one.token("auditor", "ann")
     with two.client(token) as client:  # issued through one, accepted by two
-        assert client.get("/v1/whoami").json()["subject"] == "ann"
+        me = client.get("/v1/whoami").json()
+        assert me["subject"] == "ann"
     with one.client(one.admin) as admin:
         listed = admin.get("/v1/tokens").json()["tokens"]
-    assert [t["scope"] for t in listed].count("admin") == 1
+        assert [t["scope"] for t in listed].count("admin") == 1
+        assert admin.delete(f"/v1/tokens/{me['token_id']}").status_code == 204
+    with two.client(token) as client:  # revoked through one, refused by two at once
+        assert client.get("/v1/whoami").status_code == 401
 
 
 def test_budgets_hold_across_replicas_under_concurrent_agents(
