@@ -61,7 +61,7 @@ def credentials(hostile: RunningServer) -> dict[str, str | None]:
         other = issue({"scope": "agent", "subject": "m-other", "origin": "matrix-other"})
         approver = issue({"scope": "approver", "subject": "m-approver"})
         auditor = issue({"scope": "auditor", "subject": "m-auditor"})
-    token_id, secret = agent["token"].split("_")[1:3]
+    token_id, secret = agent["token"][4:20], agent["token"][21:]  # asg_<id>_<secret>
     time.sleep(max(0.0, expired["expires_at"] - time.time()) + 0.05)
     return {
         "none": None,

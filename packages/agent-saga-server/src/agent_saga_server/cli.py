@@ -176,6 +176,7 @@ def token_create(
         click.echo(text)
         return
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when the file was there before
     with os.fdopen(fd, "w") as handle:
         handle.write(text + "\n")
     click.echo(f"token {info.id} ({scope}, {subject}) written to {out}")
