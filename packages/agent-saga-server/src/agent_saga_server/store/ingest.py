@@ -7,7 +7,7 @@ A batch is all or nothing. Inside one transaction, with the origin's row locked:
 * the first new record must be ``last_seq + 1`` and every new record must continue the chain
   (:func:`agent_saga.proofs.check_record`: fields, canonical values, ``seq``, ``prev``, hash);
 * the new records are inserted, the sagas they touch are summarised for listing
-  (:func:`agent_saga.build_history` over the batch), and the origin's tail advances.
+  (:mod:`.summaries`), and the origin's tail advances.
 
 A rejected batch changes nothing, and the refused records are kept in ``conflicts`` as
 evidence (in a transaction of their own), with why.
@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_saga import Record, build_history
+from agent_saga import Record
 from agent_saga.proofs import ChainError, check_record
 
 from .db import Database, Tx
+from .summaries import summarise
 
 GENESIS = "0" * 64
 
@@ -215,28 +216,18 @@ def _store(tx: Tx, origin: str, fresh: list[Record]) -> None:
             for r in fresh
         ],
     )
-    began = {r.saga for r in fresh if r.kind == "saga.begin"}
-    ended = {r.saga for r in fresh if r.kind == "saga.end"}
-    history = build_history(fresh)  # the core's reading of these records, saga by saga
     sagas: list[tuple[Any, ...]] = []
-    tools: list[tuple[str, str, str]] = []
-    for view in history.sagas:
-        done = view.id in ended
+    tools: set[tuple[str, str, str]] = set()
+    for summary in summarise(fresh):
         sagas.append(
             (
-                origin,
-                view.id,
-                view.name if view.id in began else "",
-                view.status.value if done else "running",
-                view.started,
-                view.ended if done else None,
-                view.first_seq,
-                view.last_seq,
+                origin, summary.saga, summary.name, summary.status, summary.started,
+                summary.ended, summary.first_seq, summary.last_seq,
             )
-        )
-        tools.extend((origin, view.id, step.tool) for step in view.steps)
+        )  # fmt: skip
+        tools.update((origin, summary.saga, tool) for tool in summary.tools.values())
     tx.execute_many(_UPSERT_SAGA, sagas)
-    tx.execute_many(_INSERT_TOOL, sorted(set(tools)))
+    tx.execute_many(_INSERT_TOOL, sorted(tools))
     for r in fresh:
         if r.kind == "approval.decided":
             tx.execute(
