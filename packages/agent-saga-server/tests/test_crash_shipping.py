@@ -9,8 +9,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from agent_saga import read_log
+from agent_saga import Record, build_history, read_log
 from plane_testkit import RunningServer
 
 AGENT = """
@@ -77,6 +78,33 @@ def test_sigkill_mid_shipping_then_restart_ships_every_record_once(
     assert conflicts["conflicts"] == []
     stored = _stored_hashes(server)
     assert stored == [r.hash for r in local]
+    _the_list_reads_as_build_history(server, local)
+
+
+def _the_list_reads_as_build_history(server: RunningServer, local: list[Record]) -> None:
+    """The server's saga list (kept batch by batch as records arrive, across the crash) says
+    what the core's reading of the whole log says."""
+    listed: list[dict[str, Any]] = []
+    cursor = None
+    with server.client(server.admin) as client:
+        while True:
+            params: dict[str, str | int] = {"origin": "crashy", "limit": 500}
+            if cursor is not None:
+                params["cursor"] = cursor
+            page = client.get("/v1/sagas", params=params).json()
+            listed.extend(page["sagas"])
+            cursor = page["next"]
+            if cursor is None:
+                break
+    views = build_history(local).sagas
+    assert len(listed) == len(views) > 50
+    by_id = {saga["saga"]: saga for saga in listed}
+    for view in views:
+        row = by_id[view.id]
+        assert (row["name"], row["status"], row["started"], row["ended"]) == (
+            view.name, view.status.value, view.started, view.ended,
+        )  # fmt: skip
+        assert row["tools"] == sorted({step.tool for step in view.steps})
 
 
 def _stored_hashes(server: RunningServer) -> list[str]:

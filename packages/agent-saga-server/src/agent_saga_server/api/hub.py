@@ -55,11 +55,17 @@ class ChangeHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def poke(self) -> None:
-        """Look now (thread-safe): a change was just committed through this process."""
+    def poke(self, rereads: str | None = None) -> None:
+        """Look now (thread-safe): a change was just committed through this process.
+
+        ``rereads`` names a topic whose waiters read the database themselves when woken
+        (approvals): they are woken at once, without waiting for the look.
+        """
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._wake.set)
+            if rereads is not None:
+                loop.call_soon_threadsafe(self._set, rereads)
 
     async def _run(self) -> None:
         while True:

@@ -50,7 +50,7 @@ def create_approval(
         row, _ = store.create(ctx.db, caller.origin, body.model_dump())
     except ApprovalRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
-    ctx.hub.poke()
+    ctx.hub.poke(rereads="approvals")
     return approval_out(row)
 
 
@@ -128,5 +128,5 @@ def post_vote(
         )
     except ApprovalRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
-    ctx.hub.poke()
+    ctx.hub.poke(rereads="approvals")
     return approval_out(row)
