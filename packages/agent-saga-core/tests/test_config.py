@@ -87,3 +87,20 @@ def test_new_settings_must_be_strings(tmp_path: Path, name: str) -> None:
     (tmp_path / "agent-saga.toml").write_text(f"{name} = 3\n")
     with pytest.raises(ConfigurationError, match=f"'{name}' must be a string"):
         find_config(tmp_path)
+
+
+def test_a_control_plane_url_needs_an_installed_connector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AgentKit(server=...)`` (or ``$AGENT_SAGA_SERVER``) loads the connector for the URL's
+    scheme through the ``agent_saga.connectors`` entry points; none for a scheme is one line,
+    before anything is opened."""
+    from agent_saga import AgentKit
+
+    with pytest.raises(ConfigurationError, match=r"^no connector for ftp:// control planes"):
+        AgentKit(home=tmp_path / "a", server="ftp://plane.example/", token="t")
+    monkeypatch.setenv("AGENT_SAGA_SERVER", "gopher://plane.example/")
+    with pytest.raises(ConfigurationError, match=r"^no connector for gopher://"):
+        AgentKit(home=tmp_path / "b")
+    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "b").exists()
