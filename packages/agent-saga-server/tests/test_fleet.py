@@ -5,6 +5,7 @@ the SQLite server and against a replica on the real PostgreSQL."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -92,6 +93,13 @@ def test_records_ship_sagas_list_and_a_saga_reads_as_replay_tells_it(
         assert broken["tools"] == ["crm.note"]
         none = client.get("/v1/sagas", params={"origin": "ship-a", "tool": "other.tool"})
         assert none.json()["sagas"] == []
+        starts = sorted({s["started"] for s in page1["sagas"] + page2["sagas"]})
+        middle = starts[len(starts) // 2]
+        later = client.get("/v1/sagas", params={"origin": "ship-a", "since": middle}).json()
+        earlier = client.get("/v1/sagas", params={"origin": "ship-a", "until": middle}).json()
+        assert all(s["started"] >= middle for s in later["sagas"])
+        assert all(s["started"] < middle for s in earlier["sagas"])
+        assert len(later["sagas"]) + len(earlier["sagas"]) == 8
         detail = client.get(f"/v1/sagas/ship-a/{broken['saga']}").json()
         step = detail["saga"]["steps"][0]
         assert (step["tool"], step["outcome"], step["compensation_state"]) == (
@@ -330,7 +338,48 @@ def test_checkpoints_disclosure_and_certify_from_the_server(
     assert report["ok"]
     assert report["counts"]["committed"] == 1
     assert checkpoints["checkpoints"][0]["size"] == seq
+    first_note = checkpoints["checkpoints"][0]["note"]
+    with kit.transaction("upload more"):
+        put("/b")
+    kit.checkpoint()  # shipped with a consistency proof from the first
+    later = list(read_log(tmp_path / "e"))[-1].seq
+    wait_until(lambda: _checkpoint_size(plane, "audit-e") == later)
     kit.close()
+    token = plane.token("agent", "audit-e")
+    with plane.client(token) as agent, plane.client(plane.admin) as admin:
+        stale = agent.post(
+            "/v1/origins/audit-e/checkpoints", json={"note": first_note, "proof": []}
+        )
+        assert stale.status_code == 409  # not an extension of the latest: kept as evidence
+        kept = admin.get("/v1/audit/conflicts", params={"origin": "audit-e"}).json()
+        assert [c["what"] for c in kept["conflicts"]] == ["checkpoint"]
+        sizes = [c["size"] for c in admin.get("/v1/audit/checkpoints").json()["checkpoints"]]
+        assert later in sizes
+        assert seq in sizes
+
+
+def test_an_expired_request_takes_no_vote_and_ready_names_the_database(
+    plane: RunningServer,
+) -> None:
+    request = {
+        "id": f"apr-{os.getpid():08x}{int(time.time()) % 2**32:08x}", "saga": "s", "ordinal": 1,
+        "tool": "db.drop", "semantics": "irreversible", "digest": "cd" * 32, "args": {},
+        "rule": "irreversible", "reason": "r", "approvers": ["*"], "quorum": 1,
+        "expires_at": time.time() - 1,
+    }  # fmt: skip
+    agent = plane.token("agent", "expiry-agent")
+    voter = plane.token("approver", "late-voter")
+    with plane.client(agent) as client, plane.client(voter) as approver:
+        created = client.post("/v1/approvals", json=request)
+        assert created.status_code == 201
+        assert created.json()["status"] == "expired"
+        late = approver.post(f"/v1/approvals/{request['id']}/votes", json={"decision": "approve"})
+        assert late.status_code == 409
+        assert approver.get(f"/v1/approvals/{request['id']}").json()["votes"] == []
+        ready = client.get("/v1/ready").json()
+    assert ready["ready"]
+    on_sqlite = (plane.home / "control-plane.sqlite3").exists()
+    assert ready["database"] == ("sqlite" if on_sqlite else "postgres")
 
 
 def _checkpoint_size(server: RunningServer, origin: str) -> int:
