@@ -2,7 +2,8 @@
 
 * The root README's "A fleet: the control plane": its first command is how the session's
   ``server`` was started (with ``--port 0`` and the test's home); the token command and the
-  agent command run as written, with the server's real URL for ``127.0.0.1:8000``.
+  agent command run as written (in this process: the ``agent-saga`` command through click, the
+  agent script through ``runpy``), with the server's real URL for ``127.0.0.1:8000``.
 * The package README: its Python blocks run in order and print what the text blocks after them
   say (``SERVER`` and the ``*_TOKEN`` names are given to them); its token commands run against
   the server's store; its option table is the command's options, and its API table is the
@@ -16,19 +17,19 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import runpy
 import shlex
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 from agent_saga import IRREVERSIBLE, AgentKit
 from agent_saga.cli import main
 from click.testing import CliRunner
 from matrix import ALLOWED, PUBLIC
-from plane_testkit import AGENT_SAGA, RunningServer, server_environment
+from plane_testkit import RunningServer
 
 PACKAGE_README = Path(__file__).resolve().parents[1] / "README.md"
 ROOT_README = Path(__file__).resolve().parents[3] / "README.md"
@@ -63,7 +64,7 @@ kit.close()
 
 
 def test_the_root_readme_starts_a_server_and_points_an_agent_at_it(
-    server: RunningServer, tmp_path: Path
+    server: RunningServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fleet = section(ROOT_README.read_text(), "A fleet: the control plane")
     start, make_token = blocks(fleet, "sh")[0].strip().splitlines()
@@ -71,27 +72,21 @@ def test_the_root_readme_starts_a_server_and_points_an_agent_at_it(
     assert start == "uv run agent-saga cloud-server"  # how `server` was started
     assert server.printed_admin
     assert (server.home / "control-plane.sqlite3").is_file()  # SQLite in the home
-    env = {**server_environment(), "AGENT_SAGA_HOME": str(server.home)}
     words = shlex.split(make_token)
     assert words[:3] == ["uv", "run", "agent-saga"]
-    made = subprocess.run(
-        [AGENT_SAGA, *words[3:]], cwd=tmp_path, env=env, capture_output=True, text=True,
-        check=False,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
+    monkeypatch.setenv("AGENT_SAGA_HOME", str(server.home))
+    made = CliRunner().invoke(main, words[3:])  # the agent-saga command, in this process
+    assert made.exit_code == 0, made.output
     assert (tmp_path / "agent.token").read_text().startswith("asg_")
     *assignments, uv, run, python, script = shlex.split(point)
     assert [uv, run, python, script] == ["uv", "run", "python", "agent.py"]
     settings = dict(a.split("=", 1) for a in assignments)
     assert settings["AGENT_SAGA_SERVER"] == "http://127.0.0.1:8000"
     settings["AGENT_SAGA_SERVER"] = server.url
+    for name, value in {**settings, "AGENT_SAGA_HOME": str(tmp_path / "agent")}.items():
+        monkeypatch.setenv(name, value)
     (tmp_path / "agent.py").write_text(AGENT)
-    agent_env = {**server_environment(), **settings, "AGENT_SAGA_HOME": str(tmp_path / "agent")}
-    ran = subprocess.run(
-        [sys.executable, script], cwd=tmp_path, env=agent_env, capture_output=True, text=True,
-        check=False, timeout=60,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
+    runpy.run_path(script, run_name="__main__")  # python agent.py, in this process
     with server.client(server.admin) as admin:
         listed = admin.get("/v1/sagas", params={"origin": "billing-bot"}).json()["sagas"]
     assert [(saga["name"], saga["status"], saga["tools"]) for saga in listed] == [

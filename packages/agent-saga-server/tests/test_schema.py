@@ -30,7 +30,7 @@ from schemathesis.generation.case import Case
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
 CASES: Counter[str] = Counter()
-EXAMPLES = 15
+EXAMPLES = 10
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import Depends, HTTPException, Path, Request
@@ -196,8 +196,11 @@ def audit_events(
     ctx: Annotated[ServerContext, Depends(context)],
     limit: Limit = 100,
     cursor: Cursor = None,
+    order: Literal["oldest", "newest"] = "oldest",
 ) -> AuditList:
-    """The control plane's own audit trail (halts, resumes, tokens, caps), oldest first."""
-    rows = control.audit_events(ctx.db, limit + 1, cursor)
+    """The control plane's own audit trail (halts, resumes, tokens, caps), oldest first or
+    newest first."""
+    newest = order == "newest"
+    rows = control.audit_events(ctx.db, limit + 1, cursor, newest_first=newest)
     more = rows[limit - 1].id if len(rows) > limit else None
     return AuditList(events=[AuditEventOut(**r.__dict__) for r in rows[:limit]], next=more)

@@ -84,14 +84,18 @@ def resume(db: Database, caller: Caller | None, reason: str) -> SwitchState:
         return read_switch(tx)
 
 
-def audit_events(db: Database, limit: int, after: str | None) -> list[AuditEvent]:
+def audit_events(
+    db: Database, limit: int, after: str | None, *, newest_first: bool = False
+) -> list[AuditEvent]:
+    """Audit events in time order (or newest first), those after the event ``after``."""
     sql = "SELECT id, at, actor, scope, action, details FROM audit"
     params: list[Any] = []
     if after is not None:
-        sql += " WHERE id > ?"
+        sql += " WHERE id < ?" if newest_first else " WHERE id > ?"
         params.append(after)
+    order = " ORDER BY id DESC" if newest_first else " ORDER BY id"
     with db.transaction(write=False) as tx:
-        rows = tx.all(sql + " ORDER BY id LIMIT ?", [*params, limit])
+        rows = tx.all(sql + order + " LIMIT ?", [*params, limit])
     return [AuditEvent(i, a, ac, s, act, json.loads(d)) for i, a, ac, s, act, d in rows]
 
 
