@@ -51,6 +51,7 @@ PUBLIC = {
         "DuplicateWithin",
         "OrderSystem",
         "dose_in_mg",
+        "drug_key",
         "order_rules",
     ],
     "agent_saga_packs.robotics": ["ArmPack", "JointRange", "SensorRange", "Servo", "arm_rules"],
