@@ -309,3 +309,27 @@ def test_a_branch_someone_checked_out_is_not_deleted(git_world: GitWorld, tmp_pa
     assert failed.value.report.status is SagaStatus.NEEDS_HUMAN
     assert "it is checked out in" in str(failed.value.report.failed[0].error)
     assert git_world.repo.checked_out() == "work"
+
+
+def test_a_hooks_git_environment_does_not_send_commands_to_another_repository(
+    git_world: GitWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(other)], check=True)
+    with monkeypatch.context() as hook:  # what git exports to a hook it runs
+        hook.setenv("GIT_DIR", str(other))
+        hook.setenv("GIT_WORK_TREE", str(tmp_path))
+        hook.setenv("GIT_INDEX_FILE", str(tmp_path / "hook-index"))
+        with kit_for(tmp_path) as kit:
+            pack = GitPack(kit, git_world.repo)
+            with kit.transaction("from a hook"):
+                pack.branch("feature", "main")
+                done = pack.commit("feature", {"a.txt": "one\n"}, "One")
+                pack.push("feature")
+    refs = subprocess.run(
+        ["git", "--git-dir", str(other), "for-each-ref"], capture_output=True, text=True, check=True
+    )
+    assert refs.stdout == ""
+    assert git_world.remote_branches()["feature"] == done["sha"]
+    assert git_world.repo.branches()["feature"] == done["sha"]
+    assert not (tmp_path / "hook-index").exists()

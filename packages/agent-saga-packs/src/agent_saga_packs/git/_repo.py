@@ -22,6 +22,16 @@ REFLOG_PREFIX = "agent-saga "
 SCAN_DEPTH = 50
 """First-parent commits searched for a step's own commit (retries come right after it)."""
 ZERO = "0" * 40
+REPOSITORY_LOCATING_VARIABLES = frozenset({
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_CONFIG", "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_PARAMETERS", "GIT_DIR", "GIT_GRAFT_FILE", "GIT_IMPLICIT_WORK_TREE",
+    "GIT_INDEX_FILE", "GIT_INTERNAL_SUPER_PREFIX", "GIT_NAMESPACE", "GIT_NO_REPLACE_OBJECTS",
+    "GIT_OBJECT_DIRECTORY", "GIT_PREFIX", "GIT_REPLACE_REF_BASE", "GIT_SHALLOW_FILE",
+    "GIT_WORK_TREE",
+})  # fmt: skip
+"""What ``git rev-parse --local-env-vars`` lists (and ``GIT_NAMESPACE``): variables that point
+git at a repository, an index or a config. Git exports several of them to the hooks it runs;
+inherited by the commands here, they would act on that other repository, not the clone."""
 
 
 class GitError(Exception):
@@ -68,8 +78,17 @@ class LocalRepository:
         cwd: Path | None = None,
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``git args`` in the clone; raises :class:`GitError` (one line) when it fails."""
-        full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
+        """Run ``git args`` in the clone; raises :class:`GitError` (one line) when it fails.
+
+        The process environment is passed on without the variables that locate a repository
+        (:data:`REPOSITORY_LOCATING_VARIABLES`), so git finds the clone from ``cwd`` alone;
+        ``env`` is applied on top (the private index of a commit)."""
+        inherited = {
+            name: value
+            for name, value in os.environ.items()
+            if name not in REPOSITORY_LOCATING_VARIABLES
+        }
+        full_env = {**inherited, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
         where = cwd or self.workdir
         if not where.is_dir():
             raise GitError(f"git {args[0]}: {where} is not a directory")
