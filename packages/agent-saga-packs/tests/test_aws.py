@@ -6,6 +6,10 @@ list-roles), never from the pack's own bookkeeping.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import warnings
 from typing import TYPE_CHECKING
 
 import pytest
@@ -197,6 +201,36 @@ def test_clients_are_not_shared_with_a_forked_child(aws: AwsWorld) -> None:
     assert clients.s3 is parent
     assert clients.session() is clients.session()
     assert repr(clients).startswith("AwsClients(region='us-east-1'")
+
+
+def test_a_child_forked_while_a_thread_builds_the_session_builds_its_own() -> None:
+    """A thread holds the session lock (building the session) when the process forks: the
+    child must not inherit the held lock, or its first client waits forever."""
+    import boto3
+
+    parent, building, release = os.getpid(), threading.Event(), threading.Event()
+
+    def slow_session() -> boto3.Session:
+        if os.getpid() == parent:
+            building.set()
+            release.wait(10)
+        return boto3.Session(region_name="us-east-1")
+
+    clients = AwsClients(session=slow_session)
+    builder = threading.Thread(target=clients.session)
+    builder.start()
+    assert building.wait(10)
+    with warnings.catch_warnings():  # forking with a thread running is the point here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns into pytest
+        signal.alarm(5)  # a deadlock ends the child with SIGALRM
+        code = 0 if clients.session().region_name == "us-east-1" else 1
+        os._exit(code)
+    release.set()
+    builder.join(10)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_every_fault_point_of_a_deployment(
