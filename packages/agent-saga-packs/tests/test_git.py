@@ -206,12 +206,13 @@ def test_retried_calls_with_the_same_key_act_once(git_world: GitWorld, tmp_path:
     again = pack._commit("fix-version", {"app.py": "VERSION = 2\n"}, "Bump to 2",
                          idempotency_key=keys["git.commit"])  # fmt: skip
     assert again["sha"] == git_world.repo.branches()["fix-version"]
-    pack._push("fix-version", idempotency_key=keys["git.push"])
+    pushed = pack._push("fix-version", idempotency_key=keys["git.push"])
     reopened = pack._open_pr(
         "fix-version", "main", "Bump to 2", idempotency_key=keys["git.open_pr"]
     )
     assert reopened["number"] == 1
-    assert pack._merge_pr(1)["number"] == 1
+    again_merged = pack._merge_pr(1, pushed["sha"], idempotency_key=keys["git.merge_pr"])
+    assert again_merged["number"] == 1
     assert git_world.world() == first
     assert len(git_world.stand_in.pulls(git_world.name)) == 1
 
@@ -230,7 +231,7 @@ def test_probes_find_each_effect_by_its_key(git_world: GitWorld, tmp_path: Path)
     assert pack._commit_landed("fix-version", keys["git.commit"])["parent"] == git_world.initial  # type: ignore[index]
     assert pack._push_landed("fix-version", keys["git.push"])["previous"] is None  # type: ignore[index]
     assert pack._pr_landed("fix-version", keys["git.open_pr"])["number"] == 1  # type: ignore[index]
-    assert pack._merge_landed(1) == merged
+    assert pack._merge_landed(1, keys["git.merge_pr"]) == merged
     for probe in (pack._branch_landed, pack._commit_landed, pack._push_landed, pack._pr_landed):
         assert probe("fix-version", "as1-other-key") is False
     assert marker(keys["git.open_pr"]) in git_world.github().get(1)["body"]
@@ -294,7 +295,7 @@ def test_a_merge_happens_only_at_the_head_the_agent_saw(
             pull = pack.open_pr("fix", "main", "Three")
     hosting = git_world.github() if host == "github" else git_world.gitlab()
     with pytest.raises(HostingError, match=f"^{host}: merge .*: 409 "):
-        hosting.merge(pull["number"], "0" * 40)
+        hosting.merge(pull["number"], "0" * 40, "Agent-Saga-Key: as1-test")
     assert pack.pr_is_open(pull["number"])
     assert git_world.remote_branches()["main"] == git_world.initial
 
@@ -333,3 +334,91 @@ def test_a_hooks_git_environment_does_not_send_commands_to_another_repository(
     assert git_world.remote_branches()["feature"] == done["sha"]
     assert git_world.repo.branches()["feature"] == done["sha"]
     assert not (tmp_path / "hook-index").exists()
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_merge_someone_else_made_is_not_taken_as_the_steps_nor_reverted(
+    git_world: GitWorld, tmp_path: Path, host: str
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit, host)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("ship"):
+            pack.branch("fix", "main")
+            pack.commit("fix", {"app.py": "VERSION = 3\n"}, "Three")
+            pack.push("fix")
+            pull = pack.open_pr("fix", "main", "Three")
+            theirs = git_world.merge_as_someone_else(pull["number"])
+            pack.merge_pr(pull["number"])
+            raise RuntimeError("not reached: the merge is not this step's")
+        key = next(str(r.data["idempotency_key"]) for r in kit.store.records()
+                   if r.kind == "step.intent" and r.data["tool"] == "git.merge_pr")  # fmt: skip
+    report = failed.value.report
+    assert "git.merge_pr" not in [step.tool for step in report.compensated]
+    assert f"merged as {theirs[:12]} without this step's key" in str(failed.value)
+    # The person's merge stays: no revert on main.
+    assert git_world.remote_branches()["main"] == theirs
+    assert git_world.remote_file("main", "app.py") == "VERSION = 3\n"
+    assert pack._merge_landed(pull["number"], key) is False
+
+
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("given", [False, True], ids=["clone-branch", "head_sha"])
+def test_a_merge_happens_only_at_the_commit_the_saga_pushed(
+    git_world: GitWorld, tmp_path: Path, host: str, given: bool
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit, host)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("ship"):
+            pack.branch("fix", "main")
+            pack.commit("fix", {"app.py": "VERSION = 3\n"}, "Three")
+            pushed = pack.push("fix")
+            pull = pack.open_pr("fix", "main", "Three")
+            moved = git_world.push_as_someone_else("fix", "extra.txt", "not reviewed\n")
+            if given:
+                pack.merge_pr(pull["number"], pushed["sha"])
+            else:
+                pack.merge_pr(pull["number"])
+    whose = "the given head_sha" if given else "the clone's branch"
+    assert f"its head is at {moved[:12]}, not at {pushed['sha'][:12]} ({whose})" in str(
+        failed.value
+    )
+    assert git_world.remote_branches()["main"] == git_world.initial
+    assert git_world.remote_file("main", "extra.txt") is None
+    assert [p["state"] for p in git_world.stand_in.pulls(git_world.name)] == ["closed"]
+
+
+def test_a_pull_request_from_a_branch_the_clone_lacks_is_not_merged_blind(
+    git_world: GitWorld, tmp_path: Path
+) -> None:
+    git_world.repo.run("push", "--quiet", "origin", "main:refs/heads/theirs")
+    git_world.push_as_someone_else("theirs", "theirs.txt", "theirs\n")
+    number = git_world.github().open("theirs", "main", "Theirs", "")["number"]
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("merge"):
+            pack.merge_pr(number)
+    assert "the clone has no branch 'theirs' to compare its head with; pass head_sha" in str(
+        failed.value
+    )
+    assert git_world.remote_branches()["main"] == git_world.initial
+    assert [p["state"] for p in git_world.stand_in.pulls(git_world.name)] == ["open"]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_the_merge_commit_carries_the_steps_key(
+    git_world: GitWorld, tmp_path: Path, host: str
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit, host)
+        with kit.transaction("ship"):
+            merged = ship(pack)
+        key = next(str(r.data["idempotency_key"]) for r in kit.store.records()
+                   if r.kind == "step.intent" and r.data["tool"] == "git.merge_pr")  # fmt: skip
+    message = subprocess.run(
+        ["git", "log", "-1", "--format=%B", merged["merge_sha"]],
+        cwd=git_world.bare, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert f"Agent-Saga-Key: {key}" in message.splitlines()
+    assert message.startswith("Merge ")
+    assert pack._merge_landed(merged["number"], key) == merged
+    assert pack._merge_landed(merged["number"], "as1-another-step") is False

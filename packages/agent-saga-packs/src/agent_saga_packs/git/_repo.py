@@ -243,6 +243,14 @@ class LocalRepository:
         self.run("fetch", "--quiet", "--no-tags", self.remote, f"+refs/heads/{branch}:{tracking}")
         return self.rev(tracking)
 
+    def carries_key(self, commit: str, key: str) -> bool | None:
+        """Does ``commit``'s message have the line ``Agent-Saga-Key: <key>``? ``None`` when the
+        clone does not have the commit (fetch the branch it is on first)."""
+        done = self.run("log", "-1", "--format=%B", f"{commit}^{{commit}}", "--", check=False)
+        if done.returncode != 0:
+            return None
+        return f"{TRAILER}: {key}" in done.stdout.splitlines()
+
     def is_ancestor(self, commit: str, of: str) -> bool:
         return self.run("merge-base", "--is-ancestor", commit, of, check=False).returncode == 0
 
