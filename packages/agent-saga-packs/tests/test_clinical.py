@@ -212,6 +212,19 @@ def test_a_second_order_of_the_same_drug_is_refused_until_the_window_passes(
     ]
 
 
+def test_a_name_the_dose_table_takes_for_a_listed_drug_is_that_drug_for_duplicates(
+    ward: tuple[AgentKit, ClinicalPack], orders: SQLiteOrderBook
+) -> None:
+    kit, pack = ward
+    with kit, kit.transaction("round"):
+        pack.order("p-104", "paracetamol", 1, "g")
+        for written in ("\uff50aracetamol", "PARACETAMO\uff2c"):  # full-width p, full-width L
+            with pytest.raises(GateRefused) as refused:
+                pack.order("p-104", written, 500, "mg")
+            assert refused.value.rule == "duplicate_order"
+    assert orders.active() == [("p-104", "paracetamol", 1000.0)]
+
+
 def test_a_cancelled_order_is_not_a_duplicate(
     ward: tuple[AgentKit, ClinicalPack], orders: SQLiteOrderBook
 ) -> None:

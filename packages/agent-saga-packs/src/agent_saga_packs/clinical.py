@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent_saga import COMPENSABLE, Allow, Decision, Deny, Rule, ToolCall
 
 from ._declare import Declarer
-from ._duplicates import DuplicateWithin
+from ._duplicates import DuplicateWithin, text_key
 from ._scope import describe_scope, finite_number, in_scope, tool_scope
 
 if TYPE_CHECKING:
@@ -87,10 +86,10 @@ def drug_key(name: str) -> str:
 
     Full-width letters and a ligature compare equal to plain ones; anything else that differs
     (a stray full stop, a Cyrillic letter that looks Latin, an invisible character) does not,
-    so such a name finds no range and the order is refused.
+    so such a name finds no range and the order is refused. The duplicate-order check
+    compares names the same way, so a name the table takes for a listed drug is that drug.
     """
-    folded = unicodedata.normalize("NFKC", name).casefold()
-    return unicodedata.normalize("NFKC", folded).strip()
+    return text_key(name)
 
 
 class DoseRange:
