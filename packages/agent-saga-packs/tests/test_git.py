@@ -7,6 +7,7 @@ pack's bookkeeping.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from typing import TYPE_CHECKING, Any
 
@@ -246,6 +247,35 @@ def test_protected_branches_are_refused_by_the_gate(git_world: GitWorld, tmp_pat
             with pytest.raises(GateRefused, match="protected_branches"):
                 pack.push("main")
     assert git_world.remote_branches()["main"] == git_world.initial
+
+
+@pytest.mark.parametrize("path", ["a/.git/config", ".GIT/config", "src/.Git/hooks/post-merge"])
+def test_a_path_through_any_git_directory_is_refused_not_dropped(
+    git_world: GitWorld, path: str
+) -> None:
+    repo = git_world.repo
+    with pytest.raises(GitError, match=rf"^commit: '{re.escape(path)}' is inside \.git$"):
+        repo.commit_files("main", {path: "x", "ok.txt": "y"}, "sneak", "k")
+    assert repo.branches()["main"] == git_world.initial
+
+
+def test_a_branch_another_saga_committed_on_is_left_in_place(
+    git_world: GitWorld, tmp_path: Path
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = GitPack(kit, git_world.repo)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("t"):
+            pack.branch("shared", "main")
+            # Another agent's committed step adds its commit to the new branch meanwhile.
+            theirs, _ = git_world.repo.commit_files(
+                "shared", {"b.txt": "B"}, "B", "as1-theirs", "f" * 32
+            )
+            raise RuntimeError("stop")
+    assert failed.value.report.status is SagaStatus.NEEDS_HUMAN
+    error = str(failed.value.report.failed[0].error)
+    assert "delete branch shared: it moved to" in error
+    assert "not only by this saga; left in place" in error
+    assert git_world.repo.branches()["shared"] == theirs
 
 
 def test_one_line_errors(git_world: GitWorld, stand_in_url: str) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agent_saga import COMPENSABLE, DenyValues, Rule
 
 from .._declare import Declarer
+from .._saga_mark import saga_mark
 from ._hosting import Hosting, HostingError
 from ._repo import TRAILER, GitError, LocalRepository, key_digest
 
@@ -113,7 +114,7 @@ class GitPack:
             raise GitError(f"branch: {start!r} names no commit")
         if self.repo.rev(f"refs/heads/{branch}") is not None:
             raise GitError(f"branch: {branch!r} already exists")
-        self.repo.create_branch(branch, sha, idempotency_key)
+        self.repo.create_branch(branch, sha, idempotency_key, saga_mark())
         return {"branch": branch, "sha": sha}
 
     def _branch_landed(self, branch: str, idempotency_key: str) -> dict[str, Any] | bool:
@@ -125,12 +126,15 @@ class GitPack:
         now = self.repo.rev(f"refs/heads/{branch}")
         if now is None:
             return
-        # It may carry commits whose own undo failed; those are agent-saga's too. Anything
-        # someone else did to the branch keeps it in place.
-        if now != created_at and not self.repo.moved_only_by_agent_saga(branch):
+        # It may carry commits of this saga whose own undo failed; those go with it. A commit
+        # of anyone else, another saga's included, keeps it in place.
+        saga = self.repo.branch_saga(branch)
+        if now != created_at and (
+            saga is None or not self.repo.only_commits_of_saga(created_at, now, saga)
+        ):
             raise GitError(
                 f"delete branch {branch}: it moved to {now[:12]} since it was created at "
-                f"{created_at[:12]}, not only by agent-saga; left in place"
+                f"{created_at[:12]}, not only by this saga; left in place"
             )
         if self.repo.checked_out() == branch:
             raise GitError(f"delete branch {branch}: it is checked out in {self.repo.workdir}")
@@ -144,7 +148,7 @@ class GitPack:
         """Commit ``files`` (path -> text; ``None`` removes the path) on local ``branch``."""
         found = self.repo.find_commit(branch, idempotency_key)
         if found is None:
-            found = self.repo.commit_files(branch, files, message, idempotency_key)
+            found = self.repo.commit_files(branch, files, message, idempotency_key, saga_mark())
         sha, parent = found
         return {"branch": branch, "sha": sha, "parent": parent}
 

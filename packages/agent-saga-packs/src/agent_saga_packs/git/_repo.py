@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 TRAILER = "Agent-Saga-Key"
+SAGA_TRAILER = "Agent-Saga-Saga"
+"""The commit trailer with the mark of the saga whose step made the commit."""
 REFLOG_PREFIX = "agent-saga "
 SCAN_DEPTH = 50
 """First-parent commits searched for a step's own commit (retries come right after it)."""
@@ -134,34 +136,46 @@ class LocalRepository:
 
     # -- local branches ------------------------------------------------------------------------
 
-    def create_branch(self, branch: str, sha: str, key: str) -> None:
-        """Create ``refs/heads/<branch>`` at ``sha``; fails if it exists (no overwrite)."""
+    def create_branch(self, branch: str, sha: str, key: str, saga: str | None = None) -> None:
+        """Create ``refs/heads/<branch>`` at ``sha``; fails if it exists (no overwrite). The
+        reflog entry names the step's ``key`` and the saga's mark."""
+        message = REFLOG_PREFIX + key + ("" if saga is None else f" saga:{saga}")
         self.run(
-            "update-ref", "--create-reflog", "-m", REFLOG_PREFIX + key,
-            f"refs/heads/{branch}", sha, ZERO,
+            "update-ref", "--create-reflog", "-m", message, f"refs/heads/{branch}", sha, ZERO,
         )  # fmt: skip
 
-    def branch_created_by(self, branch: str, key: str) -> str | None:
-        """The commit the branch was created at, if the call with ``key`` created it."""
+    def _creation(self, branch: str) -> tuple[str, list[str]] | None:
+        """The branch's oldest reflog entry (its creation): the commit and the words of its
+        message."""
         done = self.run("reflog", "show", "--format=%H %gs", f"refs/heads/{branch}", check=False)
         lines = done.stdout.splitlines()
         if done.returncode != 0 or not lines:
             return None
-        sha, _, message = lines[-1].partition(" ")  # the oldest entry: the creation
-        return sha if message == REFLOG_PREFIX + key else None
+        sha, _, message = lines[-1].partition(" ")
+        return sha, message.split(" ")
 
-    def moved_only_by_agent_saga(self, branch: str) -> bool:
-        """Was every change of the branch since its creation made by an agent-saga tool?
+    def branch_created_by(self, branch: str, key: str) -> str | None:
+        """The commit the branch was created at, if the call with ``key`` created it."""
+        found = self._creation(branch)
+        if found is None or found[1][:2] != [REFLOG_PREFIX.strip(), key]:
+            return None
+        return found[0]
 
-        (Each of them leaves an ``agent-saga <key>`` reflog entry; ``git commit``, a merge or
-        a reset by anyone else leaves its own.)"""
-        done = self.run("reflog", "show", "--format=%gs", f"refs/heads/{branch}", check=False)
-        lines = done.stdout.splitlines()
-        return (
-            done.returncode == 0
-            and bool(lines)
-            and all(line.startswith(REFLOG_PREFIX) for line in lines)
-        )
+    def branch_saga(self, branch: str) -> str | None:
+        """The mark of the saga whose step created the branch (``None``: none recorded)."""
+        found = self._creation(branch)
+        words = [] if found is None or found[1][:1] != [REFLOG_PREFIX.strip()] else found[1]
+        return next((w.removeprefix("saga:") for w in words if w.startswith("saga:")), None)
+
+    def only_commits_of_saga(self, since: str, tip: str, saga: str) -> bool:
+        """Does ``tip`` descend from ``since`` through commits that all carry the trailer
+        ``Agent-Saga-Saga: <saga>`` (commits of that saga's steps, nobody else's)?"""
+        if not self.is_ancestor(since, tip):
+            return False
+        done = self.run("log", "--format=%B%x01", f"{since}..{tip}", "--")
+        wanted = f"{SAGA_TRAILER}: {saga}"
+        bodies = [body for body in done.stdout.split("\x01") if body.strip()]
+        return all(wanted in body.splitlines() for body in bodies)
 
     def move_branch(self, branch: str, new: str | None, expected: str, key: str) -> None:
         """Point the branch at ``new`` (``None``: delete it) only if it is at ``expected``."""
@@ -189,12 +203,18 @@ class LocalRepository:
         return None
 
     def commit_files(
-        self, branch: str, files: Mapping[str, str | None], message: str, key: str
+        self,
+        branch: str,
+        files: Mapping[str, str | None],
+        message: str,
+        key: str,
+        saga: str | None = None,
     ) -> tuple[str, str]:
         """Commit ``files`` (path -> text, ``None`` removes the path) on top of ``branch``.
 
         Returns ``(commit, parent)``. The branch moves only if it is still at ``parent``; the
-        message ends with the trailer ``Agent-Saga-Key: <key>``.
+        message ends with the trailer ``Agent-Saga-Key: <key>`` (and ``Agent-Saga-Saga:
+        <saga>`` when given).
         """
         parent = self.rev(f"refs/heads/{branch}")
         if parent is None:
@@ -215,7 +235,8 @@ class LocalRepository:
             tree = self.run("write-tree", env=env).stdout.strip()
         finally:
             index.unlink(missing_ok=True)
-        full = f"{message.rstrip()}\n\n{TRAILER}: {key}\n"
+        trailers = f"{TRAILER}: {key}\n" + ("" if saga is None else f"{SAGA_TRAILER}: {saga}\n")
+        full = f"{message.rstrip()}\n\n{trailers}"
         sha = self.run("commit-tree", tree, "-p", parent, input=full).stdout.strip()
         self.move_branch(branch, sha, parent, key)
         return sha, parent
@@ -313,12 +334,14 @@ class LocalRepository:
 
 
 def _safe_path(path: str) -> str:
-    """A repository-relative path, refused when it could leave the tree or touch ``.git``."""
+    """A repository-relative path, refused when it could leave the tree or names a ``.git``
+    directory at any depth, in any case."""
     pure = PurePosixPath(path)
     if any(ord(char) < 32 for char in path):
         raise GitError(f"commit: {path!r} contains a control character")
     if not path or pure.is_absolute() or ".." in pure.parts or "\\" in path:
         raise GitError(f"commit: {path!r} is not a relative path inside the repository")
-    if pure.parts[0] == ".git":
+    if any(part.casefold().rstrip(". ") == ".git" for part in pure.parts):
+        # git ignores such a path ("Ignoring path"): the commit would leave it out silently.
         raise GitError(f"commit: {path!r} is inside .git")
     return pure.as_posix()
