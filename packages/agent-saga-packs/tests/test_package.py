@@ -34,10 +34,13 @@ PUBLIC = {
     "agent_saga_packs.aws": [
         "ADMIN_POLICIES",
         "METADATA",
+        "SAGA_METADATA",
+        "SAGA_TAG",
         "TAG",
         "AwsClients",
         "AwsError",
         "AwsPack",
+        "attach_saga_tag",
         "attach_tag",
         "aws_rules",
     ],

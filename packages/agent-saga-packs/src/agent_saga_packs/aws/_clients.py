@@ -20,6 +20,10 @@ TAG = "agent-saga:idempotency-key"
 """The tag (EC2, S3 bucket, IAM role) that names the step that made a resource."""
 METADATA = "agent-saga-key"
 """The S3 object metadata entry (``x-amz-meta-agent-saga-key``) that does the same."""
+SAGA_TAG = "agent-saga:saga"
+"""The tag (S3 bucket, IAM role) with the mark of the saga that made it."""
+SAGA_METADATA = "agent-saga-saga"
+"""The S3 object metadata entry with the mark of the saga that wrote it."""
 
 
 class AwsError(Exception):
