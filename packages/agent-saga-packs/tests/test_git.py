@@ -293,6 +293,11 @@ def test_one_line_errors(git_world: GitWorld, stand_in_url: str) -> None:
     assert "stand-in-token" not in repr(git_world.gitlab())
     with pytest.raises(GitError, match=r"^git rev-parse: .*nowhere is not a directory$"):
         LocalRepository(git_world.clone.parent / "nowhere").git_dir()
+    with pytest.raises(GitError, match=r"^git log: no answer within 1e-06 s$"):
+        LocalRepository(git_world.clone, timeout=1e-6).run("log")
+    missing = git_world.clone.parent / "no-git-here"
+    with pytest.raises(GitError, match=r"^git rev-parse: cannot run '.*no-git-here': No such"):
+        LocalRepository(git_world.clone, git=str(missing)).git_dir()
 
 
 def test_every_fault_point_of_shipping_a_change(

@@ -80,7 +80,8 @@ class LocalRepository:
         cwd: Path | None = None,
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``git args`` in the clone; raises :class:`GitError` (one line) when it fails.
+        """Run ``git args`` in the clone; raises :class:`GitError` (one line) when it fails,
+        takes longer than ``timeout`` or cannot be started.
 
         The process environment is passed on without the variables that locate a repository
         (:data:`REPOSITORY_LOCATING_VARIABLES`), so git finds the clone from ``cwd`` alone;
@@ -94,16 +95,21 @@ class LocalRepository:
         where = cwd or self.workdir
         if not where.is_dir():
             raise GitError(f"git {args[0]}: {where} is not a directory")
-        done = subprocess.run(
-            [self.git, *args],
-            cwd=where,
-            input=input,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=self.timeout,
-            check=False,
-        )
+        try:
+            done = subprocess.run(
+                [self.git, *args],
+                cwd=where,
+                input=input,
+                env=full_env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise GitError(f"git {args[0]}: no answer within {self.timeout:g} s") from None
+        except OSError as failed:  # no such executable, not allowed to run it
+            raise GitError(f"git {args[0]}: cannot run {self.git!r}: {failed.strerror}") from None
         if check and done.returncode != 0:
             lines = (done.stderr.strip() or done.stdout.strip() or "failed").splitlines()
             raise GitError(f"git {args[0]}: {lines[-1]}")
