@@ -132,6 +132,9 @@ class SagaView:
     record_count: int = 0
     unknown_kinds: tuple[str, ...] = ()
     """Record kinds of this saga this reader does not interpret (shown, never dropped silently)."""
+    settled: str | None = None
+    """Who marked this ``needs_human`` saga as handled, and their note (``agent-saga settle``);
+    the status stays ``needs_human``: the log keeps what happened and who took it on."""
 
     @property
     def refusals(self) -> tuple[StepView, ...]:
