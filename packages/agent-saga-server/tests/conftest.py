@@ -2,7 +2,8 @@
 127.0.0.1, and real control-plane processes (``agent-saga cloud-server`` under uvicorn).
 
 Starting a server process costs about 3 s of CPU (importing FastAPI and building the app), so
-the processes are shared by the whole session where the tests allow it:
+the processes are shared by the whole session where the tests allow it (under pytest-xdist, by
+each worker's session: a worker starts a server when its first test needs it):
 
 * ``server``: SQLite in its home; tests add only their own origins, tokens and approvals;
 * ``replicas``: two processes on one real PostgreSQL schema (``plane`` runs a test on the

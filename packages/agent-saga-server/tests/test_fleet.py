@@ -423,3 +423,14 @@ def test_the_manifest_and_status_describe_server_mode(
         AgentKit(home=tmp_path / "h", server=server.url, token=server.admin)
     with pytest.raises(ConfigurationError, match="refused the token"):
         AgentKit(home=tmp_path / "h", server=server.url, token="asg_0000000000000000_" + "x" * 43)
+
+
+def test_no_cors_from_a_server_started_without_cors_origins(server: RunningServer) -> None:
+    preflight = {"Access-Control-Request-Method": "GET"}
+    with server.client() as client:
+        for origin in ("https://console.example", "https://evil.example"):
+            answer = client.get("/v1/health", headers={"Origin": origin})
+            assert "access-control-allow-origin" not in answer.headers
+            refused = client.options("/v1/whoami", headers={"Origin": origin, **preflight})
+            assert refused.status_code == 405
+            assert "access-control-allow-origin" not in refused.headers
