@@ -425,6 +425,26 @@ def test_the_manifest_and_status_describe_server_mode(
         AgentKit(home=tmp_path / "h", server=server.url, token="asg_0000000000000000_" + "x" * 43)
 
 
+def test_the_configuration_file_points_a_kit_at_the_server(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """``server`` and ``server_token_file`` in agent-saga.toml (the working directory's)."""
+    token = tmp_path / "secrets" / "agent.token"
+    token.parent.mkdir()
+    token.write_text(server.token("agent", "configured-c") + "\n")
+    token.chmod(0o600)
+    (tmp_path / "agent-saga.toml").write_text(
+        f'server = "{server.url}"\nserver_token_file = "secrets/agent.token"\n'
+    )
+    kit = AgentKit(home=tmp_path / "configured")
+    OPENED.append(kit)
+    assert kit.guarantees()["server"]["origin"] == "configured-c"
+    kit.close()
+    token.chmod(0o640)
+    with pytest.raises(ConfigurationError, match=r"^the token file .* is open to other users"):
+        AgentKit(home=tmp_path / "configured")
+
+
 def test_no_cors_from_a_server_started_without_cors_origins(server: RunningServer) -> None:
     preflight = {"Access-Control-Request-Method": "GET"}
     with server.client() as client:

@@ -11,7 +11,6 @@ and not ready until the server answers.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -23,8 +22,6 @@ from .budgets import ServerBudgetStore
 from .http import ServerClient, ServerRefused, ServerUnreachable
 from .killswitch import ServerKillSwitch
 from .shipper import Shipper
-
-TOKEN_FILE_ENV = "AGENT_SAGA_SERVER_TOKEN_FILE"  # noqa: S105 - a variable name
 
 
 class ServerConnection:
@@ -142,25 +139,15 @@ class ServerConnection:
 
 
 def connect(url: str, *, token: str | None, home: Path) -> ServerConnection:
-    """The ``agent_saga.connectors`` entry point (see the module docstring).
-
-    The token is ``token``, else the content of the file named by
-    ``$AGENT_SAGA_SERVER_TOKEN_FILE``.
+    """The ``agent_saga.connectors`` entry point (see the module docstring). The core resolves
+    the token (``token=``, ``$AGENT_SAGA_SERVER_TOKEN_FILE`` or ``server_token_file``).
 
     Raises:
         ConfigurationError: no token, a token the server refuses, or a non-agent token.
     """
-    if token is None:
-        path = os.environ.get(TOKEN_FILE_ENV)
-        if not path:
-            raise ConfigurationError(
-                f"AgentKit(server=...) needs token=... (or ${TOKEN_FILE_ENV} naming a file)"
-            )
-        try:
-            token = Path(path).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigurationError(f"cannot read the token file {path}: {exc}") from None
+    if not token:
+        raise ConfigurationError("AgentKit(server=...) needs an agent token")
     return ServerConnection(url, token)
 
 
-__all__ = ["TOKEN_FILE_ENV", "ServerConnection", "connect"]
+__all__ = ["ServerConnection", "connect"]
