@@ -45,7 +45,7 @@ def test_arguments_that_do_not_bind_reach_the_model_and_the_fix_commits(kit: Age
     script = Script(
         [tool_call("book", "c1", seat_no=4), tool_call("book", "c2", seat=4), answer("done")]
     )
-    asyncio.run(run_agent(FunctionAgent(tools=tools, llm=script.llm()), user_msg="4", kit=kit))
+    asyncio.run(run_agent(FunctionAgent(tools=[*tools], llm=script.llm()), user_msg="4", kit=kit))
     outputs = tool_outputs(script)
     assert "seat_no" in outputs[0] or "seat" in outputs[0]
     assert outputs[1] == "booked"
@@ -132,7 +132,7 @@ def test_a_run_that_outlives_its_transaction_adds_no_step(kit: AgentKit) -> None
     script = Script(
         [tool_call("charge", "c1", amount=1), tool_call("charge", "c2", amount=2), answer("ok")]
     )
-    agent = FunctionAgent(tools=tools, llm=script.llm())
+    agent = FunctionAgent(tools=[*tools], llm=script.llm())
 
     async def main() -> str:
         async with kit.transaction("request"):
