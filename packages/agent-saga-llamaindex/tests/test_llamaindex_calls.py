@@ -10,16 +10,18 @@ import asyncio
 from typing import Any
 
 import pytest
-from agent_saga import AgentKit, SagaRolledBack
+from agent_saga import AgentKit, CompensatorRegistry, SagaRolledBack
 from agent_saga.testing import Ledger
 from agent_saga_llamaindex import run_agent, saga_tool, saga_tools
 from agent_saga_llamaindex.testing import Script, answer, tool_call
 from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
 from llama_index.core.tools import FunctionTool
-from llama_index.core.workflow import Context
+from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
+from workflows.context.serializers import JsonPickleSerializer
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning:inspect"),
+    pytest.mark.filterwarnings("ignore:is_running called from within a step:DeprecationWarning"),
 ]
 
 
@@ -148,3 +150,67 @@ def test_a_run_that_outlives_its_transaction_adds_no_step(kit: AgentKit) -> None
     kinds = [r.kind for r in kit.store.records()]
     assert kinds[-1] == "saga.end"
     assert kinds.count("step.intent") == 1
+
+
+def test_a_wait_for_a_human_spans_requests_as_one_step(tmp_path: Any) -> None:
+    ledger = Ledger()
+    registry = CompensatorRegistry()
+    registry.register("li.refund", lambda result: ledger.record(f"refund {result}"))
+    registry.register("li.recall", lambda result: ledger.record(f"recall {result}"))
+
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        ledger.record(f"charge {amount}")
+        return "ch_1"
+
+    async def wire(ctx: Context, amount: int) -> str:
+        """Wire money once a human agrees."""
+        reply = await ctx.wait_for_event(
+            HumanResponseEvent,
+            waiter_event=InputRequiredEvent(prefix=f"wire {amount}?"),  # type: ignore[call-arg]
+        )
+        if reply.response != "yes":
+            return "not approved"
+        ledger.record(f"wire {amount}")
+        return "wired"
+
+    tools = saga_tools(
+        [FunctionTool.from_defaults(charge), FunctionTool.from_defaults(async_fn=wire)],
+        {"charge": {"compensate": "li.refund"}, "wire": {"compensate": "li.recall"}},
+    )
+    script = Script(
+        [tool_call("charge", "c1", amount=9), tool_call("wire", "w1", amount=9), answer("done")]
+    )
+    agent = FunctionAgent(tools=[*tools], llm=script.llm())
+    home = tmp_path / "h"
+
+    async def first_request() -> tuple[str, dict[str, Any]]:
+        with AgentKit(home=home, registry=registry) as kit:
+            async with kit.transaction("order") as saga:
+                handler = agent.run(user_msg="wire 9")
+                async for event in handler.stream_events():
+                    if isinstance(event, InputRequiredEvent):
+                        break
+                assert handler.ctx is not None
+                saved = handler.ctx.to_dict(serializer=JsonPickleSerializer())
+                await handler.cancel_run()
+                saga.suspend()
+        return saga.id, saved
+
+    async def second_request(saga_id: str, saved: dict[str, Any]) -> str:
+        with AgentKit(home=home, registry=registry) as kit:
+            async with kit.transaction(resume=saga_id):
+                ctx = Context.from_dict(agent, saved, serializer=JsonPickleSerializer())
+                handler = agent.run(ctx=ctx)
+                handler.ctx.send_event(HumanResponseEvent(response="yes"))  # type: ignore[call-arg]
+                result = str(await handler)
+            kinds = [(r.kind, r.data.get("ordinal")) for r in kit.store.records()]
+        assert kinds.count(("step.intent", 2)) == 1  # the re-run continued the paused step
+        assert kinds.count(("step.done", 2)) == 1
+        assert ("saga.resumed", None) in kinds
+        return result
+
+    saga_id, saved = asyncio.run(first_request())
+    assert ledger.actions() == ["charge 9"]
+    assert asyncio.run(second_request(saga_id, saved)) == "done"
+    assert ledger.actions() == ["charge 9", "wire 9"]
