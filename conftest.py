@@ -4,7 +4,8 @@ A developer's shell may set ``NO_COLOR``, ``FORCE_COLOR``, ``TERM``, ``COLUMNS``
 ``AGENT_SAGA_STORE``, ``AGENT_SAGA_HOME`` and more; a test that inherits them tests that shell.
 For the whole session (so module-scoped fixtures too, and every subprocess a test starts from
 ``os.environ``) they are unset (the list is :mod:`agent_saga.testing.environment`'s), and restored
-at the end. A test that wants one sets it itself. ``AGENT_SAGA_TEST_PG_URL`` is kept.
+at the end. A test that wants one sets it itself. ``AGENT_SAGA_TEST_PG_URL`` and
+``AGENT_SAGA_TEST_PHOENIX`` are kept.
 
 pytest reads this file for every test under this directory: in ``uv run pytest``, and in each
 member's own environment too (``uv run --isolated --package <dist> pytest packages/<dir>/tests``

@@ -182,8 +182,14 @@ def test_a_key_given_for_an_unkeyed_log_is_named_as_such(home: Path, tmp_path: P
 
 @pytest.mark.parametrize(
     ("content", "problem"),
-    [(None, "cannot read"), ("", "empty"), ("short", "at least 16"), (b"\xff" * 40, "UTF-8")],
-    ids=["missing", "empty", "short", "binary"],
+    [
+        (None, "cannot read"),
+        ("", "empty"),
+        ("short", "at least 16"),
+        (b"\xff" * 40, "UTF-8"),
+        ("open to others, but long enough", "chmod 600"),
+    ],
+    ids=["missing", "empty", "short", "binary", "readable-by-others"],
 )
 def test_an_unusable_key_file_is_one_line(
     keyed: tuple[Path, list[str]],
@@ -197,6 +203,8 @@ def test_an_unusable_key_file_is_one_line(
         bad.write_bytes(content)
     elif content is not None:
         bad.write_text(content)
+    if bad.exists():
+        bad.chmod(0o644 if problem == "chmod 600" else 0o600)
     line = assert_one_line_error(run(home, "--chain-key-file", str(bad), "sagas"), 1)
     assert problem in line
     assert str(bad) in line
@@ -349,3 +357,19 @@ def test_recover_finishes_a_crashed_keyed_saga_with_the_key(
     assert (again.returncode, again.stdout.strip()) == (0, "nothing to recover")
     verified = agent_saga(home, code, ledger, *option, "verify")
     assert verified.returncode == 0, verified.stdout
+
+
+def test_a_changed_first_record_of_a_keyed_log_is_a_break_not_a_key_problem(
+    keyed: tuple[Path, list[str]], home: Path
+) -> None:
+    key_file, _ = keyed
+    log = home / "log.jsonl"
+    lines = log.read_bytes().split(b"\n")
+    assert b'"paid"' in lines[0]
+    lines[0] = lines[0].replace(b'"paid"', b'"PAID"')  # record 1 changed, its hash kept
+    log.write_bytes(b"\n".join(lines))
+    result = run(home, "--chain-key-file", str(key_file), "verify")
+    assert result.exit_code == 1
+    said = result.output + result.stderr
+    assert "chain key" not in said  # the key is right: it is no key problem
+    assert "BROKEN at byte offset 0 (seq 1)" in said

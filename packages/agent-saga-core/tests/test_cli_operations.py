@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_saga import AgentKit, Entry, compensator, tool
+from agent_saga import AgentKit, Entry, SagaStatus, build_history, compensator, read_log, tool
 from agent_saga._approvals.request import REQUESTED, ApprovalRequest
 from agent_saga.cli import main
 from click.testing import CliRunner, Result
@@ -143,6 +143,38 @@ def test_a_second_recover_still_reports_the_saga_that_needs_a_human(
     assert "still needs a human" in second.stdout
     assert "nothing to recover" not in second.stdout
     assert f"needs a human: {saga_id}" in second.stderr
+
+
+def test_settle_takes_a_needs_human_saga_off_the_list_and_says_who(
+    crashed: tuple[Path, Path], home: Path
+) -> None:
+    code, ledger = crashed
+    first = recover(home, code, ledger)
+    (saga_id,) = {line.split()[0] for line in first.stdout.splitlines() if "needs_human" in line}
+    assert run(home, "settle", saga_id[:8], "--note", "").exit_code == 2  # a note is required
+    settled = run(home, "settle", saga_id[:8], "--note", "refunded by hand, ticket 42")
+    assert settled.exit_code == 0, settled.output
+    assert f"settled {saga_id}" in settled.output
+    again = run(home, "settle", saga_id, "--note", "twice")
+    assert again.exit_code == 2
+    assert "settled already" in again.output
+    second = recover(home, code, ledger)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert saga_id not in second.stdout
+    (view,) = build_history(read_log(home / "log.jsonl")).sagas
+    assert view.status is SagaStatus.NEEDS_HUMAN  # the log keeps what happened
+    assert view.settled is not None
+    assert "ticket 42" in view.settled
+    certified = run(home, "certify")
+    assert "settled by unix:" in certified.output
+
+
+def test_settle_refuses_a_saga_that_does_not_need_a_human(home: Path) -> None:
+    one_saga(home)
+    (view,) = build_history(read_log(home / "log.jsonl")).sagas
+    result = run(home, "settle", view.id, "--note", "nothing to do")
+    assert result.exit_code == 2
+    assert "not needs_human" in result.output
 
 
 # -- reading a home that cannot be written ------------------------------------------------------

@@ -268,6 +268,7 @@ def test_a_keyed_fleet_log_is_read_with_the_key(
 ) -> None:
     key_file = tmp_path / "chain.key"
     key_file.write_text("a" * 64 + "\n")
+    key_file.chmod(0o600)
     store = PostgresLogStore(pg_url, schema=schema, key=b"a" * 64)
     with AgentKit(home=home, store=store) as kit, kit.transaction("keyed"):
         charge(5)

@@ -68,12 +68,14 @@ def test_fleet_schema_and_chain_key_file_settings(
     )
     (tmp_path / "secrets").mkdir()
     (tmp_path / "secrets" / "chain.key").write_text("  " + "k" * 32 + "\n")
+    (tmp_path / "secrets" / "chain.key").chmod(0o600)
     config = find_config(tmp_path)
     assert schema_setting(config) == "fleet_a"
     assert chain_key_file_setting(config) == tmp_path / "secrets" / "chain.key"
     assert configured_chain_key(config) == b"k" * 32  # whitespace around it is not the key
     other = tmp_path / "other.key"
     other.write_text("o" * 20)
+    other.chmod(0o600)
     monkeypatch.setenv("AGENT_SAGA_STORE_SCHEMA", "fleet_b")
     monkeypatch.setenv("AGENT_SAGA_CHAIN_KEY_FILE", str(other))
     assert schema_setting(config) == "fleet_b"

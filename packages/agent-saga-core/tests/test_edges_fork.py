@@ -111,8 +111,6 @@ def test_forked_children_with_their_own_default_kits_write_at_once(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGENT_SAGA_HOME", str(home))
-    # This test's own process-wide default kit, dropped afterwards (other tests make theirs).
-    monkeypatch.setattr(agentkit._Defaults, "kits", {})
     with saga_scope("parent"):  # the parent's default kit exists before the fork
         draft(0)
     fork = multiprocessing.get_context("fork")
@@ -125,7 +123,7 @@ def test_forked_children_with_their_own_default_kits_write_at_once(
     for worker in workers:
         worker.join(60)
         assert worker.exitcode == 0
-    agentkit._Defaults.kits["kit"].close()
+    agentkit._Defaults.kits["kit"].close()  # this test's own (see conftest.py)
     assert verify_file(home / "log.jsonl").ok
     assert _statuses(home) == [SagaStatus.COMMITTED] * (1 + WORKERS * ROUNDS)
 

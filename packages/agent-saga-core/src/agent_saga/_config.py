@@ -131,11 +131,18 @@ def read_chain_key(path: Path) -> bytes:
     """The chain key held in ``path`` (see the module docstring for the format).
 
     Raises:
-        ConfigurationError: the file cannot be read, is not UTF-8 text, or holds a key shorter
-            than 16 or longer than 4096 bytes; the message names the file.
+        ConfigurationError: the file cannot be read, can be read or written by other users than
+            its owner (as ssh refuses a private key: ``chmod 600``), is not UTF-8 text, or holds
+            a key shorter than 16 or longer than 4096 bytes; the message names the file.
     """
     try:
         with path.open("rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if mode & 0o077:
+                raise ConfigurationError(
+                    f"the chain key file {path} is open to other users (mode {mode & 0o777:o}); "
+                    f"make it private: chmod 600 {path}"
+                )
             raw = handle.read(MAX_CHAIN_KEY_BYTES * 2 + 1)
     except OSError as exc:
         raise ConfigurationError(f"cannot read the chain key file {path}: {exc}") from exc

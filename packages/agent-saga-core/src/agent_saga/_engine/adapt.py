@@ -201,6 +201,10 @@ class ToolCallGuard:
         continues one suspended by a pause, or retries a failed idempotent one, returns that
         call again, not a new step.
 
+        ``arguments`` come from the model: an ``idempotency_key`` among them is ignored (the
+        step's key is derived from its saga and ordinal, and the effect gets it from
+        :attr:`PendingCall.step`), so a model cannot make a step share another saga's key.
+
         Raises:
             SagaEndedError: the current saga has ended (a run that outlived its transaction).
         """
@@ -208,6 +212,7 @@ class ToolCallGuard:
         if saga is None:
             return None
         kwargs = dict(arguments)
+        kwargs.pop("idempotency_key", None)
         if saga.parked:
             key = call_key(self.spec.name, kwargs)
             resumed = saga.unpark(key)

@@ -141,6 +141,9 @@ class SagaView:
     after_end: tuple[int, ...] = ()
     """Sequence numbers of records of this saga logged after its ``saga.end`` (none should be:
     an effect there can never be compensated)."""
+    settled: str | None = None
+    """Who marked this ``needs_human`` saga as handled, and their note (``agent-saga settle``);
+    the status stays ``needs_human``: the log keeps what happened and who took it on."""
 
     @property
     def refusals(self) -> tuple[StepView, ...]:

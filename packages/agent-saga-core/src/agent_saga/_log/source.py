@@ -8,23 +8,39 @@ PostgreSQL source is :class:`agent_saga._postgres.source.PostgresLogSource`.
 
 A record 1 whose hash does not match is most often a key problem, not tampering: a keyed chain
 read without its key (or with another one) fails there. Sources raise :class:`ChainKeyError`
-for it, which says which of the two it can be.
+for it, which says which of the two it can be; but when the key given verifies record 2 on top
+of record 1's stored hash, the key is right and record 1 itself was changed: that is reported
+as the break it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import Protocol
 
 from .._errors import CorruptLogError
-from .chain import HASH_MISMATCH, Chain
+from .chain import (
+    _HASH_FIELD,
+    HASH_MISMATCH,
+    MAX_RECORD_BYTES,
+    Chain,
+    ChainBreak,
+    Masked,
+    check_line_fast,
+)
 from .files import LOG_NAME, OS
 from .locks import owner_alive
 from .read import iter_log
 from .records import Record
 
-__all__ = ["ChainKeyError", "FileLogSource", "LogSource", "explain_first_record"]
+__all__ = [
+    "ChainKeyError",
+    "FileLogSource",
+    "KeyedSource",
+    "LogSource",
+    "explain_first_record",
+]
 
 
 class ChainKeyError(CorruptLogError):
@@ -55,16 +71,46 @@ class ChainKeyError(CorruptLogError):
         return self.message
 
 
-def explain_first_record(
-    error: CorruptLogError, where: str, keyed: bool, fits_unkeyed: Callable[[], bool]
-) -> CorruptLogError:
-    """``error``, or a :class:`ChainKeyError` when it is record 1's hash that does not match.
+class KeyedSource(Protocol):
+    """What telling a key problem from a changed record 1 needs of a source."""
 
-    ``fits_unkeyed`` is asked only for a keyed chain: whether record 1 verifies without a key.
-    """
+    where: str
+    key: bytes | None
+
+    def fits_unkeyed(self) -> bool:
+        """Whether record 1 verifies without any chain key."""
+        ...
+
+    def first_lines(self) -> list[bytes]:
+        """The first two stored lines of the log (fewer when it is shorter)."""
+        ...
+
+
+def explain_first_record(error: CorruptLogError, source: KeyedSource) -> CorruptLogError:
+    """``error``, or a :class:`ChainKeyError` when it is record 1's hash that does not match
+    because of the key (see :func:`key_fits_after_first` for a changed record 1)."""
     if error.seq != 1 or error.reason != HASH_MISMATCH or isinstance(error, ChainKeyError):
         return error
-    return ChainKeyError(where, keyed=keyed, fits_unkeyed=keyed and fits_unkeyed())
+    if key_fits_after_first(source.first_lines(), Chain(source.key)):
+        return error  # the key is right: record 1 was changed
+    keyed = source.key is not None
+    return ChainKeyError(source.where, keyed=keyed, fits_unkeyed=keyed and source.fits_unkeyed())
+
+
+def key_fits_after_first(lines: Iterable[bytes], chain: Chain) -> bool:
+    """Whether ``chain`` verifies record 2 on top of record 1's *stored* hash: then its key is
+    the log's, and a record 1 that does not verify was changed after it was written."""
+    found = iter(lines)
+    first, second = next(found, None), next(found, None)
+    if first is None or second is None:
+        return False
+    cut = first.rfind(_HASH_FIELD)
+    if cut < 0:
+        return False
+    start = cut + len(_HASH_FIELD)
+    stored = first[start : start + 64]
+    result = check_line_fast(chain, second.rstrip(b"\n"), 2, stored)
+    return not isinstance(result, ChainBreak | Masked)
 
 
 class LogSource(Protocol):
@@ -125,12 +171,16 @@ class FileLogSource:
             for _, record in iter_log(self.path, Chain(self.key), watermark=True):
                 yield record
         except CorruptLogError as exc:
-            explained = explain_first_record(exc, self.where, self.key is not None, self._plain)
+            explained = explain_first_record(exc, self)
             if explained is exc:
                 raise
             raise explained from exc
 
-    def _plain(self) -> bool:
+    def first_lines(self) -> list[bytes]:
+        with self.path.open("rb") as handle:
+            return [handle.readline(MAX_RECORD_BYTES + 1) for _ in range(2)]
+
+    def fits_unkeyed(self) -> bool:
         first = iter_log(self.path, Chain())
         try:
             next(first)

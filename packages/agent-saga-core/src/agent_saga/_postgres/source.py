@@ -102,12 +102,16 @@ class PostgresLogSource:
         try:
             yield from self._checked(Chain(self.key))
         except CorruptLogError as exc:
-            explained = explain_first_record(exc, self.where, self.key is not None, self._plain)
+            explained = explain_first_record(exc, self)
             if explained is exc:
                 raise
             raise explained from exc
 
-    def _plain(self) -> bool:
+    def first_lines(self) -> list[bytes]:
+        rows = paged_rows(self._session.query, self._q["page"])
+        return [line for _, (_seq, _digest, line) in zip(range(2), rows, strict=False)]
+
+    def fits_unkeyed(self) -> bool:
         first = self._checked(Chain())
         try:
             next(first)

@@ -122,10 +122,14 @@ def log_source(settings: Settings) -> LogSource:
 
 
 @contextmanager
-def reading(settings: Settings, *, hold_lock: bool = True) -> Iterator[LogSource]:
-    """The configured log for the block: a file log under the readers' shared lock (unless
-    ``hold_lock`` is false: each read still finds its end under that lock, briefly); a fleet
-    log's connection closed afterwards."""
+def reading(settings: Settings, *, hold_lock: bool = False) -> Iterator[LogSource]:
+    """The configured log for the block; a fleet log's connection closed afterwards.
+
+    Each read of a file log finds its end (and its synced watermark) under the readers' shared
+    lock, briefly, and reads the records before that end without it, so agents appending
+    meanwhile are not held up by a long read. ``hold_lock`` keeps the shared lock for the whole
+    block instead (writers wait).
+    """
     source = log_source(settings)
     try:
         if hold_lock and isinstance(source, FileLogSource):

@@ -47,6 +47,7 @@ from ._proofs import KEY_HELP, checkpoint_lines, redaction_lines
 from ._recover import recover
 from ._render import make_console, render_replay, render_sagas, render_status, render_verify
 from ._settings import Settings, pass_settings
+from ._settle import settle
 
 EPILOG = """\b
 Exit codes:
@@ -240,7 +241,7 @@ def verify(settings: Settings, since: Path | None, key: str | None) -> None:
     break or inconsistency. Checkpoints are the home's, for a fleet log too.
     """
     with reading(settings) as source:
-        log = snapshot(source, keep_records=False)
+        log = snapshot(source, keep_records=False, home=settings.home)
     render_verify(settings.console, log.chain, source.where, source.unit)
     lines, consistent = checkpoint_lines(settings.home, log, since, key)
     for line in [*lines, *redaction_lines(log)]:
@@ -347,5 +348,6 @@ def guarantees(settings: Settings, raw: bool) -> None:
 
 
 main.add_command(recover)
+main.add_command(settle)
 for _command in (*PROOF_COMMANDS, *APPROVAL_COMMANDS):
     main.add_command(_command)

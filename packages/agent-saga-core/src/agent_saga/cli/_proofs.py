@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from .._history.build import resolve_saga_id
+from .._history.views import SagaLookupError
 from .._log.chain import HASH_MISMATCH
 from ..proofs._audit import (
     LogSnapshot,
@@ -101,7 +103,7 @@ def checkpoint() -> None:
     """Sign and publish a checkpoint of the log now (checkpoints/latest.note)."""
     settings = current_settings()
     with reading(settings) as source:
-        log = snapshot(source, keep_records=False)
+        log = snapshot(source, keep_records=False, home=settings.home)
     if not log.chain.ok:
         raise CliError(f"the log does not verify: {log.chain.error}; run 'agent-saga verify'")
     published = publish(settings.home, log)
@@ -121,11 +123,17 @@ def checkpoint() -> None:
     help="Where to write the bundle (JSON).",
 )
 def prove_command(saga_id: str, out: Path) -> None:
-    """Write a disclosure bundle: one saga's records, proven included and complete."""
+    """Write a disclosure bundle: one saga's records, proven included and complete.
+
+    SAGA_ID may be a unique prefix of the id (dashes and case do not matter).
+    """
     settings = current_settings()
     try:
         with reading(settings, hold_lock=False) as source:
+            saga_id = resolve_saga_id((r.saga for r in source.records() if r.saga), saga_id)
             bundle = prove(settings.home, saga_id, source)
+    except SagaLookupError as exc:
+        raise BadInputError(str(exc)) from exc
     except (DisclosureError, CheckpointError) as exc:
         raise CliError(str(exc)) from exc
     _write_json(out, bundle)

@@ -46,14 +46,16 @@ def import_user_modules(names: list[str]) -> list[str]:
 
 
 def standing_needs_human(kit: AgentKit, report: RecoveryReport) -> list[tuple[str, str]]:
-    """``(saga id, name)`` of every saga whose status in the log is ``needs_human`` and that
-    this pass did not escalate itself."""
+    """``(saga id, name)`` of every saga whose status in the log is ``needs_human``, that this
+    pass did not escalate itself and that no human has settled (``agent-saga settle``)."""
     escalated = {saga.saga_id for saga in report.needs_human}
     views = build_history(kit.store.records()).sagas
     return [
         (view.id, view.name)
         for view in views
-        if view.status is SagaStatus.NEEDS_HUMAN and view.id not in escalated
+        if view.status is SagaStatus.NEEDS_HUMAN
+        and view.id not in escalated
+        and view.settled is None
     ]
 
 

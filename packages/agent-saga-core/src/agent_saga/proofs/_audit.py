@@ -21,7 +21,7 @@ from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
 from ._certify import CRITICAL, WARNING, Finding, certificate, certify_records
-from ._checkpoint import Checkpoint, CheckpointError, check_extension
+from ._checkpoint import Checkpoint, CheckpointError, check_extension, open_checkpoint
 from ._checkpoints import CheckpointLog
 from ._disclosure import build_bundle
 from ._logtree import record_leaf
@@ -45,13 +45,26 @@ class LogSnapshot:
     chain: VerifyReport
     redactions: tuple[Record, ...] = ()
     where: str = ""
+    checkpoint: _NoteRead | None = None
+    """The home's latest checkpoint as read *before* the log (see :func:`snapshot`)."""
 
 
-def snapshot(source: LogSource | Path, *, keep_records: bool = True) -> LogSnapshot:
+@dataclass(frozen=True)
+class _NoteRead:
+    note: str | None
+    error: CheckpointError | None = None
+
+
+def snapshot(
+    source: LogSource | Path, *, keep_records: bool = True, home: Path | None = None
+) -> LogSnapshot:
     """Read and verify a log once: records stop at the first break, which the report holds.
 
     ``source`` is a log source or a home (its file log). Without ``keep_records`` only the tree
-    (32 bytes per record) and the redaction records stay in memory.
+    (32 bytes per record) and the redaction records stay in memory. With ``home``, the home's
+    latest checkpoint is read first: records are appended before a checkpoint covers them, so
+    a checkpoint read before the log never covers more than the log holds, even while agents
+    append and publish (read after the log, it could, and a live log would look truncated).
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (or without one): a
@@ -60,6 +73,12 @@ def snapshot(source: LogSource | Path, *, keep_records: bool = True) -> LogSnaps
     """
     if isinstance(source, Path):
         source = FileLogSource(source)
+    checkpoint = None
+    if home is not None:
+        try:
+            checkpoint = _NoteRead(CheckpointLog(home).read_note())
+        except CheckpointError as exc:
+            checkpoint = _NoteRead(None, exc)
     records: list[Record] = []
     redactions: list[Record] = []
     tree = MerkleTree()
@@ -77,7 +96,7 @@ def snapshot(source: LogSource | Path, *, keep_records: bool = True) -> LogSnaps
     except CorruptLogError as exc:
         error = exc  # the records before the break still count
     report = VerifyReport(error is None, tree.size, error, head)
-    return LogSnapshot(tuple(records), tree, report, tuple(redactions), source.where)
+    return LogSnapshot(tuple(records), tree, report, tuple(redactions), source.where, checkpoint)
 
 
 def check_checkpoint(tree: MerkleTree, checkpoint: Checkpoint) -> str | None:
@@ -104,9 +123,19 @@ def publish(home: Path, log: LogSnapshot) -> Checkpoint:
 def latest_problem(
     home: Path, log: LogSnapshot, verifiers: Sequence[NoteVerifier]
 ) -> tuple[Checkpoint | None, Finding | None]:
-    """The latest checkpoint and, when there is one, what is wrong with the log against it."""
+    """The latest checkpoint and, when there is one, what is wrong with the log against it.
+
+    The checkpoint is the one read before the log when the snapshot took it (``home=``), else
+    the home's latest now.
+    """
     try:
-        latest = CheckpointLog(home).latest(list(verifiers))
+        read = log.checkpoint
+        if read is None:
+            latest = CheckpointLog(home).latest(list(verifiers))
+        elif read.error is not None:
+            raise read.error
+        else:
+            latest = None if read.note is None else open_checkpoint(read.note, list(verifiers))
     except CheckpointError as exc:
         return None, Finding(CRITICAL, "checkpoint", f"latest checkpoint rejected: {exc}")
     if latest is None:
@@ -129,7 +158,7 @@ def prove(home: Path, saga_id: str, source: LogSource | None = None) -> dict[str
 
     ``source`` is the log (default: ``home``'s file log); the checkpoint is ``home``'s.
     """
-    log = snapshot(source or FileLogSource(home))
+    log = snapshot(source or FileLogSource(home), home=home)
     if not log.chain.ok:
         raise CorruptLogError(log.where, 0, f"log does not verify: {log.chain.error}")
     signer = home_signer(home)
@@ -148,7 +177,7 @@ def certify(home: Path, source: LogSource | None = None) -> tuple[dict[str, Any]
     broken, cut or rewritten log would vouch for it.
     """
     source = source or FileLogSource(home)
-    log = snapshot(source)
+    log = snapshot(source, home=home)
     signer = home_signer(home)
     latest, problem = latest_problem(home, log, [signer.verifier])
     covered = latest

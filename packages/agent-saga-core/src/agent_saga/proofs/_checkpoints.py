@@ -59,13 +59,21 @@ class CheckpointLog:
         Raises:
             CheckpointError: the file exists but is not a checkpoint signed by ``verifiers``.
         """
+        note = self.read_note()
+        return None if note is None else open_checkpoint(note, verifiers)
+
+    def read_note(self) -> str | None:
+        """The latest checkpoint's signed note as text, unchecked; ``None`` when there is none.
+
+        Raises:
+            CheckpointError: the file exists but cannot be read as text.
+        """
         try:
-            note = self.latest_path.read_text(encoding="utf-8")
+            return self.latest_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
             raise CheckpointError(f"cannot read {self.latest_path}: {exc}") from exc
-        return open_checkpoint(note, verifiers)
 
     def publish(self, tree: MerkleTree, signer: NoteSigner) -> Checkpoint:
         """Sign ``tree``'s current head and make it the latest checkpoint, if it extends it.

@@ -16,8 +16,9 @@ PRODUCT_PREFIXES = ("AGENT_SAGA_", "_AGENT_SAGA_")
 """agent-saga's own settings; ``_AGENT_SAGA_COMPLETE`` makes the ``agent-saga`` script print a
 shell-completion script instead of running (click)."""
 
-KEPT_VARIABLES = frozenset({"AGENT_SAGA_TEST_PG_URL"})
-"""Settings for the tests themselves, which a test asks for by name (the PostgreSQL server)."""
+KEPT_VARIABLES = frozenset({"AGENT_SAGA_TEST_PG_URL", "AGENT_SAGA_TEST_PHOENIX"})
+"""Settings for the tests themselves, which a test asks for by name (the PostgreSQL server, the
+Phoenix executable)."""
 
 TERMINAL_VARIABLES = (
     "NO_COLOR",
