@@ -183,16 +183,8 @@ class Airline:
         return saga_tools([book_seat], {"book_seat": {"compensate": "airline.cancel"}})
 
 
-def test_a_retry_policy_never_books_a_seat_twice(tmp_path: Path) -> None:
-    airline = Airline()
-    registry = CompensatorRegistry()
-    tools = airline.tools(registry)
-    model = ScriptedChat(
-        script=[
-            AIMessage("", tool_calls=[call("book_seat", {"seat": "12A"}, "c1")]),
-            AIMessage("I could not book it."),
-        ]
-    )
+def retrying_graph(model: ScriptedChat, tools: list[Any]) -> Any:
+    """A hand-built LangGraph agent whose tool node a ``RetryPolicy`` re-runs on a timeout."""
 
     def agent_node(state: MessagesState) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
@@ -213,7 +205,20 @@ def test_a_retry_policy_never_books_a_seat_twice(tmp_path: Path) -> None:
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", route)
     builder.add_edge("tools", "agent")
-    graph = builder.compile()
+    return builder.compile()
+
+
+def test_a_retry_policy_never_books_a_seat_twice(tmp_path: Path) -> None:
+    airline = Airline()
+    registry = CompensatorRegistry()
+    tools = airline.tools(registry)
+    model = ScriptedChat(
+        script=[
+            AIMessage("", tool_calls=[call("book_seat", {"seat": "12A"}, "c1")]),
+            AIMessage("I could not book it."),
+        ]
+    )
+    graph = retrying_graph(model, tools)
     with AgentKit(home=tmp_path / "h", registry=registry, ids=SequentialIds()) as kit:
         with pytest.raises(SagaRolledBack) as raised:
             invoke_in_saga(graph, {"messages": [HumanMessage("seat 12A")]}, kit=kit)
@@ -223,6 +228,40 @@ def test_a_retry_policy_never_books_a_seat_twice(tmp_path: Path) -> None:
     assert [r["rule"] for r in refused] == ["saga_failed"]
     assert airline.cancelled == ["12A"]  # the probe said it landed: compensated
     assert raised.value.report.compensated[0].tool == "book_seat"
+
+
+def test_a_retry_policy_retries_an_idempotent_tool_as_the_same_step(kit: AgentKit) -> None:
+    airline: dict[str, str] = {}  # booking by idempotency key: a retry books nothing twice
+    keys: list[str] = []
+
+    @tool
+    def book_seat(seat: str, idempotency_key: Annotated[str, InjectedToolArg] = "") -> str:
+        """Book a seat."""
+        keys.append(idempotency_key)
+        airline.setdefault(idempotency_key, seat)
+        if len(keys) == 1:
+            raise TimeoutError("no reply from the airline")
+        return f"booked {seat}"
+
+    def cancel(idempotency_key: str) -> None:
+        airline.pop(idempotency_key, None)
+
+    tools = saga_tools([book_seat], {"book_seat": {"compensate": cancel}})
+    model = ScriptedChat(
+        script=[
+            AIMessage("", tool_calls=[call("book_seat", {"seat": "12A"}, "c1")]),
+            AIMessage("Booked 12A."),
+        ]
+    )
+    out = invoke_in_saga(retrying_graph(model, tools), {"messages": [HumanMessage("12A")]}, kit=kit)
+    assert out["messages"][-1].content == "Booked 12A."
+    assert len(keys) == 2
+    assert keys[0] == keys[1] != ""
+    assert list(airline.values()) == ["12A"]
+    assert len(records(kit, "step.intent")) == 1
+    assert [d.get("retryable") for d in records(kit, "step.failed")] == [True]
+    assert records(kit, "gate.refused") == []
+    assert last_status(kit) == "committed"
 
 
 # -- 3. interrupt() is a pause ----------------------------------------------------------------
@@ -377,6 +416,26 @@ def test_injected_arguments_are_neither_gated_nor_logged(kit: AgentKit) -> None:
     assert intent["args"] == {"order": "o-1", "card": {"cvv": {"$redacted": "write"}, "no": "4"}}
     assert "123" not in "".join(str(r.data) for r in kit.store.records())
     assert last_status(kit) == "committed"
+
+
+def test_an_injected_tool_arg_is_passed_on_but_never_logged(kit: AgentKit) -> None:
+    got: list[str] = []
+
+    @tool
+    def fetch(order: str, api_key: Annotated[str, InjectedToolArg]) -> str:
+        """Fetch an order from the shop's API."""
+        got.append(api_key)
+        return f"order {order}"
+
+    wrapped = saga_tool(fetch, semantics="reversible")
+    assert "api_key" not in wrapped.tool_call_schema.model_json_schema()["properties"]  # type: ignore[union-attr]
+    with kit.transaction():  # an application's own loop adds the key to the model's call
+        message = wrapped.invoke(call("fetch", {"order": "o-1", "api_key": "sk-secret"}, "c1"))
+    assert message.content == "order o-1"
+    assert got == ["sk-secret"]
+    [intent] = records(kit, "step.intent")
+    assert intent["args"] == {"order": "o-1"}
+    assert "sk-secret" not in "".join(str(r.data) for r in kit.store.records())
 
 
 # -- 6. one result type ---------------------------------------------------------------------------

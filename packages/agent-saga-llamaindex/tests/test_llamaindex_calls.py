@@ -152,6 +152,30 @@ def test_a_run_that_outlives_its_transaction_adds_no_step(kit: AgentKit) -> None
     assert kinds.count("step.intent") == 1
 
 
+def test_a_handler_created_before_the_transaction_runs_untouched(kit: AgentKit) -> None:
+    ledger = Ledger()
+
+    def charge(amount: int) -> str:
+        """Charge."""
+        ledger.record(f"charge {amount}")
+        return "ch"
+
+    tools = saga_tools(
+        [FunctionTool.from_defaults(charge)], {"charge": {"compensate": lambda: None}}
+    )
+    script = Script([tool_call("charge", "c1", amount=1), answer("ok")])
+    agent = FunctionAgent(tools=[*tools], llm=script.llm())
+
+    async def main() -> str:
+        handler = agent.run(user_msg="charge")  # started here, outside any transaction
+        async with kit.transaction("request"):
+            return str(await handler)  # awaited inside: its tools still ran outside
+
+    assert asyncio.run(main()) == "ok"
+    assert ledger.actions() == ["charge 1"]
+    assert [r.kind for r in kit.store.records()] == ["saga.begin", "saga.end"]
+
+
 def test_a_wait_for_a_human_spans_requests_as_one_step(tmp_path: Any) -> None:
     ledger = Ledger()
     registry = CompensatorRegistry()

@@ -17,6 +17,7 @@ from agent_saga import (
     Approvals,
     CompensatorRegistry,
     SagaEndedError,
+    SagaRolledBack,
     StepOutcome,
     build_history,
 )
@@ -58,7 +59,14 @@ def outputs(model: ScriptedModel) -> dict[str, str]:
     }
 
 
-def test_arguments_the_sdk_refuses_reach_the_model_and_the_fix_commits(kit: AgentKit) -> None:
+@pytest.mark.parametrize(
+    "mistake",
+    [{"seat": "the window one"}, '{"seat": 4'],
+    ids=["schema-mismatch", "invalid-json"],
+)
+def test_arguments_the_sdk_refuses_reach_the_model_and_the_fix_commits(
+    kit: AgentKit, mistake: dict[str, Any] | str
+) -> None:
     ledger = Ledger()
 
     @function_tool
@@ -70,7 +78,7 @@ def test_arguments_the_sdk_refuses_reach_the_model_and_the_fix_commits(kit: Agen
     tools = saga_tools([book], {"book": {"compensate": lambda: ledger.record("cancel")}})
     model = ScriptedModel(
         [
-            [function_call("book", {"seat": "the window one"}, call_id="c1")],
+            [function_call("book", mistake, call_id="c1")],
             [function_call("book", {"seat": 4}, call_id="c2")],
             [assistant_message("Seat 4.")],
         ]
@@ -322,3 +330,109 @@ def test_a_run_that_outlives_its_transaction_is_refused(kit: AgentKit) -> None:
     assert any(isinstance(e, SagaEndedError) for e in chain), repr(error)
     assert ledger.actions() == []
     assert [r.kind for r in kit.store.records()] == ["saga.begin", "saga.end"]
+
+
+def test_a_failure_after_resume_compensates_both_requests_newest_first(tmp_path: Path) -> None:
+    ledger = Ledger()
+    registry = CompensatorRegistry()
+    registry.register("trip.refund", lambda result: ledger.record(f"refund {result}"))
+    registry.register("trip.cancel", lambda result: ledger.record(f"cancel {result}"))
+
+    @function_tool
+    def charge(amount: int) -> str:
+        """Charge the customer."""
+        ledger.record(f"charge {amount}")
+        return "ch_1"
+
+    @function_tool(needs_approval=True)
+    def book(hotel: str) -> str:
+        """Book a room once the customer confirms."""
+        ledger.record(f"book {hotel}")
+        return "bk_1"
+
+    @function_tool
+    def notify(to: str) -> str:
+        """Send the confirmation."""
+        raise ConnectionError("mail server down")
+
+    tools = saga_tools(
+        [charge, book, notify],
+        {
+            "charge": {"compensate": "trip.refund"},
+            "book": {"compensate": "trip.cancel"},
+            "notify": {"semantics": "reversible"},
+        },
+    )
+    model = ScriptedModel(
+        [
+            [function_call("charge", {"amount": 9}, call_id="c1")],
+            [function_call("book", {"hotel": "Ritz"}, call_id="b1")],
+            [function_call("notify", {"to": "ann"}, call_id="n1")],
+            [assistant_message("Booked, but nobody was told.")],
+        ]
+    )
+    agent = Agent(name="trip", model=model, tools=[*tools])
+    home = tmp_path / "h"
+
+    async def first_request() -> str:
+        with AgentKit(home=home, registry=registry) as kit:
+            async with kit.transaction("trip") as saga:
+                result = await Runner.run(agent, "book", run_config=saga_run_config(saga.id))
+                assert [i.name for i in result.interruptions] == ["book"]
+                return json.dumps(suspend_run(result, saga))
+
+    saved = asyncio.run(first_request())
+    assert ledger.actions() == ["charge 9"]
+
+    async def second_request() -> None:
+        saga_id, state = await resume_run(agent, json.loads(saved))
+        state.approve(state.get_interruptions()[0])
+        with AgentKit(home=home, registry=registry) as kit:
+            async with kit.transaction(resume=saga_id):
+                await Runner.run(agent, state, run_config=saga_run_config(saga_id))
+
+    with pytest.raises(SagaRolledBack) as raised:
+        asyncio.run(second_request())
+    assert isinstance(raised.value.cause, ConnectionError)
+    assert [r.ordinal for r in raised.value.report.compensated] == [2, 1]
+    assert ledger.actions() == ["charge 9", "book Ritz", "cancel bk_1", "refund ch_1"]
+
+
+def test_a_streamed_run_the_consumer_left_is_refused_at_its_next_call(kit: AgentKit) -> None:
+    ledger = Ledger()
+
+    @function_tool
+    def charge(amount: int) -> str:
+        """Charge."""
+        ledger.record(f"charge {amount}")
+        return "ch"
+
+    wrapped = saga_tool(charge, compensate=lambda: ledger.record("refund"))
+    model = ScriptedModel(
+        [
+            [function_call("charge", {"amount": 1}, call_id="c1")],
+            [function_call("charge", {"amount": 2}, call_id="c2")],
+            [assistant_message("ok")],
+        ]
+    )
+    agent = Agent(name="a", model=model, tools=[wrapped])
+
+    async def main() -> BaseException | None:
+        async with kit.transaction("request") as saga:
+            result = Runner.run_streamed(agent, "charge twice", run_config=saga_run_config(saga.id))
+            async for event in result.stream_events():
+                if event.type == "run_item_stream_event" and event.name == "tool_output":
+                    break  # the consumer stops streaming and leaves the transaction
+        try:
+            async for _ in result.stream_events():  # the run goes on without it
+                pass
+        except Exception as exc:
+            return exc
+        return None
+
+    error = asyncio.run(main())
+    assert isinstance(getattr(error, "__cause__", None), SagaEndedError), repr(error)
+    assert ledger.actions() == ["charge 1"]
+    kinds = [r.kind for r in kit.store.records()]
+    assert kinds[-1] == "saga.end"
+    assert kinds.count("step.intent") == 1
