@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from agent_saga import AgentKit, CompensatorRegistry, SagaRolledBack, SequentialIds
+from agent_saga import (
+    AgentKit,
+    ApprovalRequest,
+    Approvals,
+    CompensatorRegistry,
+    SagaRolledBack,
+    SequentialIds,
+    action_digest,
+    submit_vote,
+)
 from agent_saga.testing import Ledger
 from agent_saga_langchain import (
     THREAD_SAGA_KEY,
@@ -436,6 +445,55 @@ def test_an_injected_tool_arg_is_passed_on_but_never_logged(kit: AgentKit) -> No
     [intent] = records(kit, "step.intent")
     assert intent["args"] == {"order": "o-1"}
     assert "sk-secret" not in "".join(str(r.data) for r in kit.store.records())
+
+
+class ApproveWhenPosted:
+    """An agent-saga approval channel whose approver says yes as soon as a request is posted."""
+
+    def __init__(self) -> None:
+        self.kit: AgentKit | None = None
+        self.requests: list[ApprovalRequest] = []
+
+    def request_posted(self, request: ApprovalRequest) -> None:
+        assert self.kit is not None
+        self.requests.append(request)
+        submit_vote(self.kit.store, request.id, "unix:alice", "approve", channel="test")
+
+    def request_decided(self, request: ApprovalRequest, decision: str) -> None:
+        pass
+
+
+def test_an_approval_is_bound_to_the_models_arguments_only(tmp_path: Path) -> None:
+    sent: list[str] = []
+
+    @tool
+    def transfer(
+        amount: int, to: str, runtime: ToolRuntime, state: Annotated[dict[str, Any], InjectedState]
+    ) -> str:
+        """Transfer money (cannot be undone)."""
+        sent.append(f"{amount} to {to} after {len(state['messages'])} messages")
+        return "sent"
+
+    wrapped = saga_tool(transfer, semantics="irreversible")
+    model = ScriptedChat(
+        script=[
+            AIMessage("", tool_calls=[call("transfer", {"amount": 5, "to": "bob"}, "t1")]),
+            AIMessage("Sent."),
+        ]
+    )
+    channel = ApproveWhenPosted()
+    approvals = Approvals(approvers=["unix:alice"], channels=[channel], poll=0.01)
+    with AgentKit(home=tmp_path / "h", approvals=approvals) as kit:
+        channel.kit = kit
+        out = invoke_in_saga(
+            create_agent(model, [wrapped]), {"messages": [HumanMessage("pay")]}, kit=kit
+        )
+        assert last_status(kit) == "committed"
+    assert out["messages"][-1].content == "Sent."
+    assert sent == ["5 to bob after 2 messages"]
+    [request] = channel.requests
+    assert request.args == {"amount": 5, "to": "bob"}
+    assert request.digest == action_digest("transfer", "irreversible", {"amount": 5, "to": "bob"})
 
 
 # -- 6. one result type ---------------------------------------------------------------------------
