@@ -34,6 +34,8 @@ from ._errors import (
     GateRefused,
     HaltedError,
     LogError,
+    ResumeError,
+    SagaEndedError,
     StoreFailedError,
 )
 from ._gate.budget import Budget
@@ -175,11 +177,13 @@ __all__ = [
     "RedactionReport",
     "RefusedCall",
     "RequireApproval",
+    "ResumeError",
     "RiskRule",
     "RiskScorer",
     "RollbackReport",
     "Rule",
     "Saga",
+    "SagaEndedError",
     "SagaRolledBack",
     "SagaStatus",
     "SagaView",

@@ -17,7 +17,7 @@ from .._log.records import Entry, Kind, SagaStatus
 from .events import Dispatch
 from .report import CompensationFailure
 from .runtime import Runtime
-from .steps import Step, StepHolds
+from .steps import PreparedCall, Step, StepHolds
 
 
 class SagaState:
@@ -44,6 +44,9 @@ class SagaState:
         self.interrupted: BaseException | None = None
         """Set when a compensation was interrupted (Ctrl-C, exit, cancellation): the rollback
         stops there and the saga is left without an end record, for recovery to finish."""
+        self.parked: dict[str, list[tuple[PreparedCall, bool]]] = {}
+        """Calls that will run again as the same step, by tool and arguments: suspended by a
+        framework's pause (``True``: no outcome logged yet) or failed and retryable."""
         self.holds = StepHolds(self.log)
         self.failed_compensations: list[CompensationFailure] = []
         """Every compensation of this saga that failed, savepoints' included: a terminal
