@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, SequentialIds
-from agent_saga._kit import agentkit
+from agent_saga._kit import defaults
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def _own_default_kit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The process-wide default kit behind ``saga_scope`` is made afresh in each test (on that
     test's home) and closed after it, so no test sees another's."""
     kits: dict[str, AgentKit] = {}
-    monkeypatch.setattr(agentkit._Defaults, "kits", kits)
+    monkeypatch.setattr(defaults._Defaults, "kits", kits)
     yield
     for made in kits.values():
         made.close()

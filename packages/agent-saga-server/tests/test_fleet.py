@@ -423,6 +423,9 @@ def test_the_manifest_and_status_describe_server_mode(
         AgentKit(home=tmp_path / "h", server=server.url, token=server.admin)
     with pytest.raises(ConfigurationError, match="refused the token"):
         AgentKit(home=tmp_path / "h", server=server.url, token="asg_0000000000000000_" + "x" * 43)
+    keyed = server.token("agent", "keyed-g")
+    with pytest.raises(ConfigurationError, match="a keyed chain"):
+        AgentKit(home=tmp_path / "k", server=server.url, token=keyed, chain_key=b"k" * 32)
 
 
 def test_the_configuration_file_points_a_kit_at_the_server(

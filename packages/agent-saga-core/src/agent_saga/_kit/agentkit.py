@@ -1,12 +1,9 @@
-"""AgentKit: the one-object SDK, and the process-wide default kit behind the module-level API."""
+"""AgentKit: the one-object SDK (the default kit behind the module-level API is in ``defaults``)."""
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -18,7 +15,7 @@ from .._engine.observe import Observer
 from .._engine.runtime import Runtime, StepApprover
 from .._engine.saga import Saga
 from .._engine.spec import ToolRegistry
-from .._engine.tool import DEFAULT_TOOLS, _declare
+from .._engine.tool import _declare
 from .._engine.transaction import Transaction
 from .._errors import AgentSagaError, ConfigurationError
 from .._gate.decisions import Gate, Rule
@@ -110,7 +107,12 @@ class AgentKit:
         self.connection: Connection | None = (
             None if url is None else connect(url, token=token, home=self.home)
         )
-        opened = open_store(store, self.home, chain_key)
+        try:
+            opened = open_store(store, self.home, chain_key)
+        except BaseException:
+            if self.connection is not None:
+                self.connection.close()  # its kill switch stream is already running
+            raise
         approver: StepApprover | None = approvals
         if approver is None and self.connection is not None:
             approver = self.connection.approvals
@@ -150,7 +152,11 @@ class AgentKit:
             )
             self.checkpointer.start()
         if self.connection is not None:
-            self.connection.attach(opened, self.home)
+            try:
+                self.connection.attach(opened, self.home)
+            except BaseException:
+                self.close()  # nothing of this kit stays open
+                raise
 
     @property
     def store(self) -> LogStore:
@@ -351,64 +357,6 @@ class AgentKit:
         self.close()
 
 
-class _Defaults:
-    """The process-wide default kit, made on first use, and the lock that guards making it."""
-
-    lock = threading.Lock()
-    kits: dict[str, AgentKit] = {}  # noqa: RUF012 - one mapping for the process, on purpose
-
-
-def _forget_defaults_in_child() -> None:
-    """A forked child builds its own default kit: the parent's store never writes there."""
-    _Defaults.lock = threading.Lock()  # another thread may have held it at the fork
-    _Defaults.kits = {}
-
-
-os.register_at_fork(after_in_child=_forget_defaults_in_child)
-_override: ContextVar[AgentKit | None] = ContextVar("agent_saga_kit", default=None)
-
-
-def default_kit() -> AgentKit:
-    """The kit behind ``saga_scope``: the innermost :func:`use_kit` one, else a process-wide kit
-    on the durable file store, created on first use."""
-    kit = _override.get()
-    if kit is not None:
-        return kit
-    with _Defaults.lock:
-        kit = _Defaults.kits.get("kit")
-        if kit is None:
-            kit = _Defaults.kits["kit"] = AgentKit(tools=DEFAULT_TOOLS)
-        return kit
-
-
-@contextmanager
-def use_kit(kit: AgentKit) -> Iterator[AgentKit]:
-    """Route the module-level API (``saga_scope``) to ``kit`` within this block."""
-    token = _override.set(kit)
-    try:
-        yield kit
-    finally:
-        _override.reset(token)
-
-
-@overload
-def saga_scope(name: F, /) -> F: ...
-@overload
-def saga_scope(name: str | None = None, /, *, resume: str | None = None) -> Transaction: ...
-
-
-def saga_scope(name: str | F | None = None, /, *, resume: str | None = None) -> Transaction | F:
-    """A transaction on the default kit.
-
-    ``with saga_scope("book-trip"):``, ``async with saga_scope():``, ``@saga_scope`` or
-    ``@saga_scope("book-trip")``. The kit is looked up when the transaction starts.
-    ``resume=saga_id`` continues a suspended saga (see :meth:`AgentKit.transaction`).
-    """
-    if callable(name):
-        return Transaction(_default_runtime)(name)
-    return Transaction(_default_runtime, name, resume=_resumer(resume))
-
-
 def _resumer(saga_id: str | None) -> Callable[[Runtime], Saga] | None:
     """How a transaction made with ``resume=saga_id`` gets its saga (read from the log)."""
     if saga_id is None:
@@ -422,7 +370,3 @@ def _resumer(saga_id: str | None) -> Callable[[Runtime], Saga] | None:
         return resume_saga(runtime, saga_id)
 
     return resume
-
-
-def _default_runtime() -> Runtime:
-    return default_kit().runtime
