@@ -6,8 +6,7 @@ the processes are shared by the whole session where the tests allow it (under py
 each worker's session: a worker starts a server when its first test needs it):
 
 * ``server``: SQLite in its home; tests add only their own origins, tokens and approvals;
-* ``replicas``: two processes on one real PostgreSQL schema (``plane`` runs a test on the
-  SQLite server and on a PostgreSQL replica);
+* ``replicas``: two processes on one real PostgreSQL schema;
 * ``hostile``: SQLite, for the tests that throw bad input and every token at every endpoint
   (they halt the fleet and revoke tokens, so no agent of another test runs against it); short
   long-polls, a 256 KiB body limit and one allowed CORS origin.
@@ -75,16 +74,6 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running
             admin = one.admin or two.admin
             one.admin = two.admin = admin
             yield one, two
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def plane(request: pytest.FixtureRequest) -> RunningServer:
-    """The test runs twice: on the SQLite server and on a PostgreSQL replica."""
-    if request.param == "sqlite":
-        found: RunningServer = request.getfixturevalue("server")
-        return found
-    pair: tuple[RunningServer, ...] = request.getfixturevalue("replicas")
-    return pair[0]
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import fleet_checks as checks
 from agent_saga import AgentKit, Budget, SagaRolledBack
 from plane_testkit import RunningServer
 
@@ -149,3 +150,20 @@ def test_a_halt_on_one_replica_reaches_agents_on_both_within_a_second(
     finally:
         for kit in kits:
             kit.close()
+
+
+def test_the_fleet_checks_on_a_postgresql_replica(
+    replicas: tuple[RunningServer, ...], tmp_path: Path
+) -> None:
+    """What ``test_fleet`` checks on SQLite, on PostgreSQL (each check on one of the replicas)."""
+    one, two = replicas
+    try:
+        checks.records_ship_sagas_list_and_a_saga_reads_as_replay_tells_it(one, tmp_path / "a")
+        checks.approval_quorum_identity_single_use_and_the_decision_reaches_the_agent(
+            two, tmp_path / "b"
+        )
+        checks.checkpoints_disclosure_and_certify_from_the_server(one, tmp_path / "c")
+        checks.an_expired_request_takes_no_vote_and_ready_names_the_database(two)
+        checks.a_conflicting_record_is_a_409_kept_as_evidence(one, tmp_path / "d")
+    finally:
+        checks.close_opened()
