@@ -63,9 +63,7 @@ def test_a_key_anyone_registers_for_alice_does_not_approve_as_alice(
     mallory = tmp_path / "mallory.key"
     assert cli(home, "keys", "new", str(mallory)).exit_code == 0
     WIRES.clear()
-    approvals = Approvals(
-        approvers=["alice"], require_signature=True, poll=0.01, expires_after=3.0
-    )
+    approvals = Approvals(approvers=["alice"], require_signature=True, poll=0.01, expires_after=3.0)
     with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
         added = cli(home, "keys", "add", "alice", f"{mallory}.pub")
         assert added.exit_code != 0, added.output
@@ -81,6 +79,6 @@ def test_a_key_anyone_registers_for_alice_does_not_approve_as_alice(
         kinds = [r.kind for r in kit.store.records()]
     assert voted.exit_code != 0, voted.output
     assert WIRES == []
-    assert "error" in outcome and "expired" in str(outcome["error"])
+    assert "expired" in str(outcome.get("error"))
     assert "approver.key_refused" in kinds  # the attempt is on the record
     assert "approver.key_added" not in kinds

@@ -7,7 +7,9 @@ Keys:
 * ``home``: the agent-saga home (relative paths are relative to the file);
 * ``store``: ``"file"`` (default) or a ``postgresql://`` URL;
 * ``imports``: modules to import before recovering, so their compensators and probes register;
-* ``approvers``: reserved for approvals.
+* ``approvers``: who may approve when a rule names nobody (see ``docs/approvals.md``);
+* ``admin_keys``: the administrator public keys trusted to sign redactions and approver keys
+  (see :mod:`agent_saga._log.admins`); keep this file where the agents cannot change it.
 
 Environment variables win over the file: ``AGENT_SAGA_HOME``, ``AGENT_SAGA_STORE``.
 """
@@ -24,7 +26,7 @@ from ._errors import ConfigurationError
 CONFIG_FILE = "agent-saga.toml"
 HOME_ENV = "AGENT_SAGA_HOME"
 DEFAULT_HOME = ".agent-saga"
-KNOWN_KEYS = frozenset({"home", "store", "imports", "approvers"})
+KNOWN_KEYS = frozenset({"home", "store", "imports", "approvers", "admin_keys"})
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Config:
     home: Path | None = None
     store: str | None = None
     imports: tuple[str, ...] = ()
+    admin_keys: tuple[str, ...] = ()
     source: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -80,10 +83,14 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
         raise ConfigurationError(f"{path}: 'store' must be a string")
     if not isinstance(imports, list) or not all(isinstance(m, str) for m in imports):
         raise ConfigurationError(f"{path}: 'imports' must be a list of module names")
+    admin_keys = section.get("admin_keys", [])
+    if not isinstance(admin_keys, list) or not all(isinstance(k, str) for k in admin_keys):
+        raise ConfigurationError(f"{path}: 'admin_keys' must be a list of public keys or files")
     return Config(
         home=(path.parent / home) if home else None,
         store=store,
         imports=tuple(imports),
+        admin_keys=tuple(admin_keys),
         source=path,
         extra={k: v for k, v in section.items() if k == "approvers"},
     )
