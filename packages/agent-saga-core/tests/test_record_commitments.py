@@ -45,7 +45,7 @@ def test_masking_a_value_keeps_the_hash_and_drops_its_salt() -> None:
     assert masked is not None
     new_line, entry = masked
     assert entry == {"seq": 1, "paths": ["args.card.cvv"], "leaves": [0]}
-    assert CVV.encode() not in new_line
+    assert f'"{CVV}"'.encode() not in new_line
     checked = parse_line(Chain(), new_line, 1, GENESIS, allow_masked=True)
     assert isinstance(checked, Masked)
     assert checked.leaves == (0,)
@@ -138,7 +138,7 @@ def test_a_value_masked_without_a_signed_redaction_fails_verify(home: Path) -> N
         if masked is not None:
             lines[index] = masked[0]
     log.write_bytes(b"\n".join(lines) + b"\n")
-    assert CVV.encode() not in log.read_bytes()
+    assert f'"{CVV}"'.encode() not in log.read_bytes()
     result = cli(home, "verify")
     assert result.exit_code == 1
     assert "no signed redaction record accounts for them" in result.output
@@ -224,6 +224,6 @@ def test_a_version_1_record_is_masked_under_the_administrators_signature(
     v1_log(home, OLD_SAGA)
     done = cli(home, "redact", "args.card.cvv", "--sign", str(admin_key))
     assert done.exit_code == 0, done.output
-    assert CVV.encode() not in (home / "log.jsonl").read_bytes()
+    assert f'"{CVV}"'.encode() not in (home / "log.jsonl").read_bytes()
     assert cli(home, "verify").exit_code == 0
     assert cli(home, "replay", "old-1").exit_code == 0
