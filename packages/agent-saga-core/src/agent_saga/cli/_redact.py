@@ -70,9 +70,7 @@ def _outside_home(key: Path, home: Path) -> None:
     is_flag=True,
     help="Instead of masking: sign the unsigned redactions an older version wrote.",
 )
-def redact(
-    path: str | None, seqs: tuple[int, ...], reason: str, sign: Path, confirm: bool
-) -> None:
+def redact(path: str | None, seqs: tuple[int, ...], reason: str, sign: Path, confirm: bool) -> None:
     """Mask stored values in place, e.g. 'args.card.cvv' or 'args.items.*.cvv'.
 
     Only values under args, result, error and cause can be masked. The masked records keep

@@ -117,4 +117,3 @@ def redact_postgres(
     except psycopg.Error as exc:
         raise StoreFailedError(f"{where}: redaction not applied: {exc}") from exc
     return RedactionReport(masked, sealed.seq)
-
