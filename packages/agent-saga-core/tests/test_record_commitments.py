@@ -16,11 +16,14 @@ from typing import Any
 import pytest
 from agent_saga import AgentKit, SequentialIds, tool
 from agent_saga._log.chain import Chain, ChainBreak, Masked, parse_line
+from agent_saga._log.codec import canonical
 from agent_saga._log.commit import MASKED_SALT, SALT_LEN
 from agent_saga._log.records import GENESIS, Entry, Record
 from agent_saga.cli import main
 from agent_saga.proofs._masking import mask_record
 from click.testing import CliRunner, Result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 CVV = "731"
 
@@ -35,6 +38,37 @@ def sealed(data: dict[str, Any], kind: str = "step.intent") -> tuple[Record, byt
 
 
 INTENT = {"ordinal": 1, "tool": "pay", "args": {"card": {"cvv": CVV, "number": "4111"}, "n": 2}}
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.dictionaries(
+        st.sampled_from(["args", "result", "error", "cause", "tool", "ordinal", "zz"]), JSON
+    )
+)
+def test_any_record_is_stored_canonically_and_verifies_masked_or_not(
+    data: dict[str, Any],
+) -> None:
+    record, line = Chain().seal(Entry("k", None, data, 1), 1, GENESIS)
+    assert json.loads(line)["data"] == data
+    assert line.startswith(b'{"data":' + canonical(data) + b',"hash":')
+    assert isinstance(parse_line(Chain(), line[:-1], 1, GENESIS), Record)
+    masked = mask_record(record, ("args",))
+    if masked is not None:
+        checked = parse_line(Chain(), masked[0], 1, GENESIS, allow_masked=True)
+        assert isinstance(checked, Masked)
+        assert checked.hash.decode() == record.hash
 
 
 def test_masking_a_value_keeps_the_hash_and_drops_its_salt() -> None:

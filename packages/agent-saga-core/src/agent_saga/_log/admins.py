@@ -17,7 +17,6 @@ approver key never reads the configuration.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import threading
@@ -30,6 +29,8 @@ from .._errors import ConfigurationError
 
 __all__ = [
     "admin_id",
+    "b64decode",
+    "b64encode",
     "parse_public_key",
     "trusted_admin_keys",
     "trusting_admins",
@@ -41,9 +42,25 @@ _OVERRIDES: list[frozenset[bytes]] = []
 _LOCK = threading.Lock()
 
 
+def b64encode(raw: bytes) -> str:
+    """Standard base64 (``binascii``: no extra module is loaded with the log)."""
+    return binascii.b2a_base64(raw, newline=False).decode("ascii")
+
+
+def b64decode(text: object, size: int | None = None) -> bytes | None:
+    """The bytes of strict standard base64 ``text`` (of ``size`` bytes when given), or ``None``."""
+    if not isinstance(text, str):
+        return None
+    try:
+        raw = binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError):
+        return None
+    return raw if size is None or len(raw) == size else None
+
+
 def admin_id(public_key: bytes) -> str:
     """How records name an administrator key: the base64 of its 32 raw bytes."""
-    return base64.b64encode(public_key).decode("ascii")
+    return b64encode(public_key)
 
 
 def _from_verifier_text(text: str) -> bytes | None:
@@ -52,11 +69,8 @@ def _from_verifier_text(text: str) -> bytes | None:
     if len(parts) != 3:
         return None
     name, hex_id, encoded = parts
-    try:
-        raw = base64.b64decode(encoded.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-    if len(raw) != 33 or raw[:1] != _ED25519:
+    raw = b64decode(encoded, 33)
+    if raw is None or raw[:1] != _ED25519:
         return None
     expected = hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex()
     return raw[1:] if hex_id.lower() == expected else None

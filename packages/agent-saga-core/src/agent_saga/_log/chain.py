@@ -19,7 +19,7 @@ from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non
 from typing import Any, Literal, NamedTuple, overload
 
 from .codec import CodecError, canonical
-from .commit import COMMITTED, hashed_form, masked_leaves, open_form
+from .commit import COMMITTED, masked_leaves, open_forms, sealed_forms
 from .records import GENESIS, RECORD_VERSION, Entry, Record
 
 MAX_RECORD_BYTES = 4 * 1024 * 1024
@@ -31,6 +31,32 @@ _VERSIONS = (1, RECORD_VERSION)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+def _tails(
+    kind: str,
+    prev: str,
+    saga: str | None,
+    seq: int,
+    ts: int,
+    salts: str | None = None,
+    v: int = RECORD_VERSION,
+) -> tuple[bytes, bytes]:
+    """The encoded fields after ``data`` (and ``hash``), in canonical order: as hashed (without
+    ``salts``) and as stored."""
+    saga_json = "null" if saga is None else _quote(saga)
+    try:
+        if salts is None:
+            text = (
+                f',"kind":{_quote(kind)},"prev":"{prev}","saga":{saga_json},'
+                f'"seq":{seq},"ts":{ts},"v":{v}}}'
+            ).encode()
+            return text, text
+        head = f',"kind":{_quote(kind)},"prev":"{prev}","saga":{saga_json}'
+        end = f',"seq":{seq},"ts":{ts},"v":{v}}}'
+        return (head + end).encode("utf-8"), f'{head},"salts":{_quote(salts)}{end}'.encode()
+    except UnicodeEncodeError as exc:
+        raise CodecError(f"no canonical JSON form: {exc}") from exc
+
+
 def _tail(
     kind: str,
     prev: str,
@@ -40,17 +66,8 @@ def _tail(
     salts: str | None = None,
     v: int = RECORD_VERSION,
 ) -> bytes:
-    """The encoded fields after ``data`` (and ``hash``), in canonical order."""
-    saga_json = "null" if saga is None else _quote(saga)
-    salts_json = "" if salts is None else f',"salts":{_quote(salts)}'
-    text = (
-        f',"kind":{_quote(kind)},"prev":"{prev}","saga":{saga_json}{salts_json},'
-        f'"seq":{seq},"ts":{ts},"v":{v}}}'
-    )
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise CodecError(f"no canonical JSON form: {exc}") from exc
+    """The stored fields after ``data`` (and ``hash``), in canonical order."""
+    return _tails(kind, prev, saga, seq, ts, salts, v)[1]
 
 
 def _body(data_bytes: bytes, tail: bytes) -> bytes:
@@ -129,16 +146,14 @@ class Chain:
             CodecError: the entry's data has no canonical form or the record is too large.
         """
         data = entry.data
-        data_bytes = canonical(data)
-        tail = _tail(entry.kind, prev, entry.saga, seq, entry.ts)
-        form = hashed_form(data)
-        if form is None:  # nothing that may be masked later: hashed as stored
+        forms = sealed_forms(data)
+        if forms is None:  # nothing that may be masked later: hashed as stored
             salts = None
-            digest = self.digest(prev, _body(data_bytes, tail))
+            hashed_bytes = data_bytes = canonical(data)
         else:
-            hashed, salts = form
-            digest = self.digest(prev, _body(canonical(hashed), tail))
-            tail = _tail(entry.kind, prev, entry.saga, seq, entry.ts, salts)
+            hashed_bytes, data_bytes, salts = forms
+        hashed_tail, tail = _tails(entry.kind, prev, entry.saga, seq, entry.ts, salts)
+        digest = self.digest(prev, _body(hashed_bytes, hashed_tail))
         line = _line(data_bytes, digest, tail)
         if len(line) >= MAX_RECORD_BYTES:
             raise CodecError(f"record of {len(line)} bytes exceeds {MAX_RECORD_BYTES}")
@@ -250,15 +265,13 @@ def check_object(
     if prev != expect_prev:  # expect_prev is known-good hex, so this also checks the form
         return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
     try:
-        data_bytes = canonical(data)
-        tail = _tail(kind, prev, saga, seq, ts, None, version)
+        tail, stored_tail = _tails(kind, prev, saga, seq, ts, salts, version)
         if salts is not None:
-            hashed_bytes = canonical(open_form(data, salts)[0])
-            stored_tail = _tail(kind, prev, saga, seq, ts, salts, version)
+            hashed_bytes, data_bytes, _ = open_forms(data, salts)
         elif version != 1 and any(key in data for key in COMMITTED):
             return ChainBreak("committed values without their salts")
         else:
-            hashed_bytes, stored_tail = data_bytes, tail
+            hashed_bytes = data_bytes = canonical(data)
     except CodecError as exc:
         return ChainBreak(str(exc))
     if stored is not None and _line(data_bytes, digest, stored_tail) != stored:

@@ -9,7 +9,7 @@ Every *leaf* of a committed subtree (a scalar, or an empty object or list), take
 order (committed keys in sorted order, object keys sorted, list items in order), gets its own
 random salt of :data:`SALT_LEN` base64url characters (132 bits), and its commitment is::
 
-    c = SHA-256(salt || canonical(value))      (64 lowercase hex digits)
+    c = BLAKE2s-256(salt || canonical(value))      (64 lowercase hex digits)
 
 The chain hash covers the record with each leaf replaced by its commitment (the *hashed form*);
 the record stores the plain values, and the salts concatenated in leaf order in its ``salts``
@@ -18,16 +18,20 @@ field. Masking a leaf replaces its value by ``{"$redacted": c}`` and its salt by
 through its published salt, and the masked value cannot be guessed from ``c`` because its salt
 is gone. The salts are independent random values (not derived from one seed), so publishing
 some reveals nothing about the others.
+
+One canonical encoding serves both forms: the stored bytes are the hashed form's bytes with
+each quoted commitment replaced by its value's encoding (a commitment is a hash over a fresh
+random salt, so it occurs nowhere else). A reader checks the stored bytes the same way: the
+result can equal them only if they are the canonical encoding of what was hashed.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import re
 import threading
-from collections.abc import Mapping
+from binascii import b2a_base64
+from hashlib import blake2s
 from json.encoder import encode_basestring as _quote
 from typing import Any
 
@@ -35,15 +39,14 @@ from .codec import CodecError, JSONValue, canonical
 
 __all__ = [
     "COMMITTED",
-    "MASKED_SALT",
     "MARKER",
+    "MASKED_SALT",
     "SALT_LEN",
-    "Leaf",
-    "hashed_form",
-    "leaves_of",
+    "commitment",
+    "is_marker",
     "masked_leaves",
-    "open_form",
-    "rebuild",
+    "open_forms",
+    "sealed_forms",
 ]
 
 COMMITTED = ("args", "cause", "error", "result")
@@ -52,34 +55,37 @@ SALT_LEN = 22
 MASKED_SALT = "." * SALT_LEN
 """What replaces a masked leaf's salt (``.`` is not a base64url character)."""
 MARKER = "$redacted"
+_COMMITTED_SET = frozenset(COMMITTED)
+_SCALARS = frozenset({str, int, bool, type(None)})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SALTS = re.compile(r"(?:[A-Za-z0-9_-]{22}|\.{22})*")
-_sha256 = hashlib.sha256
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 class _SaltSource:
-    """Random salts drawn from a pool refilled in bulk (one ``getrandom`` per ~180 salts).
+    """Random salts drawn from a pool refilled in bulk (one ``getrandom`` per 186 salts).
 
-    A forked child starts with an empty pool, so parent and child never share a salt.
+    ``list.pop`` is atomic, so no two records, in any threads, ever get the same salt; a forked
+    child starts with an empty pool, so parent and child never share one.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._text = b""
-        self._at = 0
+        self._pool: list[bytes] = []
 
     def reset(self) -> None:
-        self._text, self._at = b"", 0
+        self._pool = []
 
-    def take(self, count: int) -> bytes:
-        size = count * SALT_LEN
-        with self._lock:
-            at = self._at
-            if at + size > len(self._text):
-                self._text = base64.urlsafe_b64encode(os.urandom(max(3072, size)))
-                at = 0
-            self._at = at + size
-            return self._text[at : at + size]
+    def take(self) -> bytes:
+        try:
+            return self._pool.pop()
+        except IndexError:
+            with self._lock:
+                raw = os.urandom(3 * 22 * 62)  # 186 salts
+                text = b2a_base64(raw, newline=False).translate(_URLSAFE)
+                fresh = [text[i : i + SALT_LEN] for i in range(0, len(text), SALT_LEN)]
+                self._pool.extend(fresh)
+            return self.take()
 
 
 _SOURCE = _SaltSource()
@@ -93,7 +99,7 @@ def _encoded(value: Any) -> bytes:
         if kind is str:
             return _quote(value).encode("utf-8")
         if kind is int:
-            return int.__repr__(value).encode("ascii")
+            return b"%d" % value
     except UnicodeEncodeError as exc:
         raise CodecError(f"no canonical JSON form: {exc}") from exc
     if value is None:
@@ -103,6 +109,15 @@ def _encoded(value: Any) -> bytes:
     if value is False:
         return b"false"
     return canonical(value)
+
+
+def commitment(salt: str, value: Any) -> str:
+    """The commitment to the leaf ``value`` under ``salt``.
+
+    Raises:
+        CodecError: the value has no canonical form.
+    """
+    return blake2s(salt.encode("ascii") + _encoded(value)).hexdigest()
 
 
 def _count(value: Any) -> int:
@@ -115,13 +130,14 @@ def _count(value: Any) -> int:
 
 
 class _Committer:
-    """Builds the hashed form of fresh subtrees, salting leaf after leaf."""
+    """Builds the hashed form of fresh subtrees, salting leaf after leaf; ``swaps`` pairs each
+    quoted commitment with the encoded value it stands for."""
 
-    __slots__ = ("at", "salts")
+    __slots__ = ("salts", "swaps")
 
-    def __init__(self, salts: bytes) -> None:
-        self.salts = salts
-        self.at = 0
+    def __init__(self) -> None:
+        self.salts: list[bytes] = []
+        self.swaps: list[tuple[bytes, bytes]] = []
 
     def form(self, value: Any) -> Any:
         kind = type(value)
@@ -129,90 +145,152 @@ class _Committer:
             return {key: self.form(value[key]) for key in sorted(value)}
         if kind is list and value:
             return [self.form(item) for item in value]
-        at = self.at
-        self.at = at + SALT_LEN
-        return _sha256(self.salts[at : at + SALT_LEN] + _encoded(value)).hexdigest()
+        salt = _SOURCE.take()
+        self.salts.append(salt)
+        encoded = _encoded(value)
+        digest = blake2s(salt + encoded).hexdigest()
+        self.swaps.append((b'"' + digest.encode() + b'"', encoded))
+        return digest
 
 
-def hashed_form(data: dict[str, JSONValue]) -> tuple[dict[str, JSONValue], str] | None:
-    """The hashed form of fresh ``data`` and its new salts; ``None`` when it commits nothing.
+def _flat(value: dict[Any, Any]) -> bool:
+    """A non-empty object of scalars only."""
+    return bool(value) and all(type(item) in _SCALARS for item in value.values())
+
+
+def _swapped(hashed_bytes: bytes, swaps: list[tuple[bytes, bytes]]) -> bytes:
+    for quoted, encoded in swaps:
+        hashed_bytes = hashed_bytes.replace(quoted, encoded, 1)
+    return hashed_bytes
+
+
+def sealed_forms(data: dict[str, JSONValue]) -> tuple[bytes, bytes, str] | None:
+    """For fresh ``data``: the canonical bytes of its hashed form and of its stored form
+    (``canonical(data)``), and its new salts; ``None`` when it commits nothing.
 
     Raises:
-        CodecError: a leaf has no canonical form.
+        CodecError: a value has no canonical form.
     """
-    present = [key for key in COMMITTED if key in data]
-    if not present:
+    if _COMMITTED_SET.isdisjoint(data):
         return None
-    if len(present) == 1:  # the usual record: one subtree, often one scalar
-        value = data[present[0]]
-        count = 1 if type(value) not in (dict, list) else _count(value)
-    else:
-        count = sum(_count(data[key]) for key in present)
-    salts = _SOURCE.take(count)
-    committer = _Committer(salts)
-    hashed = dict(data)
+    hashed: dict[str, Any] = dict(data)
+    present = [key for key in COMMITTED if key in data]
+    if len(present) == 1:
+        key = present[0]
+        value = data[key]
+        if type(value) in _SCALARS:  # the usual result: one scalar, one salt
+            salt = _SOURCE.take()
+            encoded = _encoded(value)
+            digest = blake2s(salt + encoded).hexdigest()
+            hashed[key] = digest
+            hashed_bytes = canonical(hashed)
+            stored = hashed_bytes.replace(b'"' + digest.encode() + b'"', encoded, 1)
+            return hashed_bytes, stored, salt.decode("ascii")
+        if type(value) is dict and _flat(value):  # the usual arguments: a few scalars
+            take, salts, swaps, skeleton = _SOURCE.take, [], [], dict[str, str]()
+            for name in sorted(value):
+                salt = take()
+                encoded = _encoded(value[name])
+                skeleton[name] = digest = blake2s(salt + encoded).hexdigest()
+                salts.append(salt)
+                swaps.append((b'"' + digest.encode() + b'"', encoded))
+            hashed[key] = skeleton
+            hashed_bytes = canonical(hashed)
+            return hashed_bytes, _swapped(hashed_bytes, swaps), b"".join(salts).decode("ascii")
+    committer = _Committer()
     for key in present:
         hashed[key] = committer.form(data[key])
-    return hashed, salts.decode("ascii")
+    hashed_bytes = canonical(hashed)
+    stored = _swapped(hashed_bytes, committer.swaps)
+    return hashed_bytes, stored, b"".join(committer.salts).decode("ascii")
 
 
-class _Opener:
-    """Rebuilds the hashed form from stored values and salts, masked leaves included."""
-
-    __slots__ = ("at", "masked", "salts")
-
-    def __init__(self, salts: str) -> None:
-        self.salts = salts
-        self.at = 0
-        self.masked: list[int] = []
-
-    def salt(self) -> str:
-        if self.at + SALT_LEN > len(self.salts):
-            raise CodecError("fewer salts than committed values")
-        return self.salts[self.at : self.at + SALT_LEN]
-
-    def form(self, value: Any) -> Any:
-        salt = self.salt()
-        kind = type(value)
-        if salt == MASKED_SALT and _is_marker(value):
-            self.masked.append(self.at // SALT_LEN)
-            self.at += SALT_LEN
-            return value[MARKER]
-        if kind is dict and value:
-            return {key: self.form(value[key]) for key in sorted(value)}
-        if kind is list and value:
-            return [self.form(item) for item in value]
-        if salt == MASKED_SALT:
-            raise CodecError(f"committed value {self.at // SALT_LEN} is masked without its marker")
-        self.at += SALT_LEN
-        return _sha256(salt.encode("ascii") + _encoded(value)).hexdigest()
-
-
-def _is_marker(value: Any) -> bool:
+def is_marker(value: Any) -> bool:
+    """Whether ``value`` has the form of a masked leaf, ``{"$redacted": <64 hex digits>}``."""
     if type(value) is not dict or len(value) != 1:
         return False
     digest = value.get(MARKER)
     return type(digest) is str and _HEX64.fullmatch(digest) is not None
 
 
-def open_form(data: dict[str, Any], salts: Any) -> tuple[dict[str, Any], list[int]]:
-    """The hashed form of stored ``data`` with its ``salts``, and the indexes of masked leaves.
+class _Opener:
+    """Rebuilds the hashed form from stored values and salts, masked leaves included."""
+
+    __slots__ = ("at", "masked", "salts", "swaps")
+
+    def __init__(self, salts: str) -> None:
+        self.salts = salts
+        self.at = 0
+        self.masked: list[int] = []
+        self.swaps: list[tuple[bytes, bytes]] = []
+
+    def form(self, value: Any) -> Any:
+        at = self.at
+        salt = self.salts[at : at + SALT_LEN]
+        if len(salt) < SALT_LEN:
+            raise CodecError("fewer salts than committed values")
+        kind = type(value)
+        if salt == MASKED_SALT and is_marker(value):
+            self.masked.append(at // SALT_LEN)
+            self.at = at + SALT_LEN
+            digest: str = value[MARKER]
+            quoted = b'"' + digest.encode() + b'"'
+            self.swaps.append((quoted, b'{"$redacted":' + quoted + b"}"))
+            return digest
+        if kind is dict and value:
+            return {key: self.form(value[key]) for key in sorted(value)}
+        if kind is list and value:
+            return [self.form(item) for item in value]
+        if salt == MASKED_SALT:
+            raise CodecError(f"committed value {at // SALT_LEN} is masked without its marker")
+        self.at = at + SALT_LEN
+        encoded = _encoded(value)
+        digest = blake2s(salt.encode("ascii") + encoded).hexdigest()
+        self.swaps.append((b'"' + digest.encode() + b'"', encoded))
+        return digest
+
+
+def open_forms(data: dict[str, Any], salts: Any) -> tuple[bytes, bytes, list[int]]:
+    """For stored ``data`` with its ``salts``: the canonical bytes of its hashed form, its
+    canonical stored bytes (``canonical(data)``), and the indexes of its masked leaves.
 
     Raises:
-        CodecError: the salts are malformed or do not match the committed values one for one.
+        CodecError: the salts are malformed or do not match the committed values one for one,
+            or a value has no canonical form.
     """
     if type(salts) is not str or len(salts) % SALT_LEN or _SALTS.fullmatch(salts) is None:
         raise CodecError(f"salts must be {SALT_LEN}-character base64url salts")
     present = [key for key in COMMITTED if key in data]
     if not present:
         raise CodecError("salts on a record that commits no values")
-    opener = _Opener(salts)
     hashed = dict(data)
+    if len(present) == 1 and "." not in salts:  # nothing masked: the usual shapes first
+        value = data[present[0]]
+        if type(value) in _SCALARS and len(salts) == SALT_LEN:  # a result: one scalar
+            encoded = _encoded(value)
+            digest = blake2s(salts.encode("ascii") + encoded).hexdigest()
+            hashed[present[0]] = digest
+            hashed_bytes = canonical(hashed)
+            quoted = b'"' + digest.encode() + b'"'
+            return hashed_bytes, hashed_bytes.replace(quoted, encoded, 1), []
+        if type(value) is dict and _flat(value) and len(salts) == SALT_LEN * len(value):
+            swaps, skeleton, at = [], {}, 0
+            for name in sorted(value):
+                encoded = _encoded(value[name])
+                salt = salts[at : at + SALT_LEN].encode("ascii")
+                skeleton[name] = digest = blake2s(salt + encoded).hexdigest()
+                swaps.append((b'"' + digest.encode() + b'"', encoded))
+                at += SALT_LEN
+            hashed[present[0]] = skeleton
+            hashed_bytes = canonical(hashed)
+            return hashed_bytes, _swapped(hashed_bytes, swaps), []
+    opener = _Opener(salts)
     for key in present:
         hashed[key] = opener.form(data[key])
     if opener.at != len(salts):
         raise CodecError("more salts than committed values")
-    return hashed, opener.masked
+    hashed_bytes = canonical(hashed)
+    return hashed_bytes, _swapped(hashed_bytes, opener.swaps), opener.masked
 
 
 def masked_leaves(salts: str | None) -> list[int]:
@@ -221,74 +299,3 @@ def masked_leaves(salts: str | None) -> list[int]:
         return []
     step = SALT_LEN
     return [i // step for i in range(0, len(salts), step) if salts[i : i + step] == MASKED_SALT]
-
-
-class Leaf:
-    """One committed value of a stored record, as :func:`leaves_of` finds it."""
-
-    __slots__ = ("index", "path", "salt", "value")
-
-    def __init__(self, index: int, path: tuple[str, ...], salt: str, value: Any) -> None:
-        self.index = index
-        self.path = path
-        self.salt = salt
-        self.value = value
-
-    @property
-    def masked(self) -> bool:
-        return self.salt == MASKED_SALT
-
-    def commitment(self) -> str:
-        if self.masked:
-            return str(self.value[MARKER])
-        return _sha256(self.salt.encode("ascii") + _encoded(self.value)).hexdigest()
-
-
-def leaves_of(data: dict[str, Any], salts: str) -> list[Leaf]:
-    """Every committed value of stored ``data``, in leaf order, with its concrete path.
-
-    Raises:
-        CodecError: as :func:`open_form`.
-    """
-    open_form(data, salts)  # checks the salts against the values
-    found: list[Leaf] = []
-
-    def visit(value: Any, path: tuple[str, ...]) -> None:
-        at = len(found) * SALT_LEN
-        salt = salts[at : at + SALT_LEN]
-        kind = type(value)
-        if salt == MASKED_SALT and _is_marker(value):
-            found.append(Leaf(len(found), path, salt, value))
-        elif kind is dict and value:
-            for key in sorted(value):
-                visit(value[key], (*path, key))
-        elif kind is list and value:
-            for index, item in enumerate(value):
-                visit(item, (*path, str(index)))
-        else:
-            found.append(Leaf(len(found), path, salt, value))
-
-    for key in COMMITTED:
-        if key in data:
-            visit(data[key], (key,))
-    return found
-
-
-def rebuild(data: dict[str, Any], replace: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
-    """``data`` with the committed value at each path of ``replace`` replaced by the value it
-    maps to (containers copied where changed)."""
-
-    def visit(value: Any, path: tuple[str, ...]) -> Any:
-        if path in replace:
-            return replace[path]
-        if type(value) is dict and value:
-            return {key: visit(item, (*path, key)) for key, item in value.items()}
-        if type(value) is list and value:
-            return [visit(item, (*path, str(i))) for i, item in enumerate(value)]
-        return value
-
-    out = dict(data)
-    for key in COMMITTED:
-        if key in data:
-            out[key] = visit(data[key], (key,))
-    return out

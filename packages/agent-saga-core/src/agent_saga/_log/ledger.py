@@ -22,14 +22,12 @@ signature, or signed by a key that is not trusted, fails at once.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .._errors import AgentSagaError, CorruptLogError
-from .admins import trusted_admin_keys, verify_signature
+from .admins import b64decode, trusted_admin_keys, verify_signature
 from .codec import canonical
 from .commit import masked_leaves
 from .records import Record
@@ -64,16 +62,6 @@ def statement_message(seq: int, prev: str, data: Mapping[str, Any]) -> bytes:
     """The bytes an administrator signs for the ``log.redaction`` record ``seq`` after ``prev``."""
     statement = {key: value for key, value in data.items() if key != "signature"}
     return _STATEMENT_PREFIX + canonical({"prev": prev, "seq": seq, "statement": statement})
-
-
-def _b64(value: object, size: int) -> bytes | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        raw = base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-    return raw if len(raw) == size else None
 
 
 class RedactionLedger:
@@ -135,7 +123,7 @@ class RedactionLedger:
         if "signature" not in data and "admin" not in data:
             self.unsigned[seq] = (offset, entries)
             return None
-        admin, signature = _b64(data.get("admin"), 32), _b64(data.get("signature"), 64)
+        admin, signature = b64decode(data.get("admin"), 32), b64decode(data.get("signature"), 64)
         if admin is None or signature is None:
             return f"redaction record {seq}: malformed administrator key or signature"
         trusted = self._trusts(admin)

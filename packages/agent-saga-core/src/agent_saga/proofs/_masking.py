@@ -16,7 +16,15 @@ from typing import Any
 from .._errors import LogError
 from .._log.chain import stored_line
 from .._log.codec import CodecError, JSONValue
-from .._log.commit import COMMITTED, MARKER, MASKED_SALT, SALT_LEN, leaves_of, rebuild
+from .._log.commit import (
+    COMMITTED,
+    MARKER,
+    MASKED_SALT,
+    SALT_LEN,
+    commitment,
+    is_marker,
+    open_forms,
+)
 from .._log.ledger import redaction_digest, statement_message
 from .._log.records import Record
 from .._log.redaction import LATER, mask, parse_path
@@ -44,6 +52,74 @@ def parse_masked_path(path: str) -> tuple[str, ...]:
             "(kind, tool, ordinal, status and the other engine fields never are)"
         )
     return parts
+
+
+class Leaf:
+    """One committed value of a stored record, with its concrete path."""
+
+    __slots__ = ("index", "path", "salt", "value")
+
+    def __init__(self, index: int, path: tuple[str, ...], salt: str, value: Any) -> None:
+        self.index = index
+        self.path = path
+        self.salt = salt
+        self.value = value
+
+    @property
+    def masked(self) -> bool:
+        return self.salt == MASKED_SALT
+
+    def commitment(self) -> str:
+        return str(self.value[MARKER]) if self.masked else commitment(self.salt, self.value)
+
+
+def leaves_of(data: dict[str, Any], salts: str) -> list[Leaf]:
+    """Every committed value of stored ``data``, in leaf order (see ``_log.commit``).
+
+    Raises:
+        CodecError: the salts do not match the values.
+    """
+    open_forms(data, salts)  # checks the salts against the values
+    found: list[Leaf] = []
+
+    def visit(value: Any, path: tuple[str, ...]) -> None:
+        at = len(found) * SALT_LEN
+        salt = salts[at : at + SALT_LEN]
+        if salt == MASKED_SALT and is_marker(value):
+            found.append(Leaf(len(found), path, salt, value))
+        elif type(value) is dict and value:
+            for key in sorted(value):
+                visit(value[key], (*path, key))
+        elif type(value) is list and value:
+            for index, item in enumerate(value):
+                visit(item, (*path, str(index)))
+        else:
+            found.append(Leaf(len(found), path, salt, value))
+
+    for key in COMMITTED:
+        if key in data:
+            visit(data[key], (key,))
+    return found
+
+
+def rebuild(data: dict[str, Any], replace: dict[tuple[str, ...], Any]) -> dict[str, Any]:
+    """``data`` with the committed value at each path of ``replace`` replaced by the value it
+    maps to (containers copied where changed)."""
+
+    def visit(value: Any, path: tuple[str, ...]) -> Any:
+        if path in replace:
+            return replace[path]
+        if type(value) is dict and value:
+            return {key: visit(item, (*path, key)) for key, item in value.items()}
+        if type(value) is list and value:
+            return [visit(item, (*path, str(i))) for i, item in enumerate(value)]
+        return value
+
+    out = dict(data)
+    for key in COMMITTED:
+        if key in data:
+            out[key] = visit(data[key], (key,))
+    return out
 
 
 def _matches(parts: tuple[str, ...], path: tuple[str, ...]) -> bool:
