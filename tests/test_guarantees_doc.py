@@ -46,3 +46,17 @@ def test_postgres_crash_model_sentences_are_in_the_doc() -> None:
     text = DOC.read_text()
     for sentence in (PROCESS_CRASH, *POWER_LOSS.values(), *DISK_LOSS.values()):
         assert sentence in text
+
+
+def test_what_the_commands_verify_is_stated_in_the_doc_and_the_manifest(tmp_path: Path) -> None:
+    """Each durable store's verification sentence is in the doc, and a kit on the file store
+    states its own in ``guaranteed_after``."""
+    from agent_saga._kit.manifest import BEYOND_CHECKPOINT, VERIFIED
+
+    text = " ".join(DOC.read_text().split())
+    for sentence in (*VERIFIED.values(), BEYOND_CHECKPOINT):
+        assert sentence in text, f"not stated in docs/guarantees.md: {sentence}"
+    with AgentKit(home=tmp_path / "home") as kit:
+        manifest = kit.guarantees()
+    assert VERIFIED["file"] in manifest["guaranteed_after"]
+    assert BEYOND_CHECKPOINT in manifest["not_claimed"]

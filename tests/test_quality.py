@@ -38,12 +38,15 @@ def test_ruff_format() -> None:
 TYPED_GROUPS = [
     ["packages/agent-saga-core/src", "packages/agent-saga-core/tests"],
     ["tests", "bench"],
+    ["conftest.py"],
     ["packages/pytest-agent-saga/src", "packages/pytest-agent-saga/tests"],
     ["packages/agent-saga-langchain/src", "packages/agent-saga-langchain/tests"],
     ["packages/agent-saga-llamaindex/src", "packages/agent-saga-llamaindex/tests"],
     ["packages/agent-saga-openai-agents/src", "packages/agent-saga-openai-agents/tests"],
     ["packages/agent-saga-slack/src", "packages/agent-saga-slack/tests"],
     ["packages/agent-saga-otel/src", "packages/agent-saga-otel/tests"],
+    ["packages/agent-saga-packs/src", "packages/agent-saga-packs/tests"],
+    ["packages/agent-saga-mcp/src", "packages/agent-saga-mcp/tests"],
 ]
 
 

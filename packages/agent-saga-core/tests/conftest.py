@@ -1,3 +1,11 @@
+"""Shared fixtures: an own agent-saga home and an own default kit per test, and a kit on it.
+
+The shell's agent-saga and terminal settings (``AGENT_SAGA_STORE``, ``NO_COLOR``, ...) are
+cleared for the whole session by the repository's ``conftest.py`` (the list is
+:mod:`agent_saga.testing.environment`'s); pytest reads that file for these tests in every run,
+this package's own environment included.
+"""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -5,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, SequentialIds
+from agent_saga._kit import agentkit
 
 
 @pytest.fixture(autouse=True)
@@ -12,7 +21,20 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own agent-saga home; nothing lands in the working directory."""
     home = tmp_path / "home"
     monkeypatch.setenv("AGENT_SAGA_HOME", str(home))
+    for name in ("AGENT_SAGA_CHAIN_KEY_FILE", "AGENT_SAGA_STORE_SCHEMA"):
+        monkeypatch.delenv(name, raising=False)  # a key or schema from the shell stays out
     return home
+
+
+@pytest.fixture(autouse=True)
+def _own_default_kit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process-wide default kit behind ``saga_scope`` is made afresh in each test (on that
+    test's home) and closed after it, so no test sees another's."""
+    kits: dict[str, AgentKit] = {}
+    monkeypatch.setattr(agentkit._Defaults, "kits", kits)
+    yield
+    for made in kits.values():
+        made.close()
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from agent_saga import (
     ToolFailed,
     build_history,
     declarations_for,
+    idempotency_key,
     submit_vote,
 )
 from agent_saga.testing import Ledger
@@ -334,3 +335,15 @@ def test_an_approval_wait_does_not_block_the_event_loop(tmp_path: Path, decision
         assert isinstance(out, RefusedCall)
         assert out.rule == "approval"
         assert ledger.actions() == []
+
+
+def test_a_model_cannot_choose_a_steps_idempotency_key(kit: AgentKit) -> None:
+    guard = ToolCallGuard("pay.charge", compensate=lambda: None, parameters=["amount"])
+    with kit.transaction("pay") as saga:
+        pending = guard.begin({"amount": 5, "idempotency_key": "as1-someone-elses-key"})
+        assert isinstance(pending, PendingCall)
+        assert pending.step.idempotency_key == idempotency_key(saga.id, 1, "pay.charge")
+        pending.run(lambda step: None)
+    (intent,) = [r for r in kit.store.records() if r.kind == "step.intent"]
+    assert intent.data["idempotency_key"] != "as1-someone-elses-key"
+    assert "idempotency_key" not in intent.data["args"]  # type: ignore[operator]

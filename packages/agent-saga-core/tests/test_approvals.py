@@ -207,23 +207,35 @@ def test_a_quorum_counts_each_approver_once(home: Path, run_agent: Any) -> None:
         assert decided[0].data["by"] == ["alice", "carol"]
 
 
-def test_arguments_changed_while_waiting_are_refused(home: Path, run_agent: Any) -> None:
+def test_arguments_changed_while_waiting_do_not_reach_the_tool(home: Path, run_agent: Any) -> None:
+    """The caller's dict is changed after the human looked at it: the tool still gets exactly
+    the approved values (a snapshot taken before the gate), never the attacker's."""
     WIRES.clear()
     approvals = Approvals(approvers=["alice"], poll=0.01)
     payee = {"iban": "DE00"}
+    received: list[str] = []
+
+    @tool(name="bank.wire_to")
+    def wire_to(usd: int, to: dict[str, str]) -> str:
+        received.append(to["iban"])
+        return f"wire-{usd}"
+
     with AgentKit(home=home, approvals=approvals) as kit:
 
         def agent() -> str:
             with kit.transaction("pay"):
-                return wire(4, payee)
+                return wire_to(4, payee)
 
         outcome = run_agent(agent)
         request = wait_for_request(kit)
         payee["iban"] = "XX99-attacker"  # mutated after the human looked at it
         submit_vote(kit.store, request.id, "alice", "approve", channel="test")
-        error = finished(outcome)["error"]
-        assert "arguments_changed" in str(error.cause)
-    assert WIRES == []
+        assert finished(outcome)["result"] == "wire-4"
+        (decided,) = [r for r in kit.store.records() if r.kind == "approval.decided"]
+        (intent,) = [r for r in kit.store.records() if r.kind == "step.intent"]
+    assert received == ["DE00"]
+    assert decided.data["decision"] == "approved"
+    assert intent.data["args"] == {"usd": 4, "to": {"iban": "DE00"}}
 
 
 def test_an_async_step_awaits_without_blocking_the_event_loop(home: Path) -> None:

@@ -430,3 +430,27 @@ def test_closing_a_kit_whose_store_failed_still_closes_the_store(home: Path) -> 
     assert store.closed
     assert kit.checkpointer._thread is not None
     assert not kit.checkpointer._thread.is_alive()
+
+
+def test_a_checkpoint_published_while_the_log_is_read_is_no_truncation(home: Path) -> None:
+    """verify, certify and prove read the latest checkpoint before the log: an agent that
+    appends and publishes meanwhile cannot make a live log look cut."""
+    from agent_saga.cli._proofs import checkpoint_lines
+    from agent_saga.proofs._audit import snapshot
+
+    with AgentKit(home=home, checkpoint_every=10_000, checkpoint_interval=3600) as kit:
+
+        @kit.tool(name="cp.note", semantics="reversible")
+        def note(n: int) -> int:
+            return n
+
+        with kit.transaction("first"):
+            note(1)
+        kit.checkpoint()
+        log = snapshot(home, keep_records=False, home=home)
+        with kit.transaction("second"):  # the agent goes on and publishes a newer checkpoint
+            note(2)
+        assert kit.checkpoint().size > log.tree.size
+        lines, ok = checkpoint_lines(home, log, None, None)
+    assert ok, lines
+    assert not any("truncated" in line for line in lines)

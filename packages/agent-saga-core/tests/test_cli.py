@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,21 @@ def fail(message: str) -> None:
     raise RuntimeError(message)
 
 
-def run(home: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+# What a test that looks at styling sets itself (``None`` unsets): the runner's output is not a
+# terminal, so without FORCE_COLOR (or TTY_COMPATIBLE) nothing is styled; with it, colour is on
+# unless NO_COLOR is set or TERM names a dumb terminal.
+NOT_A_TERMINAL: dict[str, str | None] = {"FORCE_COLOR": None, "TTY_COMPATIBLE": None}
+COLOUR_FORCED: dict[str, str | None] = {
+    "FORCE_COLOR": "1",
+    "NO_COLOR": None,
+    "TERM": "xterm-256color",
+    "TTY_COMPATIBLE": None,
+}
+STYLE = re.compile(r"\x1b\[[0-9;]*m")
+"""An SGR sequence: how rich styles text (colour, bold)."""
+
+
+def run(home: Path, *args: str, env: Mapping[str, str | None] | None = None) -> Result:
     return CliRunner().invoke(main, ["--home", str(home), *args], env=env)
 
 
@@ -215,11 +230,51 @@ def test_unknown_and_ambiguous_ids_are_one_line_usage_errors(tmp_path: Path) -> 
     ids = make_three_sagas(home)
     unknown = assert_one_line_error(run(home, "replay", "no-such-saga"), 2)
     assert "no saga matches 'no-such-saga'" in unknown
-    common = ids[0][:8]  # ids start with the UTC date they were made on
+    common = ids[0][:4]  # UUIDv7 ids start with the time they were made (here: ~49 days)
     assert all(saga_id.startswith(common) for saga_id in ids)
     ambiguous = assert_one_line_error(run(home, "replay", common), 2)
     assert "ambiguous" in ambiguous
     assert all(saga_id in ambiguous for saga_id in ids)
+
+
+class OldFormatIds:
+    """Saga ids as versions before UUIDs made them: a UTC second, then 64 random bits."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def new_id(self) -> str:
+        self.count += 1
+        return f"20261201T12140{self.count}-{self.count:016x}"
+
+
+def test_old_and_uuid_ids_in_one_log_verify_replay_and_prove_by_prefix(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with AgentKit(home=home, ids=OldFormatIds()) as kit:
+        for room in ("201", "202"):
+            with kit.transaction("stay-old"):
+                book(room, 1)
+    with AgentKit(home=home) as kit, kit.transaction("stay-new") as saga:
+        book("203", 1)
+    old_ids = ["20261201T121401-0000000000000001", "20261201T121402-0000000000000002"]
+    assert saga_ids(home) == [*old_ids, saga.id]
+    assert run(home, "verify").exit_code == 0
+    # Old ids by prefix, as before.
+    assert "booking-202" in run(home, "replay", "20261201T121402").stdout
+    # A UUID by a prefix typed with or without dashes, in either case.
+    dashless = saga.id.replace("-", "")
+    for prefix in (saga.id[:13], dashless[:12], dashless[:12].upper(), saga.id):
+        replayed = run(home, "replay", prefix)
+        assert replayed.exit_code == 0, (prefix, replayed.output)
+        assert "booking-203" in replayed.stdout
+    for wanted, prefix in ((old_ids[0], "20261201T121401"), (saga.id, dashless[:16])):
+        bundle = tmp_path / f"{wanted}.json"
+        proved = run(home, "prove", prefix, "-o", str(bundle))
+        assert proved.exit_code == 0, proved.output
+        assert f"saga {wanted}," in proved.stdout
+        assert json.loads(bundle.read_text())["saga"] == wanted
+    ambiguous = assert_one_line_error(run(home, "prove", "2026", "-o", str(tmp_path / "x")), 2)
+    assert all(saga_id in ambiguous for saga_id in old_ids)
 
 
 def test_log_content_cannot_inject_terminal_sequences(tmp_path: Path) -> None:
@@ -231,10 +286,18 @@ def test_log_content_cannot_inject_terminal_sequences(tmp_path: Path) -> None:
     ):
         fail("\x1b[31mred\nsecond line")
     (saga_id,) = saga_ids(home)
-    result = run(home, "replay", saga_id)
-    assert "\x1b" not in result.stdout
-    assert "\\x1b[31mred\\x0asecond line" in result.stdout
-    assert "[bold]name" in result.stdout
+    escaped = "\\x1b[31mred\\x0asecond line"
+    plain = run(home, "replay", saga_id, env=NOT_A_TERMINAL).stdout
+    assert "\x1b" not in plain
+    assert escaped in plain
+    assert "[bold]name" in plain
+    # With colour on, rich's own styling is there, and only that: no sequence from the log.
+    coloured = run(home, "replay", saga_id, env=COLOUR_FORCED).stdout
+    assert STYLE.search(coloured)
+    assert "\x1b" not in STYLE.sub("", coloured)
+    assert "\x1b[31mred" not in coloured
+    assert escaped in STYLE.sub("", coloured)
+    assert "[bold]name" in STYLE.sub("", coloured)
 
 
 # -- halt, resume, status ------------------------------------------------------------------------
@@ -336,7 +399,7 @@ def test_home_comes_from_the_environment(tmp_path: Path) -> None:
 def test_no_color_and_NO_COLOR_give_plain_text(tmp_path: Path) -> None:
     home = tmp_path / "home"
     make_three_sagas(home)
-    forced = {"FORCE_COLOR": "1"}
+    forced = COLOUR_FORCED
     assert "\x1b[" in run(home, "sagas", env=forced).stdout  # colour is on when forced
     assert "\x1b[" not in run(home, "--no-color", "sagas", env=forced).stdout
     assert "\x1b[" not in run(home, "sagas", env={**forced, "NO_COLOR": "1"}).stdout

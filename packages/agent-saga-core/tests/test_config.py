@@ -56,3 +56,34 @@ def test_environment_wins_over_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert resolve_home() == tmp_path / "from-file"
     monkeypatch.setenv("AGENT_SAGA_STORE", "postgresql://h/db")
     assert store_setting(find_config()) == "postgresql://h/db"
+
+
+def test_fleet_schema_and_chain_key_file_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_saga._config import chain_key_file_setting, configured_chain_key, schema_setting
+
+    (tmp_path / "agent-saga.toml").write_text(
+        'store_schema = "fleet_a"\nchain_key_file = "secrets/chain.key"\n'
+    )
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "chain.key").write_text("  " + "k" * 32 + "\n")
+    (tmp_path / "secrets" / "chain.key").chmod(0o600)
+    config = find_config(tmp_path)
+    assert schema_setting(config) == "fleet_a"
+    assert chain_key_file_setting(config) == tmp_path / "secrets" / "chain.key"
+    assert configured_chain_key(config) == b"k" * 32  # whitespace around it is not the key
+    other = tmp_path / "other.key"
+    other.write_text("o" * 20)
+    other.chmod(0o600)
+    monkeypatch.setenv("AGENT_SAGA_STORE_SCHEMA", "fleet_b")
+    monkeypatch.setenv("AGENT_SAGA_CHAIN_KEY_FILE", str(other))
+    assert schema_setting(config) == "fleet_b"
+    assert configured_chain_key(config) == b"o" * 20
+
+
+@pytest.mark.parametrize("name", ["store_schema", "chain_key_file"])
+def test_new_settings_must_be_strings(tmp_path: Path, name: str) -> None:
+    (tmp_path / "agent-saga.toml").write_text(f"{name} = 3\n")
+    with pytest.raises(ConfigurationError, match=f"'{name}' must be a string"):
+        find_config(tmp_path)

@@ -264,6 +264,22 @@ def test_find_saga_exact_prefix_unknown_ambiguous() -> None:
     assert "\n" not in str(info.value)
 
 
+def test_find_saga_by_uuid_prefix_with_or_without_dashes() -> None:
+    first = "0193b5e2-7c1a-7d3e-9f2c-4b8a1e6d0c55"
+    second = "0193b5e2-7c1b-7000-8000-000000000001"
+    views = [_view(first), _view(second), _view("20261201T121407-0254ae8a00ce3655")]
+    assert find_saga(views, "0193b5e2-7c1a").id == first
+    assert find_saga(views, "0193b5e27c1a").id == first
+    assert find_saga(views, "0193B5E27C1B").id == second
+    assert find_saga(views, first.replace("-", "")).id == first  # a whole id without dashes
+    assert find_saga(views, "20261201T1214").id.startswith("20261201T121407")
+    with pytest.raises(AmbiguousSagaError) as info:
+        find_saga(views, "0193b5e2-7c1")
+    assert info.value.candidates == (first, second)
+    with pytest.raises(UnknownSagaError):
+        find_saga(views, "0193b5e2-7c1c")
+
+
 def _rec(seq: int, kind: str, saga: str | None, data: dict[str, Any]) -> Record:
     return Record(seq, 1000 * seq, kind, saga, data, "0" * 64, "0" * 64)
 

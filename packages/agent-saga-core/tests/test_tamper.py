@@ -2,7 +2,8 @@
 
 The chain alone catches a modified, deleted, inserted, swapped or duplicated record. A truncated
 tail and a log rewritten from record k (by someone who recomputes every hash) leave a valid
-chain: only a checkpoint catches them, which the tests also show by checking without one.
+chain: the synced watermark (``log.synced``) catches a log that became shorter while it is
+intact, and a checkpoint catches both, which the tests also show by checking without them.
 """
 
 from __future__ import annotations
@@ -165,9 +166,19 @@ def test_the_chain_alone_catches_edits_inside_the_log(
     assert "log BROKEN" in result.output
 
 
-def test_without_a_checkpoint_truncation_and_rewrites_go_unseen(copy: Path) -> None:
-    """Why checkpoints exist: these two leave a valid chain behind."""
+def test_without_a_checkpoint_the_watermark_catches_a_truncated_tail(copy: Path) -> None:
     shutil.rmtree(copy / "checkpoints")
+    write(copy, truncate_at_boundary(lines_of(copy)))
+    result = verify(copy)
+    assert result.exit_code == 1, result.output
+    assert "records were removed" in result.output
+
+
+def test_without_a_checkpoint_or_watermark_truncation_and_rewrites_go_unseen(copy: Path) -> None:
+    """Why checkpoints exist: these two leave a valid chain behind, and whoever can write the
+    log can also remove the watermark beside it."""
+    shutil.rmtree(copy / "checkpoints")
+    (copy / "log.synced").unlink()
     original = lines_of(copy)
     for tamper in (truncate_at_boundary, rewrite_from_k):
         write(copy, tamper(list(original)))
@@ -186,6 +197,7 @@ def test_an_attacker_who_replaces_key_and_checkpoint_is_caught_by_a_saved_checkp
     write(copy, reseal(lines_of(copy), 1, hide_the_refunds))
     shutil.rmtree(copy / "checkpoints")
     shutil.rmtree(copy / "keys")
+    (copy / "log.synced").unlink()
     assert CliRunner().invoke(main, ["--home", str(copy), "checkpoint"]).exit_code == 0
     assert verify(copy).exit_code == 0  # the home alone now vouches for the forgery
     result = verify(copy, "--since", str(saved), "--key", public_key.strip())

@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 from agent_saga import AgentKit, SequentialIds
 from agent_saga.testing import loopback_only
+from pytest_agent_saga import clean_environment
 
 
 @pytest.fixture(autouse=True)
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test gets its own agent-saga home and fails on any non-loopback connection."""
+    """No shell setting for agent-saga or the terminal; an own agent-saga home; any
+    non-loopback connection fails the test."""
+    clean_environment(monkeypatch)
     monkeypatch.setenv("AGENT_SAGA_HOME", str(tmp_path / "home"))
     with loopback_only() as refused:
         yield

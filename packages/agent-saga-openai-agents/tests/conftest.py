@@ -11,14 +11,16 @@ import pytest
 from agent_saga import AgentKit, SequentialIds
 from agent_saga.testing import loopback_only
 from agents import set_tracing_disabled
+from pytest_agent_saga import clean_environment
 
 
 @pytest.fixture(autouse=True)
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Own agent-saga home; trace export off; any non-loopback connection fails the test."""
+    """No shell setting for agent-saga, the terminal or OpenAI; own agent-saga home; trace
+    export off; any non-loopback connection fails the test."""
+    clean_environment(monkeypatch, prefixes=["OPENAI_"])
     monkeypatch.setenv("AGENT_SAGA_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     set_tracing_disabled(True)
     with loopback_only() as refused:
         yield

@@ -92,9 +92,10 @@ def test_failing_three_step_saga_span_tree(kit: AgentKit, exporter: InMemorySpan
         assert step.attributes[names.GEN_AI_TOOL_NAME] == tool
         assert names.STEP_ORDINAL not in step.attributes  # detail is opt-in on step spans
         assert names.STEP_SEMANTICS not in step.attributes
-        call_id = step.attributes[names.GEN_AI_TOOL_CALL_ID]
-        assert isinstance(call_id, str)
-        assert call_id.startswith("as1-")
+        key = step.attributes[names.IDEMPOTENCY_KEY]
+        assert isinstance(key, str)
+        assert key.startswith("as1-")
+        assert names.GEN_AI_TOOL_CALL_ID not in step.attributes  # no model call around it
     ship = named["execute_tool ship"]
     assert ship.status.status_code is StatusCode.ERROR
     assert ship.status.description == "RuntimeError: no courier"

@@ -23,18 +23,20 @@ from agent_saga._approvals.request import ApprovalBook
 from agent_saga.testing import loopback_only
 from agent_saga_slack import SlackApprovalChannel, SlackApprovals
 from agent_saga_slack.testing import MockSlackAPI, signed_headers
+from pytest_agent_saga import clean_environment
 from slack_bolt import BoltRequest, BoltResponse
 from slack_sdk import WebClient
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # Slack's documented example signing secret
+PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 @pytest.fixture(autouse=True)
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test gets its own agent-saga home and fails on any non-loopback connection."""
+    """No shell setting for agent-saga, the terminal or Slack, and no proxy (slack-sdk reads
+    ``HTTPS_PROXY``); an own agent-saga home; any non-loopback connection fails the test."""
+    clean_environment(monkeypatch, prefixes=["SLACK_"], names=PROXIES)
     monkeypatch.setenv("AGENT_SAGA_HOME", str(tmp_path / "home"))
-    for name in ("SLACK_SIGNING_SECRET", "SLACK_BOT_TOKEN", "SLACK_CLIENT_ID", "SLACK_API_URL"):
-        monkeypatch.delenv(name, raising=False)
     with loopback_only() as refused:
         yield
     assert refused == [], f"network access attempted: {refused}"

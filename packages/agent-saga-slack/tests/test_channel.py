@@ -103,6 +103,7 @@ def test_a_failing_slack_decides_nothing_and_is_reported(
     with caplog.at_level(logging.DEBUG):
         agent.start(4)
         request = agent.request()
+        mock.wait_for("nowhere/chat.postMessage")  # the engine queues the post after logging
         assert broken.flush()
         assert agent.waiting  # still waiting for a human, not approved or denied by the error
         assert broken.errors == [f"post {request.id}: Slack API error unknown_method"]

@@ -199,7 +199,9 @@ def free_port() -> int:
 def test_serve_in_another_process_votes_in_the_agents_log(
     agent: Agent, mock: MockSlackAPI, secret: str, tmp_path: Path
 ) -> None:
-    """The server is given no store: it finds the log the agents use from AGENT_SAGA_HOME."""
+    """The server is given no store: it finds the log the agents use from AGENT_SAGA_HOME.
+    It accepts votes from the workspaces listed (``--team T9,T1``: two of them) and starts
+    without any warning from the framework."""
     port = free_port()
     env = {
         **os.environ,
@@ -210,7 +212,7 @@ def test_serve_in_another_process_votes_in_the_agents_log(
     }
     log = (tmp_path / "serve.log").open("w+")
     server = subprocess.Popen(
-        [sys.executable, "-m", "agent_saga_slack", "serve", "--port", str(port)],
+        [sys.executable, "-m", "agent_saga_slack", "serve", "--port", str(port), "--team", "T9,T1"],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -237,6 +239,10 @@ def test_serve_in_another_process_votes_in_the_agents_log(
     output = (tmp_path / "serve.log").read_text()
     for secret_value in (secret, "xoxb-server-token"):
         assert secret_value not in output
+    assert "agent-saga-slack: serving /saga-approve" in output
+    assert "will be unused" not in output  # slack-bolt's warning about a second token
+    assert "warning" not in output.lower(), output
+    assert "Traceback" not in output
 
 
 def test_serve_refuses_to_start_without_a_signing_secret(tmp_path: Path) -> None:

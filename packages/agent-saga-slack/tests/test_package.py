@@ -21,6 +21,8 @@ PUBLIC = [
     "SCOPES",
     "Command",
     "PostedMessage",
+    "RefusalLimit",
+    "RotatingInstallationStore",
     "SlackApprovalChannel",
     "SlackApprovals",
     "SlackVote",

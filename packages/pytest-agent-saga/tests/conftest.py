@@ -10,10 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from pytest_agent_saga import clean_environment
 
 INNER_ARGS = ("-p", "no:langsmith_plugin", "-W", "error", "-p", "no:cacheprovider")
 
 Run = Callable[..., pytest.RunResult]
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No shell setting for agent-saga or the terminal reaches a test (or an inner run)."""
+    clean_environment(monkeypatch)
 
 
 @pytest.fixture

@@ -453,16 +453,20 @@ def test_fault_kinds_are_pluggable(
 def test_a_transaction_outside_the_runners_log_cannot_pass_by_testing_nothing(
     saga_chaos: ChaosRunner, saga_kit: AgentKit, saga_scripted_tool: Make
 ) -> None:
-    charge = saga_scripted_tool("pay.charge", params=["amount"])
+    calls: list[int] = []
     with AgentKit(store="memory", home=saga_kit.home) as own:
+
+        @own.tool(name="pay.note", semantics="reversible")
+        def note(amount: int) -> None:
+            calls.append(amount)
 
         def transaction() -> None:
             with own.transaction("mine"):  # a kit of the test's own: not the runner's log
-                charge(5)
+                note(5)
 
         with pytest.raises(AssertionError, match="ran no tool call inside the runner's"):
             saga_chaos.run(transaction)
-    assert charge.call_count == 1
+    assert calls == [5]
 
 
 def test_long_reports_show_the_first_failing_points_in_full(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -141,6 +142,66 @@ def test_it(saga_kit, saga_home):
     )
     monkeypatch.setenv("AGENT_SAGA_STORE", "memory")  # the inner run must not log there
     run().assert_outcomes(passed=1)
+
+
+USERS_SHELL = {
+    "AGENT_SAGA_HOME": "/home/someone/.agent-saga",
+    "AGENT_SAGA_STORE": "memory",
+    "AGENT_SAGA_KEY_PASSPHRASE": "the-users-passphrase",
+    "FORCE_COLOR": "1",
+    "TERM": "xterm-256color",
+    "COLUMNS": "37",
+    "AGENT_SAGA_TEST_PG_URL": "postgresql://user@127.0.0.1:5432/their_tests",
+}
+
+
+def test_the_users_shell_settings_never_reach_a_saga_home_test_and_come_back_after(
+    pytester: pytest.Pytester, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in USERS_SHELL.items():
+        monkeypatch.setenv(name, value)
+    pytester.makepyfile(
+        test_shell=f"""
+import os
+import subprocess
+import sys
+
+from agent_saga import AgentKit
+from agent_saga.cli import main
+from click.testing import CliRunner
+
+SHELL = {USERS_SHELL!r}
+SEEN = "import os; print(sorted(n for n in {sorted(USERS_SHELL)!r} if n in os.environ))"
+
+
+def test_saga_home_sees_only_its_home_and_the_test_database(saga_home):
+    assert os.environ["AGENT_SAGA_HOME"] == str(saga_home)
+    assert [n for n in SHELL if os.environ.get(n) == SHELL[n]] == ["AGENT_SAGA_TEST_PG_URL"]
+    child = subprocess.run([sys.executable, "-c", SEEN], capture_output=True, text=True)
+    assert child.stdout.split() == ["['AGENT_SAGA_HOME',", "'AGENT_SAGA_TEST_PG_URL']"]
+
+
+def test_a_kit_built_with_no_arguments_logs_in_the_test_home(saga_home):
+    with AgentKit() as kit, kit.transaction("t"):
+        pass
+    assert (saga_home / "log.jsonl").is_file()  # the shell said AGENT_SAGA_STORE=memory
+
+
+def test_the_command_line_prints_plain_text(saga_kit):
+    with saga_kit.transaction("t"):
+        pass
+    result = CliRunner().invoke(main, ["sagas"])
+    assert result.exit_code == 0, result.output
+    assert "saga-0001" in result.stdout
+    assert "\\x1b" not in result.stdout  # the shell said FORCE_COLOR=1
+
+
+def test_afterwards_the_shell_is_back():
+    assert {{n: os.environ.get(n) for n in SHELL}} == SHELL
+"""
+    )
+    run().assert_outcomes(passed=4)
+    assert {name: os.environ.get(name) for name in USERS_SHELL} == USERS_SHELL
 
 
 def test_a_test_without_fixtures_does_not_import_agent_saga(pytester: pytest.Pytester) -> None:

@@ -31,6 +31,7 @@ EXPECTED = {
     "assert_log_verifies",
     "assert_replay_deterministic",
     "assert_rolled_back",
+    "clean_environment",
     "register_fault_kind",
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -18,8 +19,21 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
 
 
+def python_block(filename: str) -> str:
+    """The README's python block whose first line is a docstring naming ``filename``."""
+    (block,) = [b for b in python_blocks() if b.startswith(f'"""{filename}"""')]
+    return block
+
+
+def test_every_python_block_is_run_by_a_test() -> None:
+    assert [b.split("\n", 1)[0] for b in python_blocks()] == [
+        '"""conftest.py"""',
+        '"""test_travel_agent.py"""',
+    ]
+
+
 def test_the_example_agent_passes_its_tests(pytester: pytest.Pytester) -> None:
-    (example,) = python_blocks()
+    example = python_block("test_travel_agent.py")
     pytester.makepyfile(test_travel_agent=example)
     result = pytester.runpytest("-p", "no:langsmith_plugin", "-W", "error", "-v")
     result.assert_outcomes(passed=3)
@@ -29,7 +43,7 @@ def test_the_example_agent_passes_its_tests(pytester: pytest.Pytester) -> None:
 def test_the_example_catches_a_compensation_that_is_not_idempotent(
     pytester: pytest.Pytester,
 ) -> None:
-    (example,) = python_blocks()
+    example = python_block("test_travel_agent.py")
     buggy = example.replace(
         '    def refund(idempotency_key):\n        once("refund", idempotency_key)',
         '    def refund(idempotency_key):\n        saga_ledger.record("refund", idempotency_key)',
@@ -64,3 +78,30 @@ def test_the_readme_names_every_fixture_fault_kind_and_public_name() -> None:
     for name in pytest_agent_saga.__all__:
         if name.startswith("assert_"):
             assert f"`{name}(" in text, name
+
+
+def test_the_conftest_example_keeps_the_shells_settings_out_of_plain_tests(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shell = {
+        "AGENT_SAGA_STORE": "memory",
+        "NO_COLOR": "1",
+        "MYAPP_TOKEN": "from-the-shell",
+        "AGENT_SAGA_TEST_PG_URL": "postgresql://kept@127.0.0.1/db",
+    }
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    pytester.makeconftest(python_block("conftest.py"))
+    pytester.makepyfile(
+        test_plain="""
+import os
+
+def test_no_fixture_sees_the_shell():
+    assert "AGENT_SAGA_STORE" not in os.environ
+    assert "NO_COLOR" not in os.environ
+    assert "MYAPP_TOKEN" not in os.environ
+    assert os.environ["AGENT_SAGA_TEST_PG_URL"] == "postgresql://kept@127.0.0.1/db"
+"""
+    )
+    pytester.runpytest("-p", "no:langsmith_plugin", "-W", "error").assert_outcomes(passed=1)
+    assert {name: os.environ.get(name) for name in shell} == shell  # restored afterwards

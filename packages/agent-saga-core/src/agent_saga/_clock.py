@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from typing import Protocol
 
@@ -67,20 +68,47 @@ class IdSource(Protocol):
 
 
 class RandomIds:
-    """Saga ids: a sortable UTC timestamp, then 64 random bits (``20261130T034501-9f2c...``)."""
+    """Saga ids: RFC 9562 UUIDs, version 7 (``0193b5e2-7c1a-7d3e-9f2c-4b8a1e6d0c55``).
+
+    The first 48 bits are the Unix time in milliseconds of the kit's clock, so ids sort by
+    time as text; then the version (7) and variant (``10``) bits; the other 74 bits come from
+    ``os.urandom``. Ids made by one source are strictly increasing, within a millisecond and
+    when the clock steps back: such an id takes the last one's random field plus a random
+    increment of up to 32 bits (RFC 9562 section 6.2, method 2), moving on to the next
+    millisecond if that field overflows. Thread-safe.
+    """
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock = clock or SystemClock()
-        self._second: tuple[int, str] = (-1, "")
-        """The last second formatted, and its text (formatting is most of an id's cost)."""
+        self._lock = threading.Lock()
+        self._last: tuple[int, int] = (-1, 0)
+        """The millisecond and the 74-bit random field of the last id."""
 
     def new_id(self) -> str:
-        second = int(self._clock.now())
-        last, stamp = self._second
-        if second != last:
-            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(second))
-            self._second = (second, stamp)
-        return f"{stamp}-{os.urandom(8).hex()}"
+        now = int(self._clock.now() * 1000)
+        fresh = int.from_bytes(os.urandom(10))
+        with self._lock:
+            last_ms, last_field = self._last
+            if now > last_ms:
+                ms, field = now, fresh & _FIELD_MASK
+            else:  # the same millisecond, or the clock went back: keep increasing
+                ms, field = last_ms, last_field + 1 + (fresh & _INCREMENT_MASK)
+                if field > _FIELD_MASK:
+                    ms, field = last_ms + 1, fresh & _FIELD_MASK
+            self._last = (ms, field)
+        # unix_ts_ms (48 bits), version 7 and rand_a (12), variant 10 and rand_b (62).
+        return "%08x-%04x-7%03x-%04x-%012x" % (  # noqa: UP031 - one format op is the fastest
+            ms >> 16 & 0xFFFFFFFF,
+            ms & 0xFFFF,
+            field >> 62,
+            0x8000 | field >> 48 & 0x3FFF,
+            field & 0xFFFFFFFFFFFF,
+        )
+
+
+_FIELD_MASK = (1 << 74) - 1
+"""rand_a (12 bits) and rand_b (62 bits) of a version 7 UUID, as one number."""
+_INCREMENT_MASK = (1 << 32) - 1
 
 
 class SequentialIds:

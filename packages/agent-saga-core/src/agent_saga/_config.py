@@ -6,12 +6,20 @@ Keys:
 
 * ``home``: the agent-saga home (relative paths are relative to the file);
 * ``store``: ``"file"`` (default) or a ``postgresql://`` URL;
+* ``store_schema``: the PostgreSQL schema that holds the fleet's tables (default ``agent_saga``);
+* ``chain_key_file``: a file holding the key of a keyed hash chain (relative to the file);
 * ``imports``: modules to import before recovering, so their compensators and probes register;
 * ``approvers``: who may approve when a rule names nobody (see ``docs/approvals.md``);
 * ``admin_keys``: the administrator public keys trusted to sign redactions and approver keys
   (see :mod:`agent_saga._log.admins`); keep this file where the agents cannot change it.
 
-Environment variables win over the file: ``AGENT_SAGA_HOME``, ``AGENT_SAGA_STORE``.
+Environment variables win over the file: ``AGENT_SAGA_HOME``, ``AGENT_SAGA_STORE``,
+``AGENT_SAGA_STORE_SCHEMA``, ``AGENT_SAGA_CHAIN_KEY_FILE``.
+
+A chain key is only ever read from a file (never from a command line or an environment
+variable holding the secret itself): the file holds the key as text, for example 64 hex digits
+made by ``python -c "import secrets; print(secrets.token_hex(32))"``; surrounding whitespace is
+not part of it, and the key is that text's UTF-8 bytes (what ``AgentKit(chain_key=...)`` takes).
 """
 
 from __future__ import annotations
@@ -25,8 +33,15 @@ from ._errors import ConfigurationError
 
 CONFIG_FILE = "agent-saga.toml"
 HOME_ENV = "AGENT_SAGA_HOME"
+STORE_ENV = "AGENT_SAGA_STORE"
+SCHEMA_ENV = "AGENT_SAGA_STORE_SCHEMA"
+CHAIN_KEY_FILE_ENV = "AGENT_SAGA_CHAIN_KEY_FILE"
 DEFAULT_HOME = ".agent-saga"
-KNOWN_KEYS = frozenset({"home", "store", "imports", "approvers", "admin_keys"})
+KNOWN_KEYS = frozenset(
+    {"home", "store", "store_schema", "chain_key_file", "imports", "approvers", "admin_keys"}
+)
+MIN_CHAIN_KEY_BYTES = 16
+MAX_CHAIN_KEY_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -37,6 +52,8 @@ class Config:
     store: str | None = None
     imports: tuple[str, ...] = ()
     admin_keys: tuple[str, ...] = ()
+    store_schema: str | None = None
+    chain_key_file: Path | None = None
     source: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -77,10 +94,10 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
     home = section.get("home")
     store = section.get("store")
     imports = section.get("imports", [])
-    if home is not None and not isinstance(home, str):
-        raise ConfigurationError(f"{path}: 'home' must be a string")
-    if store is not None and not isinstance(store, str):
-        raise ConfigurationError(f"{path}: 'store' must be a string")
+    for name in ("home", "store", "store_schema", "chain_key_file"):
+        if section.get(name) is not None and not isinstance(section[name], str):
+            raise ConfigurationError(f"{path}: '{name}' must be a string")
+    key_file = section.get("chain_key_file")
     if not isinstance(imports, list) or not all(isinstance(m, str) for m in imports):
         raise ConfigurationError(f"{path}: 'imports' must be a list of module names")
     admin_keys = section.get("admin_keys", [])
@@ -91,6 +108,8 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
         store=store,
         imports=tuple(imports),
         admin_keys=tuple(admin_keys),
+        store_schema=section.get("store_schema") or None,
+        chain_key_file=(path.parent / key_file) if key_file else None,
         source=path,
         extra={k: v for k, v in section.items() if k == "approvers"},
     )
@@ -98,7 +117,70 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
 
 def store_setting(config: Config) -> str | None:
     """The store to use: ``$AGENT_SAGA_STORE``, else the configuration's ``store``."""
-    return os.environ.get("AGENT_SAGA_STORE") or config.store
+    return os.environ.get(STORE_ENV) or config.store
+
+
+def is_postgres_url(store: object) -> bool:
+    """True when ``store`` names a PostgreSQL server (fleet mode)."""
+    return isinstance(store, str) and store.startswith(("postgresql://", "postgres://"))
+
+
+def schema_setting(config: Config) -> str | None:
+    """The fleet's PostgreSQL schema: ``$AGENT_SAGA_STORE_SCHEMA``, else ``store_schema``."""
+    return os.environ.get(SCHEMA_ENV) or config.store_schema
+
+
+def chain_key_file_setting(config: Config) -> Path | None:
+    """The chain key's file: ``$AGENT_SAGA_CHAIN_KEY_FILE``, else ``chain_key_file``."""
+    env = os.environ.get(CHAIN_KEY_FILE_ENV)
+    return Path(env) if env else config.chain_key_file
+
+
+def read_chain_key(path: Path) -> bytes:
+    """The chain key held in ``path`` (see the module docstring for the format).
+
+    Raises:
+        ConfigurationError: the file cannot be read, can be read or written by other users than
+            its owner (as ssh refuses a private key: ``chmod 600``), is not UTF-8 text, or holds
+            a key shorter than 16 or longer than 4096 bytes; the message names the file.
+    """
+    try:
+        with path.open("rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if mode & 0o077:
+                raise ConfigurationError(
+                    f"the chain key file {path} is open to other users (mode {mode & 0o777:o}); "
+                    f"make it private: chmod 600 {path}"
+                )
+            raw = handle.read(MAX_CHAIN_KEY_BYTES * 2 + 1)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the chain key file {path}: {exc}") from exc
+    try:
+        key = raw.decode("utf-8").strip().encode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigurationError(
+            f"the chain key file {path} is not UTF-8 text (write the key as text, e.g. hex)"
+        ) from None
+    if not key:
+        raise ConfigurationError(f"the chain key file {path} is empty")
+    if not MIN_CHAIN_KEY_BYTES <= len(key) <= MAX_CHAIN_KEY_BYTES:
+        raise ConfigurationError(
+            f"the chain key in {path} must be at least {MIN_CHAIN_KEY_BYTES} and at most "
+            f"{MAX_CHAIN_KEY_BYTES} bytes, it has {len(key)}"
+        )
+    return key
+
+
+def configured_chain_key(config: Config | None = None) -> bytes | None:
+    """The key named by ``$AGENT_SAGA_CHAIN_KEY_FILE`` or ``chain_key_file``, if either is set.
+
+    Only a lookup without the environment variable reads the configuration file.
+    """
+    env = os.environ.get(CHAIN_KEY_FILE_ENV)
+    if env:
+        return read_chain_key(Path(env))
+    path = (config or find_config()).chain_key_file
+    return None if path is None else read_chain_key(path)
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:

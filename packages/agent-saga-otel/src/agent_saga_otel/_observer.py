@@ -4,6 +4,8 @@ Span tree of one transaction (names follow the GenAI conventions, ``<op> <target
 
     invoke_workflow <saga name>          the saga; current for the whole transaction
       execute_tool <tool>                one per step, current while the step is logged and runs
+                                         (the child of the framework's tool span when that span
+                                         is current: its gen_ai.tool.call.id is copied)
         gate.refused <tool>              when the gate refused the step (the step span ends too)
                                      (approvals requested and decided: events on the step)
       compensate <tool>                  one per compensation, newest step first
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
 
 _SAGA_ID, _OPERATION, _EXECUTE_TOOL = n.SAGA_ID, n.GEN_AI_OPERATION_NAME, n.EXECUTE_TOOL
-_TOOL_NAME, _TOOL_CALL_ID = n.GEN_AI_TOOL_NAME, n.GEN_AI_TOOL_CALL_ID
+_TOOL_NAME, _TOOL_CALL_ID, _KEY = n.GEN_AI_TOOL_NAME, n.GEN_AI_TOOL_CALL_ID, n.IDEMPOTENCY_KEY
 _ORDINAL, _SEMANTICS = n.STEP_ORDINAL, n.STEP_SEMANTICS
 _SEMANTICS_TEXT = {s: s.value for s in Semantics}
 _INTERNAL = SpanKind.INTERNAL
@@ -52,8 +54,14 @@ class OTelObserver(Observer):
         step_details: also put the step's ordinal and semantics (``agent_saga.step.ordinal``,
             ``agent_saga.step.semantics``) on each step span. Off by default: a step span is
             the hot path, each attribute costs the SDK about a microsecond per step, and both
-            are in the log, one join away through ``gen_ai.tool.call.id`` (the step's
-            idempotency key). Compensation and gate spans always carry the ordinal.
+            are in the log, one join away through ``agent_saga.step.idempotency_key``.
+            Compensation and gate spans always carry the ordinal.
+
+    A step span carries the saga id, ``gen_ai.operation.name``, ``gen_ai.tool.name`` and the
+    step's idempotency key (``agent_saga.step.idempotency_key``). When the step runs inside a
+    framework's tool span that is current (as :class:`~agent_saga_otel.langchain.RunSpans` and
+    :class:`~agent_saga_otel.llamaindex.DispatcherSpans` make theirs), the step span is its
+    child and also carries that span's ``gen_ai.tool.call.id``: the model's id of the call.
 
     Register it with ``AgentKit(observers=[OTelObserver(tp)])`` or ``kit.observe(...)``.
     """
@@ -147,15 +155,25 @@ class OTelObserver(Observer):
             _SAGA_ID: saga.id,
             _OPERATION: _EXECUTE_TOOL,
             _TOOL_NAME: tool,
-            _TOOL_CALL_ID: step.idempotency_key,
+            _KEY: step.idempotency_key,
         }
+        ctx = context.get_current()
+        # Inside a framework's tool span (made current by its instrumentation): the step is its
+        # child, and carries the model's id of the call when that span has it. Reading a live
+        # SDK span's attributes copies them (about 4 us): the saga's own span is skipped.
+        parent = trace.get_current_span(ctx)
+        saga_entry = self._open.get((saga.id, 0, "saga"))
+        if saga_entry is None or parent is not saga_entry[0]:
+            framework = getattr(parent, "attributes", None)
+            call_id = framework.get(_TOOL_CALL_ID) if framework else None
+            if call_id is not None:
+                attributes[_TOOL_CALL_ID] = call_id
         if self._step_details:
             attributes[_ORDINAL] = step.ordinal
             attributes[_SEMANTICS] = _SEMANTICS_TEXT[semantics]
         if self._openinference:
             attributes[n.OPENINFERENCE_SPAN_KIND] = "TOOL"
             attributes[n.OPENINFERENCE_TOOL_NAME] = tool
-        ctx = context.get_current()
         span = self._tracer.start_span(f"{_EXECUTE_TOOL} {tool}", ctx, _INTERNAL, attributes)
         self._push((saga.id, step.ordinal, "step"), span, ctx)
 

@@ -11,8 +11,10 @@
   :class:`~agent_saga_otel.langsmith.LangSmithLink`).
 
 Every span of a run gets ``agent_saga.saga.id`` (from the baggage, or from the run's metadata
-when the saga id was put there, e.g. by ``agent_saga_langchain.saga_config``). Message contents
-and tool arguments are not put on spans. Needs ``langchain-core``.
+when the saga id was put there, e.g. by ``agent_saga_langchain.saga_config``) and an
+OpenInference span kind. A tool's span is current while the tool runs, so a step of the saga
+taken in its body is its child. Message contents and tool arguments are not put on spans.
+Needs ``langchain-core``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ from uuid import UUID
 
 from agent_saga import Saga
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.outputs import LLMResult
 from langchain_core.tracers.context import register_configure_hook
 from opentelemetry import baggage, context, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+from opentelemetry.util.types import AttributeValue
 
 from . import _names as n
 from ._version import VERSION
@@ -38,6 +43,12 @@ register_configure_hook(_ACTIVE, inheritable=True)
 class RunSpans(BaseCallbackHandler):
     """A LangChain callback handler that reports each run as an OpenTelemetry span.
 
+    Each span has an OpenInference span kind (``AGENT`` for a chain named like an agent,
+    ``CHAIN``, ``LLM``, ``TOOL``, ``RETRIEVER``). A model's span carries the model name and,
+    when the model reports them, its token counts (GenAI and OpenInference names). A tool's
+    span carries the model's tool-call id and is the current span while the tool runs, so the
+    spans started in its body (the saga's step, HTTP clients) are its children.
+
     Usable on its own (``config={"callbacks": [RunSpans(tp)]}``); :class:`LangChainLink`
     installs one for every run inside a transaction.
     """
@@ -48,6 +59,8 @@ class RunSpans(BaseCallbackHandler):
         provider = tracer_provider or trace.get_tracer_provider()
         self._tracer = provider.get_tracer("agent_saga_otel.langchain", VERSION)
         self._spans: dict[UUID, Span] = {}
+        self._current: dict[UUID, tuple[Context, object]] = {}
+        """Tool runs' spans made current: the context attached, and its token."""
 
     def _start(
         self,
@@ -56,8 +69,8 @@ class RunSpans(BaseCallbackHandler):
         run_id: UUID,
         parent_run_id: UUID | None,
         metadata: dict[str, Any] | None,
-        attributes: dict[str, str],
-    ) -> None:
+        attributes: dict[str, AttributeValue],
+    ) -> Span:
         parent = self._spans.get(parent_run_id) if parent_run_id is not None else None
         ctx = context.get_current()
         if parent is not None:
@@ -66,18 +79,23 @@ class RunSpans(BaseCallbackHandler):
         saga_id = (metadata or {}).get(n.RUN_METADATA_KEY) or baggage.get_baggage(n.SAGA_ID)
         if isinstance(saga_id, str):
             attributes[n.SAGA_ID] = saga_id
-        self._spans[run_id] = self._tracer.start_span(name, ctx, attributes=attributes)
+        span = self._spans[run_id] = self._tracer.start_span(name, ctx, attributes=attributes)
+        return span
 
-    def _end(self, run_id: UUID, error: BaseException | None = None) -> None:
+    def _end(self, run_id: UUID, error: BaseException | None = None) -> Span | None:
+        current = self._current.pop(run_id, None)
+        if current is not None:
+            _detach(*current)
         span = self._spans.pop(run_id, None)
         if span is None:
-            return
+            return None
         if error is not None:
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         span.end()
+        return span
 
-    # -- chains --------------------------------------------------------------------------------
+    # -- chains and agents ---------------------------------------------------------------------
 
     def on_chain_start(
         self,
@@ -90,7 +108,14 @@ class RunSpans(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         name = _name(serialized, kwargs, "chain")
-        self._start(name, "chain", run_id, parent_run_id, metadata, {})
+        attributes: dict[str, AttributeValue] = {n.OPENINFERENCE_SPAN_KIND: "CHAIN"}
+        if "agent" in name.lower():
+            attributes = {
+                n.OPENINFERENCE_SPAN_KIND: "AGENT",
+                n.GEN_AI_OPERATION_NAME: n.INVOKE_AGENT,
+                n.GEN_AI_AGENT_NAME: name,
+            }
+        self._start(name, "chain", run_id, parent_run_id, metadata, attributes)
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._end(run_id)
@@ -110,9 +135,7 @@ class RunSpans(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        model = _name(serialized, kwargs, "chat_model")
-        attributes = {n.GEN_AI_OPERATION_NAME: "chat"}
-        self._start(f"chat {model}", "chat_model", run_id, parent_run_id, metadata, attributes)
+        self._model_start("chat", "chat_model", serialized, run_id, parent_run_id, metadata, kwargs)
 
     def on_llm_start(
         self,
@@ -124,11 +147,46 @@ class RunSpans(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        model = _name(serialized, kwargs, "llm")
-        attributes = {n.GEN_AI_OPERATION_NAME: "text_completion"}
-        self._start(f"text_completion {model}", "llm", run_id, parent_run_id, metadata, attributes)
+        self._model_start(
+            "text_completion", "llm", serialized, run_id, parent_run_id, metadata, kwargs
+        )
 
-    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+    def _model_start(
+        self,
+        operation: str,
+        run_type: str,
+        serialized: dict[str, Any] | None,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        metadata: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+    ) -> None:
+        attributes: dict[str, AttributeValue] = {
+            n.GEN_AI_OPERATION_NAME: operation,
+            n.OPENINFERENCE_SPAN_KIND: "LLM",
+        }
+        model = _model_name(metadata, kwargs.get("invocation_params"))
+        if model is not None:
+            attributes[n.GEN_AI_REQUEST_MODEL] = model
+            attributes[n.OPENINFERENCE_MODEL_NAME] = model
+        name = f"{operation} {model or _name(serialized, kwargs, run_type)}"
+        self._start(name, run_type, run_id, parent_run_id, metadata, attributes)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        span = self._spans.get(run_id)
+        if span is not None:
+            usage = _token_usage(response)
+            if usage is not None:
+                prompt, completion = usage
+                span.set_attributes(
+                    {
+                        n.GEN_AI_USAGE_INPUT_TOKENS: prompt,
+                        n.GEN_AI_USAGE_OUTPUT_TOKENS: completion,
+                        n.OPENINFERENCE_PROMPT_TOKENS: prompt,
+                        n.OPENINFERENCE_COMPLETION_TOKENS: completion,
+                        n.OPENINFERENCE_TOTAL_TOKENS: prompt + completion,
+                    }
+                )
         self._end(run_id)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -147,12 +205,21 @@ class RunSpans(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         tool = _name(serialized, kwargs, "tool")
-        attributes = {n.GEN_AI_OPERATION_NAME: n.EXECUTE_TOOL, n.GEN_AI_TOOL_NAME: tool}
+        attributes: dict[str, AttributeValue] = {
+            n.GEN_AI_OPERATION_NAME: n.EXECUTE_TOOL,
+            n.GEN_AI_TOOL_NAME: tool,
+            n.OPENINFERENCE_SPAN_KIND: "TOOL",
+            n.OPENINFERENCE_TOOL_NAME: tool,
+        }
         call_id = kwargs.get("tool_call_id")
         if isinstance(call_id, str):
             attributes[n.GEN_AI_TOOL_CALL_ID] = call_id
         name = f"{n.EXECUTE_TOOL} {tool}"
-        self._start(name, "tool", run_id, parent_run_id, metadata, attributes)
+        span = self._start(name, "tool", run_id, parent_run_id, metadata, attributes)
+        # Current while the tool runs: LangChain runs its body in a copy of this context and
+        # calls on_tool_end/on_tool_error in this one, where the token is reset.
+        ctx = trace.set_span_in_context(span)
+        self._current[run_id] = (ctx, context.attach(ctx))
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._end(run_id)
@@ -171,7 +238,10 @@ class RunSpans(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         name = _name(serialized, kwargs, "retriever")
-        attributes = {n.GEN_AI_OPERATION_NAME: "retrieval"}
+        attributes: dict[str, AttributeValue] = {
+            n.GEN_AI_OPERATION_NAME: "retrieval",
+            n.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
+        }
         self._start(f"retrieval {name}", "retriever", run_id, parent_run_id, metadata, attributes)
 
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -218,3 +288,36 @@ def _name(serialized: dict[str, Any] | None, kwargs: dict[str, Any], default: st
         if isinstance(ids, list) and ids:
             return str(ids[-1])
     return default
+
+
+def _detach(attached: Context, token: object) -> None:
+    # A run that ends in another context than it started in (a framework that moved it) leaves
+    # that context alone: resetting a token there would fail.
+    if context.get_current() is attached:
+        context.detach(token)  # type: ignore[arg-type]
+
+
+def _model_name(metadata: dict[str, Any] | None, params: Any) -> str | None:
+    name = (metadata or {}).get("ls_model_name")
+    if not (isinstance(name, str) and name) and isinstance(params, dict):
+        name = params.get("model") or params.get("model_name")
+    return name if isinstance(name, str) and name else None
+
+
+def _token_usage(response: LLMResult) -> tuple[int, int] | None:
+    """(prompt, completion) tokens as the model reported them, or ``None``."""
+    prompt = completion = 0
+    found = False
+    for generations in response.generations:
+        for generation in generations:
+            usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
+            if usage:
+                prompt += int(usage.get("input_tokens", 0))
+                completion += int(usage.get("output_tokens", 0))
+                found = True
+    if found:
+        return prompt, completion
+    reported = (response.llm_output or {}).get("token_usage")
+    if isinstance(reported, dict) and reported:
+        return int(reported.get("prompt_tokens", 0)), int(reported.get("completion_tokens", 0))
+    return None

@@ -11,11 +11,15 @@ from ._channel import PostedMessage, SlackApprovalChannel
 from ._command import Command, parse_command
 from ._ids import approver_id
 from ._install import SCOPES, build_oauth_install_url, installation_store, oauth_settings
+from ._refusals import RefusalLimit
+from ._tokens import RotatingInstallationStore
 
 __all__ = [
     "SCOPES",
     "Command",
     "PostedMessage",
+    "RefusalLimit",
+    "RotatingInstallationStore",
     "SlackApprovalChannel",
     "SlackApprovals",
     "SlackVote",

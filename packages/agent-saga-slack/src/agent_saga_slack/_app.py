@@ -4,6 +4,8 @@ slack-bolt verifies every request's signature (HMAC over the raw body, 5-minute 
 any listener runs; a bad signature or an old timestamp is answered 401 by the framework. A
 verified request only proves Slack sent it: who may decide is checked separately, by the
 request's own approver list (``slack:<user id>``) and, optionally, a list of workspaces.
+Refusals are logged within a bound (:class:`~agent_saga_slack.RefusalLimit`), so that votes on
+made-up request ids cannot fill the log.
 
 Votes go through :func:`agent_saga.submit_vote` into the log the agents use (the store given, or
 the agent-saga home resolved exactly as the agents and the CLI resolve it), never into a store
@@ -24,6 +26,7 @@ from typing import Any
 
 from agent_saga import (
     AgentKit,
+    AgentSagaError,
     ApprovalRequest,
     ConfigurationError,
     Entry,
@@ -32,14 +35,15 @@ from agent_saga import (
     submit_vote,
 )
 from agent_saga._approvals.request import ApprovalBook
-from slack_bolt import Ack, App, Respond
+from slack_bolt import Ack, Respond
 from slack_bolt.oauth.oauth_settings import OAuthSettings
 from slack_sdk import WebClient
 
 from ._blocks import APPROVE_ACTION, DENY_ACTION, decided_blocks, escape, summary
-from ._channel import API_URL_ENV, TOKEN_ENV
+from ._bolt import build_app, workspace_ids
 from ._command import parse_command
 from ._ids import approver_id
+from ._refusals import RefusalGate, RefusalLimit
 
 log = logging.getLogger("agent_saga_slack")
 SIGNING_SECRET_ENV = "SLACK_SIGNING_SECRET"  # noqa: S105 - the variable's name, not a secret
@@ -79,6 +83,12 @@ class SlackApprovals:
         process_before_response: run listeners before answering Slack (for serverless hosts
             and deterministic tests); the default answers first and works afterwards.
         clock: seconds since the epoch, for votes and expiry.
+        refusals: how many refused votes are logged (default :class:`RefusalLimit`: 3 per user
+            and 30 in all per minute); votes that count are never limited.
+
+    Raises:
+        ConfigurationError: a missing secret or token, a rotating fixed token, a token Slack
+            refuses, Slack unreachable, a workspace id that is not one, an unusable home.
     """
 
     def __init__(
@@ -95,37 +105,33 @@ class SlackApprovals:
         command: str = COMMAND,
         process_before_response: bool = False,
         clock: Callable[[], float] = time.time,
+        refusals: RefusalLimit | None = None,
     ) -> None:
         secret = signing_secret or os.environ.get(SIGNING_SECRET_ENV)
         if not secret:
             raise ConfigurationError(
                 f"the Slack signing secret is missing: set {SIGNING_SECRET_ENV}"
             )
-        if isinstance(teams, str):
-            raise ConfigurationError("teams takes a list of workspace ids, not one string")
-        if oauth is not None and token is not None:
-            raise ConfigurationError("give a bot token (one workspace) or oauth=, not both")
-        url = base_url or os.environ.get(API_URL_ENV) or WebClient.BASE_URL
-        if oauth is None and client is None:
-            bot_token = token or os.environ.get(TOKEN_ENV)
-            if not bot_token:
-                raise ConfigurationError(
-                    f"no Slack bot token: pass token= or set {TOKEN_ENV}, or install with oauth="
-                )
-            client = WebClient(token=bot_token, base_url=url)
-        self.teams = frozenset(teams)
+        self.teams = workspace_ids(teams)
         self.clock = clock
-        self.app = App(
-            signing_secret=secret,
-            client=client or WebClient(base_url=url),
-            oauth_settings=oauth,
-            process_before_response=process_before_response,
-        )
+        self.refusals = refusals or RefusalLimit()
         self._kit: AgentKit | None = None
         if store is None:  # the agents' own log, found the way they find it
-            self._kit = AgentKit(home=home, checkpoints=False)
+            self._kit = _open_home(home)
             store = self._kit.store
         self.store: LogStore = store
+        try:
+            self.app = build_app(
+                signing_secret=secret,
+                token=token,
+                oauth=oauth,
+                client=client,
+                base_url=base_url,
+                process_before_response=process_before_response,
+            )
+        except BaseException:
+            self.close()
+            raise
         self._vote_lock = threading.Lock()
         self.app.action(APPROVE_ACTION)(self._on_button)
         self.app.action(DENY_ACTION)(self._on_button)
@@ -160,14 +166,15 @@ class SlackApprovals:
             text = f"Nothing was recorded: workspace {team_id} may not decide approvals here."
             return SlackVote(False, escape(text), None, None)
         with self._vote_lock:  # one vote at a time from this app: a double click counts once
+            now = self.clock()
             result = submit_vote(
-                self.store,
+                RefusalGate(self.store, self.refusals, approver, now),
                 request_id,
                 approver,
                 decision,
                 channel=CHANNEL,
                 note=note,
-                now=self.clock(),
+                now=now,
             )
         log.info(
             "slack vote %s by %s on %s: %s",
@@ -199,6 +206,9 @@ class SlackApprovals:
         self, request_id: str, approver: str, team_id: str | None, decision: str
     ) -> None:
         at = self.clock()
+        unlogged = self.refusals.admit(approver, at)
+        if unlogged is None:
+            return
         request = ApprovalBook().take_all(self.store.records()).find(request_id)
         data: dict[str, Any] = {
             "request": request.id if request is not None else request_id,
@@ -209,6 +219,8 @@ class SlackApprovals:
             "at": at,
             "reason": f"Slack workspace {str(team_id)[:40]} is not allowed",
         }
+        if unlogged:
+            data["unlogged"] = unlogged
         self.store.append([Entry(Kind.APPROVAL_REFUSED, None, data, int(at * 1000))], sync=True)
 
     # -- listeners ------------------------------------------------------------------------
@@ -244,6 +256,21 @@ class SlackApprovals:
             parsed.note,
         )
         respond(response_type="ephemeral", text=outcome.text)
+
+
+def _open_home(home: str | os.PathLike[str] | None) -> AgentKit:
+    """The agents' kit on ``home``; any reason it cannot be opened is a ConfigurationError."""
+    try:
+        return AgentKit(home=home, checkpoints=False)
+    except ConfigurationError:
+        raise
+    except OSError as exc:
+        where = exc.filename or home or "the agent-saga home"
+        raise ConfigurationError(
+            f"cannot use the agent-saga home: {where}: {exc.strerror or exc}"
+        ) from exc
+    except AgentSagaError as exc:
+        raise ConfigurationError(f"cannot use the agent-saga home {home or ''}: {exc}") from exc
 
 
 def _recorded(request: ApprovalRequest, decision: str) -> str:

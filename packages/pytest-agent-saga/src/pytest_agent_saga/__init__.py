@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._assertions import assert_exactly_once, assert_log_verifies, assert_rolled_back
     from ._chaos import ChaosReport, ChaosRunner, PointResult
+    from ._environment import clean_environment
     from ._faults import (
         FAULT_KINDS,
         Baseline,
@@ -36,6 +37,7 @@ _LAZY = {
     "ChaosReport": "_chaos",
     "ChaosRunner": "_chaos",
     "PointResult": "_chaos",
+    "clean_environment": "_environment",
     "FAULT_KINDS": "_faults",
     "Baseline": "_faults",
     "Expect": "_faults",
@@ -88,5 +90,6 @@ __all__ = [
     "assert_log_verifies",
     "assert_replay_deterministic",
     "assert_rolled_back",
+    "clean_environment",
     "register_fault_kind",
 ]

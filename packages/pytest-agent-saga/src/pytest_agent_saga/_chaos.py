@@ -41,6 +41,7 @@ from ._approving import runner_approvals
 from ._faults import FAULT_KINDS, Baseline, FaultPoint, Injector, RaiseAtStep, Write
 from ._intercept import InterceptingStore
 from ._invariants import EXERCISED, RunOutcome, Violation, check
+from ._registry import ACTIVE
 
 if TYPE_CHECKING:
     from agent_saga import CompensatorRegistry, Record
@@ -114,6 +115,9 @@ class ChaosRunner:
         registry: where the transaction's compensators and probes are found.
         kinds: names of the fault kinds to run (see :data:`FAULT_KINDS`).
         ledger: a witness of effects, read to check exactly-once and uncompensated effects.
+        kit: the kit the transaction's tools were declared on (default: the test's
+            ``saga_kit``): every run's kit shares its tool registry, since a tool declared on a
+            kit runs only in kits that share it.
     """
 
     def __init__(
@@ -122,6 +126,8 @@ class ChaosRunner:
         registry: CompensatorRegistry,
         kinds: Sequence[str],
         ledger: JournalLedger | None = None,
+        *,
+        kit: AgentKit | None = None,
     ) -> None:
         unknown = [k for k in kinds if k not in FAULT_KINDS]
         if unknown:
@@ -129,6 +135,8 @@ class ChaosRunner:
             raise ValueError(f"unknown fault kind(s) {', '.join(unknown)}; known: {known}")
         self.root = root
         self.registry = registry
+        owner = kit if kit is not None else ACTIVE.get()
+        self.tools = owner.runtime.tools if owner is not None else None
         self.kinds = tuple(kinds)
         self.ledger = ledger
         self._runs = 0
@@ -259,6 +267,7 @@ class ChaosRunner:
             store=store,
             kill_switch=MemoryKillSwitch(),
             registry=injector.registry(self.registry, store),
+            tools=self.tools,
             ids=SequentialIds(prefix),
             fast_path=False,
             approvals=runner_approvals(store, injector.withhold_approval),
@@ -294,6 +303,7 @@ class ChaosRunner:
                     store=store,
                     kill_switch=MemoryKillSwitch(),
                     registry=self.registry,
+                    tools=self.tools,
                     ids=SequentialIds(prefix),
                     fast_path=False,
                     checkpoints=False,  # a throwaway log: no background thread to kill too
@@ -312,6 +322,7 @@ class ChaosRunner:
             store=FileLogStore(home),
             kill_switch=MemoryKillSwitch(),
             registry=self.registry,
+            tools=self.tools,
             checkpoints=False,
             approvals=no_approvals(),
         )

@@ -20,10 +20,9 @@ from agent_saga import (
     MemoryLogStore,
 )
 
-ACTIVE: ContextVar[CompensatorRegistry | None] = ContextVar(
-    "pytest_agent_saga_registry", default=None
-)
-"""The registry of the running test's ``saga_kit``, while it is set up."""
+ACTIVE: ContextVar[AgentKit | None] = ContextVar("pytest_agent_saga_kit", default=None)
+"""The running test's ``saga_kit``, while it is set up: its compensators and its tools (a tool
+declared on a kit runs only in kits that share that kit's tool registry)."""
 
 
 def process_registry() -> CompensatorRegistry:

@@ -149,11 +149,13 @@ def _run(
     store = InterceptingStore(
         MemoryLogStore(), before=checker.before_write if checker is not None else None
     )
+    active = ACTIVE.get()
     kit = AgentKit(
         home=Path("."),
         store=store,
         kill_switch=MemoryKillSwitch(),
-        registry=registry or ACTIVE.get(),
+        registry=registry or (active.runtime.registry if active is not None else None),
+        tools=active.runtime.tools if active is not None else None,
         ids=SequentialIds("replay"),
         fast_path=False,
         approvals=runner_approvals(store),

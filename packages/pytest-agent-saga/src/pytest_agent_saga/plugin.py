@@ -6,10 +6,12 @@ fixture is autouse. agent-saga is imported inside the fixtures, when a test asks
 
 Fixtures:
 
-* ``saga_home``: an agent-saga home of the test's own (``AGENT_SAGA_HOME`` points at it, and
-  ``AGENT_SAGA_STORE`` is unset, for the test's duration). The log, the ``HALT`` kill switch and
-  everything else a kit keeps in its home (approvals and budgets too, when they exist) are
-  therefore per test; nothing lands in the working directory.
+* ``saga_home``: an agent-saga home of the test's own (``AGENT_SAGA_HOME`` points at it for the
+  test's duration). The log, the ``HALT`` kill switch and everything else a kit keeps in its
+  home (approvals and budgets too, when they exist) are therefore per test; nothing lands in the
+  working directory. The shell's other agent-saga and terminal settings (``AGENT_SAGA_STORE``,
+  ``NO_COLOR``, ``FORCE_COLOR``, ``TERM``, ``COLUMNS``, ...) are unset for the test too (see
+  :func:`pytest_agent_saga.clean_environment`), and all are restored when it ends.
 * ``saga_kit``: an :class:`agent_saga.AgentKit` on that home, with a fake clock, sequential saga
   ids and a compensator registry layered over the process-wide one; ``saga_scope`` and
   ``default_kit()`` use it during the test. Its log is the file store, or the in-memory store
@@ -58,10 +60,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def saga_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test's agent-saga home; ``AGENT_SAGA_HOME`` points at it during the test."""
+    """This test's agent-saga home; ``AGENT_SAGA_HOME`` points at it during the test, and no
+    other agent-saga or terminal setting of the shell reaches the test (all are restored
+    afterwards)."""
+    from ._environment import clean_environment
+
+    clean_environment(monkeypatch)
     home = tmp_path / "agent-saga-home"
     monkeypatch.setenv("AGENT_SAGA_HOME", str(home))
-    monkeypatch.delenv("AGENT_SAGA_STORE", raising=False)
     return home
 
 
@@ -100,7 +106,7 @@ def saga_kit(
         ids=SequentialIds(),
         registry=LayeredRegistry(process_registry()),
     )
-    token = ACTIVE.set(kit.runtime.registry)
+    token = ACTIVE.set(kit)
     try:
         with kit, use_kit(kit):
             yield kit
@@ -159,4 +165,5 @@ def saga_chaos(request: pytest.FixtureRequest, saga_kit: AgentKit, tmp_path: Pat
         saga_kit.runtime.registry,
         _fault_kinds(request),
         ledger,
+        kit=saga_kit,
     )

@@ -176,11 +176,16 @@ class ToolCallGuard:
         Returns ``None`` outside any transaction, a :class:`RefusedCall` when the gate refused (the
         refusal is logged), or the :class:`PendingCall` whose effect may now run. A call that
         continues one suspended by a pause returns that call again, not a new step.
+
+        ``arguments`` come from the model: an ``idempotency_key`` among them is ignored (the
+        step's key is derived from its saga and ordinal, and the effect gets it from
+        :attr:`PendingCall.step`), so a model cannot make a step share another saga's key.
         """
         saga = current_saga()
         if saga is None:
             return None
         kwargs = dict(arguments)
+        kwargs.pop("idempotency_key", None)
         parked = _Parked.of(saga)
         key = _call_key(self.spec.name, kwargs) if self.pauses else None
         if key is not None:

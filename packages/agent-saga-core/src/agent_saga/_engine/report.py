@@ -32,6 +32,12 @@ class RollbackReport:
     failed: tuple[CompensationFailure, ...] = ()
     nothing_to_undo: tuple[StepRef, ...] = ()
     log_errors: tuple[str, ...] = ()
+    unknown: tuple[StepRef, ...] = ()
+    """Steps whose tool raised and that have no probe: their effect is assumed not to have
+    landed, which nothing checked (a tool with a ``probe`` is asked instead)."""
+    interrupted: tuple[StepRef, ...] = ()
+    """Compensations stopped by Ctrl-C, exit or cancellation: the saga is left unfinished in the
+    log, and ``agent-saga recover`` finishes the rollback once this process is gone."""
 
     @property
     def ok(self) -> bool:
@@ -45,6 +51,11 @@ class RollbackReport:
             parts.append(f"{len(self.failed)} compensation(s) failed ({names})")
         if self.log_errors:
             parts.append(f"{len(self.log_errors)} log write(s) failed")
+        if self.unknown:
+            names = ", ".join(f"#{s.ordinal} {s.tool}" for s in self.unknown)
+            parts.append(f"{len(self.unknown)} raised step(s) without a probe ({names})")
+        if self.interrupted:
+            parts.append("interrupted: left unfinished for recovery")
         return "; ".join(parts)
 
     def merged(self, inner: RollbackReport) -> RollbackReport:
@@ -59,6 +70,8 @@ class RollbackReport:
             inner.failed + self.failed,
             inner.nothing_to_undo + self.nothing_to_undo,
             inner.log_errors + self.log_errors,
+            inner.unknown + self.unknown,
+            inner.interrupted + self.interrupted,
         )
 
 

@@ -14,6 +14,7 @@ A saga's terminal record is durable before the transaction that owns it returns.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -21,22 +22,25 @@ from typing import Any, NoReturn
 
 from .._errors import ArgumentsRefused, GateRefused, HaltedError
 from .._gate.decisions import Deny, RequireApproval, ToolCall
-from .._log.codec import JSONValue, is_flat, to_jsonable
+from .._log.codec import JSONValue, is_flat, snapshot, to_jsonable
 from .._log.records import Entry, Kind, SagaStatus, Semantics
 from .._log.redaction import AT_WRITE, mask
+from .approval import ask_approval
 from .compensation import resolve_compensator, validate_callable_compensation
 from .report import RollbackReport, StepRef
 from .rollback import aroll_back, error_info, roll_back
-from .runtime import ApprovalStep, Runtime
+from .runtime import Runtime
 from .spec import ToolSpec
 from .state import SagaState
-from .steps import Doom, PreparedCall, Step, done_record
+from .steps import SCOPES, Doom, PreparedCall, Step, done_record
 
 _HOST = os.uname().nodename
 _tuple = tuple.__new__
 """Builds the step's named tuples (StepRef, Entry) without their Python-level ``__new__``: the
 step path makes three per call."""
 _CURRENT: ContextVar[Saga | None] = ContextVar("agent_saga_current", default=None)
+_SCOPE_IDS = itertools.count(1)
+"""Savepoint scope ids, unique in the process (``next`` on a count is atomic in CPython)."""
 
 
 def current_saga() -> Saga | None:
@@ -91,7 +95,7 @@ class Saga(SagaState):
                 self.events.saga_end(self, exc)
             raise
         if self.holds:
-            self.holds.settle(1, keep=None)
+            self.holds.settle(None, keep=None)
         if self.events is not None:
             self.events.saga_end(self, None)
 
@@ -127,16 +131,27 @@ class Saga(SagaState):
         kwargs: dict[str, Any],
         call_kwargs: dict[str, Any],
     ) -> PreparedCall:
-        """Gate step ``ref`` and log its intent (buffered on the fast path)."""
+        """Gate step ``ref`` and log its intent (buffered on the fast path).
+
+        The tool receives exactly the values that were gated, approved and logged: arguments
+        holding built-in containers are copied once (:func:`snapshot`) before anything looks at
+        them, so a caller (or another thread) changing its own dict afterwards changes nothing.
+        """
         ordinal, key = ref.ordinal, ref.idempotency_key
         try:
             named = spec.bind(args, call_kwargs)
+            flat = is_flat(named)
+            if not flat:
+                memo: dict[int, Any] = {}
+                args = tuple(snapshot(value, memo) for value in args)
+                call_kwargs = {name: snapshot(value, memo) for name, value in call_kwargs.items()}
+                named = spec.bind(args, call_kwargs)
         except TypeError as exc:
             given = AT_WRITE if spec.redact else to_jsonable({"args": args, "kwargs": kwargs})
             self._refuse(ref, given, "signature", str(exc))
-        step = Step(ref, spec, named)
+        step = Step(ref, spec, named, SCOPES.get())
         # The dict is ours (bind made it): when it holds plain scalars it is stored as is.
-        jsonable_args = named if is_flat(named) else to_jsonable(named)
+        jsonable_args = named if flat else to_jsonable(named)
         if spec.redact:  # never logged in plaintext; the gate still sees step.args
             jsonable_args = mask(jsonable_args, spec.redact)[0]
         compensation = self._gate(step, jsonable_args)
@@ -171,13 +186,22 @@ class Saga(SagaState):
     def _gate(self, step: Step, jsonable_args: JSONValue) -> Callable[..., Any] | None:
         """Decide on the call; returns the resolved compensator. Raises on any refusal."""
         spec, ref = step.spec, step.ref
+        owner = spec.owner
+        if owner is not None and owner is not self.runtime.tools:
+            reason = (
+                f"it was declared on kit {owner.label!r} but called in a transaction of kit "
+                f"{self.runtime.tools.label!r}; a tool runs only under its own kit's gate, "
+                "kill switch and log"
+            )
+            self._refuse(ref, jsonable_args, "kit", reason)
         halt = self._halt_state()
         if halt.halted:
             self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
-        cause = self._doom.cause
-        if cause is not None:
-            reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
-            self._refuse(ref, jsonable_args, "saga_failed", reason)
+        if self._doom.cause is not None:
+            cause = self._doom.refuses(step.scopes)
+            if cause is not None:
+                reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
+                self._refuse(ref, jsonable_args, "saga_failed", reason)
         gate = self._gatekeeper
         if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
             if spec.compensation is None:  # no compensation to resolve
@@ -190,7 +214,7 @@ class Saga(SagaState):
         if isinstance(decision, Deny):
             self._refuse(ref, jsonable_args, decision.rule, decision.reason)
         if isinstance(decision, RequireApproval):
-            denied = self._await_approval(step, decision, jsonable_args)
+            denied = ask_approval(self, step, decision, jsonable_args)
             if denied is not None:
                 self._refuse(ref, jsonable_args, *denied)
         compensation = self._resolve_compensation(step, jsonable_args)
@@ -200,43 +224,6 @@ class Saga(SagaState):
                 self._refuse(ref, jsonable_args, refusal.rule, refusal.reason)
             self.holds.add(ref.ordinal, holds)
         return compensation
-
-    def _await_approval(
-        self, step: Step, decision: RequireApproval, shown_args: JSONValue
-    ) -> tuple[str, str] | None:
-        """Ask the runtime's approver; ``None`` when approved, else ``(rule, reason)``."""
-        approver = self.runtime.approvals
-        if approver is None:
-            return decision.rule, f"{decision.reason}; no approval channel is configured"
-        ref, events = step.ref, self.events
-
-        def log(kind: Kind, data: dict[str, JSONValue], durable: bool) -> None:
-            self.log(kind, data, durable=durable)
-
-        def requested(reason: str) -> None:
-            if events is not None:
-                events.approval_requested(self, ref, reason)
-
-        def decided(outcome: str, approvers: tuple[str, ...]) -> None:
-            if events is not None:
-                events.approval_decided(self, ref, outcome, approvers)
-
-        runtime = self.runtime
-        return approver.approve_step(
-            ApprovalStep(
-                self.id,
-                ref,
-                step.spec,
-                step.args,
-                shown_args,
-                decision,
-                runtime.clock,
-                runtime.store,
-                log,
-                requested,
-                decided,
-            )
-        )
 
     def _gate_record(self, kind: str, data: dict[str, JSONValue]) -> None:
         """Lets a rule log into this saga (a validator's vote), buffered with the step."""
@@ -298,6 +285,10 @@ class Saga(SagaState):
         step = prepared.step
         if self.holds:  # a step whose tool raised is taken to have had no effect
             self.holds.release(step.ref.ordinal)
+        if step.spec.durable_intent:  # its effect may have landed: a rollback asks the probe
+            step.raised = True
+            with self.lock:
+                self.raised.append(step)
         if prepared.intent is not None:
             with self.lock:
                 self.pending.append(prepared.intent)
@@ -343,40 +334,48 @@ class Saga(SagaState):
         Agent frameworks turn a tool's exception into text for the model and carry on; their
         adapters call this so that the transaction rolls back when it ends (raising
         :class:`SagaRolledBack`) instead of committing. Like a database transaction after an
-        error, every later step is refused. The first cause is kept.
+        error, every later step made in the same scope is refused (a doom raised inside a
+        savepoint refuses that savepoint's later steps; other concurrent branches go on).
         """
-        self._doom.set(self._ordinal, cause)
+        self._doom.set(SCOPES.get(), cause)
 
-    def take_doom(self, from_ordinal: int) -> Exception | None:
-        """The doom's cause if it came at or after ``from_ordinal``; the doom is then cleared."""
-        return self._doom.take(from_ordinal)
+    def take_doom(self, savepoint: int | None) -> Exception | None:
+        """The doom that belongs to ``savepoint`` (``None``: the saga), which is then cleared."""
+        return self._doom.take(savepoint)
 
     # -- savepoints and rollback -------------------------------------------------------------
 
     def savepoint(self) -> int:
-        """Open a nested scope; returns the first ordinal it covers."""
+        """Open a nested scope and log it; returns its scope id (see :data:`SCOPES`).
+
+        The caller makes the id current in its own thread or task; the steps made there
+        belong to the savepoint.
+        """
+        scope = next(_SCOPE_IDS)
         with self.lock:
             self._savepoints += 1
             first = self._ordinal + 1
             number = self._savepoints
+            self.savepoints[scope] = (number, first)
         self.log(Kind.SAVEPOINT_BEGIN, {"savepoint": number, "from_ordinal": first}, durable=False)
-        return first
+        return scope
 
     def rollback(
-        self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
+        self, cause: BaseException, *, savepoint: int | None = None, terminal: bool = True
     ) -> RollbackReport:
-        """Compensate committed steps from ``from_ordinal`` on, newest first, each at most once.
+        """Compensate the committed steps of ``savepoint`` (``None``: of the whole saga),
+        newest first, each at most once.
 
         A failing compensation is recorded and the rest still run; the saga then ends
         ``needs_human``. With ``terminal``, the saga's end record is durable on return.
         """
-        return roll_back(self, cause, from_ordinal, terminal)
+        return roll_back(self, cause, savepoint, terminal)
 
     async def arollback(
-        self, cause: BaseException, *, from_ordinal: int = 1, terminal: bool = True
+        self, cause: BaseException, *, savepoint: int | None = None, terminal: bool = True
     ) -> RollbackReport:
         """:meth:`rollback` for async transactions: async compensators are awaited."""
-        return await aroll_back(self, cause, from_ordinal, terminal)
+        return await aroll_back(self, cause, savepoint, terminal)
 
 
 __all__ = [

@@ -29,6 +29,7 @@ class ToolSpec:
         "func",
         "is_async",
         "name",
+        "owner",
         "redact",
         "semantics",
         "semantics_value",
@@ -44,8 +45,12 @@ class ToolSpec:
         signature: inspect.Signature,
         is_async: bool,
         redact: tuple[tuple[str, ...], ...] = (),
+        owner: ToolRegistry | None = None,
     ) -> None:
         self.name = name
+        self.owner = owner
+        """The tool registry of the kit the tool was declared on (``None`` for module-level
+        tools, which run under whichever kit's transaction is current)."""
         self.redact = redact
         """Argument paths masked before anything is logged (:mod:`agent_saga._log.redaction`)."""
         self.func = func
@@ -120,9 +125,14 @@ class ToolSpec:
 
 
 class ToolRegistry:
-    """Tools known to an engine (declared through it or run in its sagas), for the manifest."""
+    """Tools known to an engine (declared through it or run in its sagas), for the manifest.
 
-    def __init__(self) -> None:
+    ``label`` names the kit it belongs to in messages (a tool declared on one kit and called in
+    another kit's transaction is refused, naming both).
+    """
+
+    def __init__(self, label: str = "unnamed") -> None:
+        self.label = label
         self._specs: dict[str, ToolSpec] = {}
         self._lock = threading.Lock()
 

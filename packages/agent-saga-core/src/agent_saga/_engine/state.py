@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 
-from .._log.codec import JSONValue
+from .._log.codec import CodecError, JSONValue
+from .._log.fit import problem, shrink_to_fit
 from .._log.records import Entry, Kind, SagaStatus
 from .events import Dispatch
 from .report import CompensationFailure
@@ -36,6 +37,13 @@ class SagaState:
         """Records buffered on the fast path, written (in order) with the next flushed one."""
         self.written = 0
         self.steps: list[Step] = []
+        self.raised: list[Step] = []
+        """COMPENSABLE and IRREVERSIBLE steps whose body raised: their effect may have landed."""
+        self.savepoints: dict[int, tuple[int, int]] = {}
+        """Savepoint scope id -> (its number in the saga, the first ordinal after it began)."""
+        self.interrupted: BaseException | None = None
+        """Set when a compensation was interrupted (Ctrl-C, exit, cancellation): the rollback
+        stops there and the saga is left without an end record, for recovery to finish."""
         self.holds = StepHolds(self.log)
         self.failed_compensations: list[CompensationFailure] = []
         """Every compensation of this saga that failed, savepoints' included: a terminal
@@ -69,8 +77,29 @@ class SagaState:
             batch, self.pending = self.pending, []
             # Under the saga's lock, so its records keep their order; other sagas still share
             # the store's group commit.
-            self.runtime.store.append(batch, sync=durable)
+            try:
+                self.runtime.store.append(batch, sync=durable)
+            except CodecError:
+                self._append_fitted(batch, durable)
+                return
             self.written += len(batch)
+
+    def _append_fitted(self, batch: list[Entry], durable: bool) -> None:
+        """Write a batch one of whose entries cannot be sealed (nothing of it was written).
+
+        Entries buffered earlier were accepted already: a value too large for the log is
+        replaced by a placeholder and they are written. The entry being logged now is the
+        caller's to lose: when it cannot be sealed, the rest is written and it is refused.
+        """
+        *earlier, current = batch
+        refused = problem(current)
+        kept = [shrink_to_fit(entry) for entry in earlier]
+        if refused is None:
+            kept.append(current)
+        self.runtime.store.append(kept, sync=durable)
+        self.written += len(kept)
+        if refused is not None:
+            raise CodecError(f"{current.kind} of saga {self.id} cannot be logged: {refused}")
 
     def committed_steps(self) -> list[Step]:
         """The steps whose effect took place, in order (rollback reads them)."""

@@ -1,10 +1,18 @@
-"""The per-step state a saga keeps, and the reservations taken for its steps."""
+"""The per-step state a saga keeps, the savepoint scopes steps run in, and the reservations
+taken for them.
+
+Savepoints are scopes, not ordinal ranges: a step records the savepoints open *in its own
+thread or task* when it starts (:data:`SCOPES`, a context variable), so a savepoint that rolls
+back compensates exactly the steps made inside it, even while other branches of the same saga
+run concurrently under ``asyncio.gather`` or in threads.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Any
 
 from .._gate.decisions import Hold, commit_all, release_all
@@ -13,18 +21,35 @@ from .._log.records import Entry, Kind
 from .report import StepRef
 from .spec import ToolSpec
 
+SCOPES: ContextVar[tuple[int, ...]] = ContextVar("agent_saga_scopes", default=())
+"""The savepoints open in this thread or task, outermost first (saga-local numbers)."""
+
+
+def in_scope(scopes: tuple[int, ...], savepoint: int | None) -> bool:
+    """Whether something made under ``scopes`` belongs to ``savepoint`` (``None``: the saga)."""
+    return savepoint is None or savepoint in scopes
+
 
 class Step:
-    """A step that ran; mutable only to mark it compensated (at most once)."""
+    """A step that ran (or raised); mutable only to mark it compensated (at most once).
 
-    __slots__ = ("args", "compensated", "ref", "result", "spec")
+    ``scopes`` are the savepoints that were open in the step's own thread or task when it
+    started; ``raised`` is true for a step whose body raised (its effect may still have landed:
+    rollback asks the tool's probe).
+    """
 
-    def __init__(self, ref: StepRef, spec: ToolSpec, args: dict[str, Any]) -> None:
+    __slots__ = ("args", "compensated", "raised", "ref", "result", "scopes", "spec")
+
+    def __init__(
+        self, ref: StepRef, spec: ToolSpec, args: dict[str, Any], scopes: tuple[int, ...] = ()
+    ) -> None:
         self.ref = ref
         self.spec = spec
         self.args = args
+        self.scopes = scopes
         self.result: Any = None
         self.compensated = False
+        self.raised = False
 
 
 class PreparedCall:
@@ -90,16 +115,18 @@ class StepHolds:
         if errors:
             self._log(Kind.HOLD_UNSETTLED, {"errors": list(errors)}, durable=False)
 
-    def settle(self, from_ordinal: int, keep: set[int] | None) -> None:
-        """Settle the reservations of steps from ``from_ordinal`` on.
+    def settle(self, ordinals: set[int] | None, keep: set[int] | None) -> None:
+        """Settle the reservations of the steps in ``ordinals`` (``None``: every step).
 
         ``keep=None`` commits them all (the saga committed). Otherwise the steps were rolled
         back: reservations of steps in ``keep`` (whose compensation failed, so the effect
         stands) are committed, the others released.
         """
         with self._lock:
-            due = [(o, h) for o, h in self._holds if o >= from_ordinal]
-            self._holds = [(o, h) for o, h in self._holds if o < from_ordinal]
+            due = [(o, h) for o, h in self._holds if ordinals is None or o in ordinals]
+            self._holds = [
+                (o, h) for o, h in self._holds if not (ordinals is None or o in ordinals)
+            ]
         spent = [h for o, h in due if keep is None or o in keep]
         undone = [h for o, h in due if keep is not None and o not in keep]
         errors = commit_all(spent) + release_all(undone)
@@ -110,26 +137,38 @@ class StepHolds:
 
 
 class Doom:
-    """A failure no exception carried to the transaction (see :meth:`Saga.doom`).
+    """Failures no exception carried to the transaction (see :meth:`Saga.doom`).
 
-    ``cause`` is a plain attribute: every step reads it.
+    A doom belongs to the savepoint scopes open where it was raised: it refuses the later steps
+    made inside those scopes (other branches go on), and the innermost savepoint that contains
+    it takes it when it ends; the saga's own end takes every doom. ``cause`` (the first pending
+    doom, or ``None``) is a plain attribute: every step reads it.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.cause: Exception | None = None
-        self._ordinal = 0
+        self._pending: list[tuple[tuple[int, ...], Exception]] = []
 
-    def set(self, ordinal: int, cause: Exception) -> None:
-        """Keep the first cause, with the ordinal of the last step before it."""
+    def set(self, scopes: tuple[int, ...], cause: Exception) -> None:
+        """Record a doom raised under ``scopes`` (the first per scope is the one reported)."""
         with self._lock:
-            if self.cause is None:
-                self.cause, self._ordinal = cause, ordinal
+            if all(own != scopes for own, _ in self._pending):
+                self._pending.append((scopes, cause))
+            self.cause = self._pending[0][1]
 
-    def take(self, from_ordinal: int) -> Exception | None:
-        """The cause if it came at or after ``from_ordinal``; it is then cleared."""
+    def refuses(self, scopes: tuple[int, ...]) -> Exception | None:
+        """The cause that refuses a step made under ``scopes``: a doom of an enclosing scope."""
+        for own, cause in self._pending:
+            if scopes[: len(own)] == own:
+                return cause
+        return None
+
+    def take(self, savepoint: int | None) -> Exception | None:
+        """The first doom that belongs to ``savepoint`` (``None``: the saga); the dooms that
+        belong to it are then cleared."""
         with self._lock:
-            if self.cause is None or self._ordinal < from_ordinal:
-                return None
-            cause, self.cause = self.cause, None
-            return cause
+            mine = [cause for own, cause in self._pending if in_scope(own, savepoint)]
+            self._pending = [(o, c) for o, c in self._pending if not in_scope(o, savepoint)]
+            self.cause = self._pending[0][1] if self._pending else None
+            return mine[0] if mine else None

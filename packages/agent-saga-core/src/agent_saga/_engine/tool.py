@@ -28,7 +28,7 @@ _current = _CURRENT.get
 """``current_saga`` without its call: every wrapped call asks."""
 
 
-DEFAULT_TOOLS = ToolRegistry()
+DEFAULT_TOOLS = ToolRegistry("default")
 
 
 def make_spec(
@@ -39,10 +39,16 @@ def make_spec(
     compensate: object,
     probe: Callable[..., Any] | None = None,
     redact: Iterable[str] = (),
+    owner: ToolRegistry | None = None,
 ) -> ToolSpec:
     """Validate a tool declaration; every mistake is a :class:`ConfigurationError` here."""
     if not callable(func):
         raise ConfigurationError(f"@tool needs a function, got {func!r}")
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise ConfigurationError(
+            f"{getattr(func, '__name__', func)!r} is a generator: its effects would run after "
+            "its step is logged done (and after a rollback); make it return a value instead"
+        )
     ref = compensation_ref(compensate)
     if semantics is None:
         semantics = Semantics.COMPENSABLE if ref is not None else Semantics.IRREVERSIBLE
@@ -69,7 +75,7 @@ def make_spec(
     tool_name = name or f"{func.__module__}.{func.__qualname__}".removeprefix("__main__.")
     paths = _redact_paths(func, signature, redact)
     is_async = inspect.iscoroutinefunction(func)
-    return ToolSpec(tool_name, func, semantics, ref, signature, is_async, paths)
+    return ToolSpec(tool_name, func, semantics, ref, signature, is_async, paths, owner)
 
 
 def _redact_paths(
@@ -205,7 +211,10 @@ def _declare(
     compensate: object,
     probe: Callable[..., Any] | None = None,
     redact: Iterable[str] = (),
+    owned: bool = False,
 ) -> F | Callable[[F], F]:
+    """Declare ``func`` into ``registry``; ``owned`` binds it to that registry's kit."""
+
     def decorate(target: F) -> F:
         spec = make_spec(
             target,
@@ -214,6 +223,7 @@ def _declare(
             compensate=compensate,
             probe=probe,
             redact=redact,
+            owner=registry if owned else None,
         )
         if probe is not None:
             compensators.register_probe(spec.name, probe)

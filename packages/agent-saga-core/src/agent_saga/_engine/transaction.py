@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from contextvars import Token
+from contextvars import ContextVar, Token
 from typing import Any, TypeVar, cast
 
 from .._errors import HaltedError
@@ -28,26 +28,42 @@ from .._log.records import Entry, Kind
 from .report import RollbackReport, SagaRolledBack
 from .runtime import Runtime
 from .saga import _CURRENT, Saga
+from .steps import SCOPES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Frame:
-    __slots__ = ("from_ordinal", "saga", "token")
+    """One entry into a transaction: the saga, and how to undo what entering made current."""
 
-    def __init__(self, saga: Saga, token: Token[Saga | None] | None, from_ordinal: int) -> None:
+    __slots__ = ("frames_token", "saga", "savepoint", "scope_token", "token")
+
+    def __init__(
+        self,
+        saga: Saga,
+        token: Token[Saga | None] | None,
+        savepoint: int | None = None,
+        scope_token: Token[tuple[int, ...]] | None = None,
+    ) -> None:
         self.saga = saga
         self.token = token
-        self.from_ordinal = from_ordinal
+        self.savepoint = savepoint
+        self.scope_token = scope_token
+        self.frames_token: Token[tuple[_Frame, ...]] | None = None
 
 
 class Transaction:
-    """A reusable transaction declaration: ``with``, ``async with`` or a decorator."""
+    """A reusable transaction declaration: ``with``, ``async with`` or a decorator.
+
+    One object may be entered by several threads or asyncio tasks at once: each entry is kept
+    in the context that made it (a context variable per object), so every thread or task gets
+    its own saga (or its own savepoint of the saga current there) and leaves exactly that.
+    """
 
     def __init__(self, runtime: Callable[[], Runtime], name: str | None = None) -> None:
         self._runtime = runtime
         self.name = name
-        self._frames: list[_Frame] = []
+        self._frames: ContextVar[tuple[_Frame, ...]] = ContextVar("agent_saga_frames", default=())
 
     # -- entering ------------------------------------------------------------------------------
 
@@ -55,9 +71,14 @@ class Transaction:
         runtime = self._runtime()
         parent = _CURRENT.get()
         if parent is not None and parent.runtime is runtime:
-            self._frames.append(_Frame(parent, None, parent.savepoint()))
+            savepoint = parent.savepoint()
+            scope_token = SCOPES.set((*SCOPES.get(), savepoint))
+            self._push(_Frame(parent, None, savepoint, scope_token))
             return parent
         name = self.name or "transaction"
+        guard = getattr(runtime.store, "fork_guard", None)
+        if guard is not None:  # refused at entry, before any tool of the saga runs
+            guard.check()
         halt = runtime.kill_switch.state()
         if halt.halted:
             reason = halt.reason
@@ -71,8 +92,13 @@ class Transaction:
             raise HaltedError(f"transaction {name!r}", reason)
         saga = Saga(runtime, runtime.ids.new_id(), name)
         saga.begin()
-        self._frames.append(_Frame(saga, _CURRENT.set(saga), 1))
+        self._push(_Frame(saga, _CURRENT.set(saga), None, SCOPES.set(())))
         return saga
+
+    def _push(self, frame: _Frame) -> None:
+        # Reset (not set back) on leaving: the context then drops this variable again, so a
+        # long-running process keeps no trace of the transactions it ran.
+        frame.frames_token = self._frames.set((*self._frames.get(), frame))
 
     def __enter__(self) -> Saga:
         return self._enter()
@@ -83,11 +109,16 @@ class Transaction:
     # -- leaving ---------------------------------------------------------------------------
 
     def _leave(self, exc: BaseException | None) -> tuple[_Frame, BaseException] | None:
-        """Pop the frame; commit on success. Returns the frame and cause when a rollback is due."""
-        frame = self._frames.pop()
+        """Pop this context's frame; commit on success. Returns the frame and cause when a
+        rollback is due."""
+        frame = self._frames.get()[-1]
+        if frame.frames_token is not None:
+            self._frames.reset(frame.frames_token)
+        if frame.scope_token is not None:
+            SCOPES.reset(frame.scope_token)
         if frame.token is not None:
             _CURRENT.reset(frame.token)
-        doom = frame.saga.take_doom(frame.from_ordinal)
+        doom = frame.saga.take_doom(frame.savepoint)
         if exc is not None:
             return frame, exc
         if doom is not None:
@@ -105,7 +136,7 @@ class Transaction:
         frame, exc = due
         cause, inner = _unwrap(exc, frame.saga)
         report = frame.saga.rollback(
-            cause, from_ordinal=frame.from_ordinal, terminal=frame.token is not None
+            cause, savepoint=frame.savepoint, terminal=frame.token is not None
         )
         _raise(frame.saga, exc, cause, inner, report)
 
@@ -118,7 +149,7 @@ class Transaction:
         frame, exc = due
         cause, inner = _unwrap(exc, frame.saga)
         report = await frame.saga.arollback(
-            cause, from_ordinal=frame.from_ordinal, terminal=frame.token is not None
+            cause, savepoint=frame.savepoint, terminal=frame.token is not None
         )
         _raise(frame.saga, exc, cause, inner, report)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from math import isfinite
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from .._log.records import Semantics
@@ -295,8 +296,8 @@ def _describe(rule: Rule) -> str:
 class MaxValue:
     """Deny calls whose numeric argument at ``path`` exceeds ``limit`` (an amount cap).
 
-    A value that is missing or not a number is denied too: a cap that cannot be checked does
-    not allow the call.
+    A value that is missing, not a number, infinite or NaN is denied too: a cap that cannot be
+    checked does not allow the call (``-inf`` is no amount). The limit must be finite.
     """
 
     limit: float
@@ -304,12 +305,19 @@ class MaxValue:
     tools: frozenset[str] | None = None
     name: str = "max_value"
 
+    def __post_init__(self) -> None:
+        limit = self.limit
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or not isfinite(limit):
+            raise ValueError(f"MaxValue needs a finite number as its limit, got {limit!r}")
+
     def evaluate(self, call: ToolCall) -> Decision:
         if self.tools is not None and call.tool not in self.tools:
             return ALLOW
         value = call.arg(self.path)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return Deny(self.name, f"{self.path}={value!r} is not a number; cap is {self.limit}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not isfinite(value):
+            return Deny(
+                self.name, f"{self.path}={value!r} is not a finite number; cap is {self.limit}"
+            )
         if not value <= self.limit:
             return Deny(self.name, f"{self.path}={value} exceeds the cap of {self.limit}")
         return ALLOW

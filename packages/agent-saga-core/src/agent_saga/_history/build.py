@@ -45,17 +45,32 @@ def build_history(records: Iterable[Record]) -> History:
     """
     builders: dict[str, _SagaBuilder] = {}
     events: list[LogEvent] = []
+    settled: dict[str, str] = {}
     count = 0
     for record in records:
         count += 1
         if record.saga is None:
             events.append(_event(record))
+            if record.kind == Kind.SETTLED:
+                target, by, note = (_str(record.data, k) for k in ("saga", "by", "note"))
+                if target is not None:
+                    settled[target] = f"{by or '?'}: {note or ''}"
             continue
         builder = builders.get(record.saga)
         if builder is None:
             builder = builders[record.saga] = _SagaBuilder(record.saga)
         builder.add(record)
-    return History(tuple(b.build() for b in builders.values()), tuple(events), count)
+    views = (b.build() for b in builders.values())
+    return History(
+        tuple(
+            replace(v, settled=settled[v.id])
+            if v.id in settled and v.status is SagaStatus.NEEDS_HUMAN
+            else v
+            for v in views
+        ),
+        tuple(events),
+        count,
+    )
 
 
 def sagas(records: Iterable[Record]) -> list[SagaView]:
@@ -67,6 +82,19 @@ def find_saga(views: Sequence[SagaView], id_or_prefix: str) -> SagaView:
     """The saga whose id is ``id_or_prefix``, or the only one whose id starts with it.
 
     An exact id wins over prefix matches (so ``saga-1`` is found even if ``saga-10`` exists).
+    Dashes and case do not matter in a prefix: ``0193B5E27C1A`` finds the UUID
+    ``0193b5e2-7c1a-...``; ids of any other form (older logs) are matched the same way.
+
+    Raises:
+        UnknownSagaError: nothing matches (or the text is empty).
+        AmbiguousSagaError: several ids start with the text; the message lists them.
+    """
+    by_id = {view.id: view for view in views}
+    return by_id[resolve_saga_id(by_id, id_or_prefix)]
+
+
+def resolve_saga_id(ids: Iterable[str], id_or_prefix: str) -> str:
+    """The id among ``ids`` that ``id_or_prefix`` names, as :func:`find_saga` finds it.
 
     Raises:
         UnknownSagaError: nothing matches (or the text is empty).
@@ -75,19 +103,27 @@ def find_saga(views: Sequence[SagaView], id_or_prefix: str) -> SagaView:
     wanted = id_or_prefix.strip()
     if not wanted:
         raise UnknownSagaError("empty saga id")
-    for view in views:
-        if view.id == wanted:
-            return view
-    matches = [view for view in views if view.id.startswith(wanted)]
+    known = list(dict.fromkeys(ids))
+    if wanted in known:
+        return wanted
+    key = _id_key(wanted)
+    exact = [saga_id for saga_id in known if _id_key(saga_id) == key]
+    if len(exact) == 1:
+        return exact[0]
+    matches = exact or [saga_id for saga_id in known if _id_key(saga_id).startswith(key)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise UnknownSagaError(f"no saga matches {wanted!r} ({len(views)} saga(s) in the log)")
-    ids = [view.id for view in matches]
-    shown = ", ".join(ids[:5]) + (f", ... ({len(ids) - 5} more)" if len(ids) > 5 else "")
+        raise UnknownSagaError(f"no saga matches {wanted!r} ({len(known)} saga(s) in the log)")
+    more = f", ... ({len(matches) - 5} more)" if len(matches) > 5 else ""
+    shown = ", ".join(matches[:5]) + more
     raise AmbiguousSagaError(
-        f"saga id prefix {wanted!r} is ambiguous: {len(ids)} sagas match: {shown}", ids
+        f"saga id prefix {wanted!r} is ambiguous: {len(matches)} sagas match: {shown}", matches
     )
+
+
+def _id_key(saga_id: str) -> str:
+    return saga_id.replace("-", "").lower()
 
 
 # -- reading record data defensively --------------------------------------------------------
@@ -252,19 +288,26 @@ class _SagaBuilder:
             case Kind.SAVEPOINT_ROLLBACK:
                 if rollback is not None:
                     rollback.finished = True
+            case Kind.STEP_PROBED:
+                landed = data.get("landed")
+                answer = "cannot_tell" if landed is None else "landed" if landed else "not_landed"
+                self._update(record, probe=answer)
             case Kind.SAGA_END:
-                self.ended = record.ts
-                try:
-                    self.end_status = SagaStatus(_str(data, "status") or "")
-                except ValueError:
-                    # An end record this reader cannot interpret is a reason for a human to look.
-                    self.end_status = SagaStatus.NEEDS_HUMAN
-                self.end_cause = _error(data.get("cause"))
-                if rollback is not None:
-                    rollback.terminal = rollback.finished = True
+                self._end(record, rollback)
             case _:
                 if record.kind not in self.unknown:
                     self.unknown.append(record.kind)
+
+    def _end(self, record: Record, rollback: _RollbackDraft | None) -> None:
+        self.ended = record.ts
+        try:
+            self.end_status = SagaStatus(_str(record.data, "status") or "")
+        except ValueError:
+            # An end record this reader cannot interpret is a reason for a human to look.
+            self.end_status = SagaStatus.NEEDS_HUMAN
+        self.end_cause = _error(record.data.get("cause"))
+        if rollback is not None:
+            rollback.terminal = rollback.finished = True
 
     def _approval(self, record: Record) -> None:
         data = record.data
@@ -353,5 +396,6 @@ __all__ = [
     "UnknownSagaError",
     "build_history",
     "find_saga",
+    "resolve_saga_id",
     "sagas",
 ]

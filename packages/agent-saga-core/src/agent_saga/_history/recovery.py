@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._engine.calls import call_to_completion
 from .._engine.compensation import compensator_kwargs
-from .._engine.rollback import run_coroutine
 from .._engine.runtime import Runtime
 from .._log.codec import JSONValue, is_restorable, to_jsonable
 from .._log.records import Entry, Kind, Record, SagaStatus
@@ -185,6 +185,14 @@ class _SagaRecovery:
             self.compensate(step, step.result)
         elif step.outcome is StepOutcome.UNKNOWN:
             self.probe_then_settle(step)
+        elif step.outcome is StepOutcome.FAILED and step.probe is None:
+            # The tool raised, yet its effect may have landed (a timeout after the charge), and
+            # the process died before its rollback asked: a tool with a probe is asked now;
+            # without a probe the step is taken to have had no effect (the manifest says so).
+            if step.semantics != "reversible" and self.runtime.registry.probe(step.tool):
+                self.probe_then_settle(step)
+        elif step.outcome is StepOutcome.FAILED and state is CompensationState.STARTED:
+            self.compensate(step, step.result)  # the probe said landed; finish its undo
 
     def probe_then_settle(self, step: StepView) -> None:
         if step.semantics == "reversible":
@@ -197,7 +205,7 @@ class _SagaRecovery:
         if not self.restorable(step):
             return
         try:
-            answer = _call(probe, self.arguments(step, probe, None))
+            answer = call_to_completion(probe, self.arguments(step, probe, None))
         except Exception as exc:
             self.note(step, "escalated", f"probe raised {type(exc).__name__}: {exc}")
             return
@@ -262,7 +270,7 @@ class _SagaRecovery:
         )
         try:
             args = step.args if isinstance(step.args, dict) else {}
-            _call(func, compensator_kwargs(func, args, result, key))
+            call_to_completion(func, compensator_kwargs(func, args, result, key))
         except Exception as exc:
             self.log(
                 Kind.COMP_FAILED,
@@ -277,19 +285,6 @@ class _SagaRecovery:
             return
         self.log(Kind.COMP_DONE, {"ordinal": step.ordinal, "tool": step.tool}, durable=False)
         self.note(step, "compensated")
-
-
-def _call(func: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    outcome = func(**kwargs)
-    if inspect.isawaitable(outcome):
-        box: list[Any] = []
-
-        async def collect() -> None:
-            box.append(await outcome)
-
-        run_coroutine(collect())
-        return box[0]
-    return outcome
 
 
 def _landed(answer: object) -> bool | None:

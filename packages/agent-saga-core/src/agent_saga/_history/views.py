@@ -86,6 +86,9 @@ class StepView:
     ts: int | None = None
     """When the step was first logged (milliseconds since the epoch)."""
     approval: str | None = None
+    probe: str | None = None
+    """What the tool's probe answered after the tool raised or the process died: ``landed``,
+    ``not_landed`` or ``cannot_tell`` (``None``: never asked)."""
     """Where a human approval of the step stands (requested, approved by ..., denied, ...)."""
 
 
@@ -129,6 +132,9 @@ class SagaView:
     record_count: int = 0
     unknown_kinds: tuple[str, ...] = ()
     """Record kinds of this saga this reader does not interpret (shown, never dropped silently)."""
+    settled: str | None = None
+    """Who marked this ``needs_human`` saga as handled, and their note (``agent-saga settle``);
+    the status stays ``needs_human``: the log keeps what happened and who took it on."""
 
     @property
     def refusals(self) -> tuple[StepView, ...]:

@@ -21,11 +21,12 @@ from .._engine.tool import DEFAULT_TOOLS, _declare
 from .._engine.transaction import Transaction
 from .._errors import AgentSagaError, ConfigurationError
 from .._gate.decisions import Gate, Rule
-from .._gate.killswitch import FileKillSwitch, KillSwitch
+from .._gate.killswitch import KillSwitch
 from .._log.filestore import FileLogStore
 from .._log.records import Entry, Kind, Semantics
-from .._log.store import LogStore, MemoryLogStore, VerifyReport
+from .._log.store import LogStore, VerifyReport
 from .manifest import Status, guarantees, status
+from .stores import configured_approvals, default_switch, open_store
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class AgentKit:
         registry: compensators by name (defaults to the process-wide registry).
         fast_path: buffer REVERSIBLE steps' records until the next durable record.
         chain_key: makes the hash chain keyed (HMAC-SHA-256) for stores this kit opens.
+            ``None`` means the key in the file named by ``$AGENT_SAGA_CHAIN_KEY_FILE`` or
+            ``chain_key_file`` in the configuration, if either is set.
         tools: where the tools this kit declares are listed (the manifest and ``status()`` cover
             them and every tool that has run in this kit's sagas).
         checkpoints: publish signed checkpoints of a durable log in the background, every
@@ -67,6 +70,9 @@ class AgentKit:
             :class:`agent_saga.Observer`); more can be added with :meth:`observe`. An observer
             that raises never changes a transaction: the error is counted in
             ``kit.observers.errors``.
+        name: how messages name this kit (default: its home). A tool declared with
+            :meth:`tool` belongs to this kit: called inside another kit's transaction it is
+            refused, and the refusal names both kits.
     """
 
     def __init__(
@@ -87,16 +93,14 @@ class AgentKit:
         checkpoint_interval: float = 60.0,
         approvals: Approvals | None = None,
         observers: Iterable[Observer] = (),
+        name: str | None = None,
     ) -> None:
         self.home: Path = resolve_home(home)
+        self.name = name or str(self.home)
         clock = clock or SystemClock()
-        if store is None:
-            from .._config import find_config, store_setting  # reads files: only when needed
-
-            store = store_setting(find_config())
-        opened = _open_store(store, self.home, chain_key)
+        opened = open_store(store, self.home, chain_key)
         if approvals is None:
-            approvals = _configured_approvals()
+            approvals = configured_approvals()
         self._own_switch = kill_switch is None
         self.runtime = Runtime(
             store=opened,
@@ -105,7 +109,7 @@ class AgentKit:
             clock=clock,
             ids=ids or RandomIds(clock),
             registry=registry or DEFAULT_REGISTRY,
-            tools=tools or ToolRegistry(),
+            tools=tools or ToolRegistry(self.name),
             fast_path=fast_path,
             approvals=approvals,
             observers=Observers(observers),
@@ -189,6 +193,7 @@ class AgentKit:
             compensate=compensate,
             probe=probe,
             redact=redact,
+            owned=True,
         )
 
     @overload
@@ -255,12 +260,11 @@ class AgentKit:
         report = status(self.runtime, self.runtime.tools.specs())
         if self.checkpointer is None:
             return report
-        health = self.checkpointer.health()
+        health, problem = self.checkpointer.readiness()
         checks = {**report.checks, "checkpoints": health}
-        if not health.startswith("FORK"):
+        if problem is None:
             return Status(report.ready, report.reasons, checks)
-        reasons = (*report.reasons, f"the log no longer extends its checkpoint: {health}")
-        return Status(False, reasons, checks)
+        return Status(False, (*report.reasons, problem), checks)
 
     def guarantees(self) -> dict[str, Any]:
         """The versioned, JSON-serialisable manifest of this configuration (see docs)."""
@@ -310,50 +314,20 @@ class AgentKit:
         self.close()
 
 
-def _configured_approvals() -> Approvals | None:
-    """Approvals with the project configuration's ``approvers``, if it lists any."""
-    from .._config import find_config
+class _Defaults:
+    """The process-wide default kit, made on first use, and the lock that guards making it."""
 
-    approvers = find_config().extra.get("approvers")
-    if not approvers:
-        return None
-    if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
-        raise ConfigurationError("approvers in the configuration is a list of approver ids")
-    from .._approvals.wait import Approvals
-
-    return Approvals(approvers=approvers)
+    lock = threading.Lock()
+    kits: dict[str, AgentKit] = {}  # noqa: RUF012 - one mapping for the process, on purpose
 
 
-def _open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> LogStore:
-    if store is None or store == "file":
-        return FileLogStore(home, key=key)
-    if store == "memory":
-        return MemoryLogStore(key=key)
-    if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
-        from .._postgres.store import PostgresLogStore  # psycopg is imported only when asked for
-
-        return PostgresLogStore(store, key=key)
-    if isinstance(store, LogStore):
-        return store
-    raise ConfigurationError(
-        f"store must be 'file', 'memory', a postgresql:// URL or a LogStore, got {store!r}"
-    )
+def _forget_defaults_in_child() -> None:
+    """A forked child builds its own default kit: the parent's store never writes there."""
+    _Defaults.lock = threading.Lock()  # another thread may have held it at the fork
+    _Defaults.kits = {}
 
 
-def default_switch(store: LogStore, home: Path) -> KillSwitch:
-    """A fleet's kill switch is a row beside its PostgreSQL log; otherwise the HALT file."""
-    if store.kind == "postgres":
-        from .._postgres.store import PostgresLogStore
-
-        if isinstance(store, PostgresLogStore):
-            from .._gate.killswitch_pg import PostgresKillSwitch
-
-            return PostgresKillSwitch.beside(store)
-    return FileKillSwitch(home)
-
-
-_default_lock = threading.Lock()
-_defaults: dict[str, AgentKit] = {}
+os.register_at_fork(after_in_child=_forget_defaults_in_child)
 _override: ContextVar[AgentKit | None] = ContextVar("agent_saga_kit", default=None)
 
 
@@ -363,10 +337,10 @@ def default_kit() -> AgentKit:
     kit = _override.get()
     if kit is not None:
         return kit
-    with _default_lock:
-        kit = _defaults.get("kit")
+    with _Defaults.lock:
+        kit = _Defaults.kits.get("kit")
         if kit is None:
-            kit = _defaults["kit"] = AgentKit(tools=DEFAULT_TOOLS)
+            kit = _Defaults.kits["kit"] = AgentKit(tools=DEFAULT_TOOLS)
         return kit
 
 

@@ -12,6 +12,23 @@ from .._log.records import Semantics
 
 MANIFEST_VERSION = 1
 
+VERIFIED = {
+    "file": "agent-saga verify and certify re-check the file log from its first byte and that it "
+    "does not end before its synced watermark (log.synced), as opening the store does, then "
+    "the log against the home's latest signed checkpoint.",
+    "postgres": "agent-saga verify and certify re-check every row of the PostgreSQL log in seq "
+    "order (a missing, edited or relabelled row is found), then the log against the latest "
+    "signed checkpoint in the home they run with; rows removed from its end are found only by "
+    "a checkpoint.",
+}
+"""What the commands check of each durable store's log (stated in ``docs/guarantees.md``)."""
+BEYOND_CHECKPOINT = (
+    "records appended after the latest signed checkpoint rest on the chain alone (and, in the "
+    "file store, on the synced watermark while log.synced is intact): a full re-hash of the "
+    "log by someone who can write it is found only against a checkpoint kept where they "
+    "cannot write"
+)
+
 
 @dataclass(frozen=True)
 class Status:
@@ -78,6 +95,9 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         *gate_before(runtime.gate),
         "IRREVERSIBLE steps refused (no approval channel is configured)",
         "a named compensation must be registered before its step may run",
+        "a tool declared on a kit runs only in that kit's transactions (refused in another's)",
+        "the tool receives the values that were gated, approved and logged: built-in "
+        "containers among its arguments are copied once, before the gate",
     ]
     if durable:
         before.append("intent of COMPENSABLE and IRREVERSIBLE steps fsynced before the effect")
@@ -91,19 +111,29 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         "a saga whose process died is finished by `agent-saga recover` (or kit.recover()) once "
         "its owner's lock is released; each recovered saga gets a terminal record",
         "a failed compensation is recorded and the saga ends needs_human",
+        "a savepoint compensates only the steps made inside it, in its own thread or task",
+        "a step whose tool raised is compensated when its tool's probe says the effect landed; "
+        "a probe that cannot tell makes the saga need a human",
+        "a compensation interrupted by Ctrl-C, exit or cancellation stays pending (no terminal "
+        "record); recovery finishes the rollback once the process is gone",
+        "a store opened before os.fork() refuses to write in the child",
         "every record hash-chained; verify reports the first bad offset",
     ]
     if durable:
         after.append("terminal record of every transaction fsynced before it returns")
+    if store.get("kind") in VERIFIED:
+        after.append(VERIFIED[str(store.get("kind"))])
     not_claimed = [
-        "a step whose tool raised is treated as having had no effect and is not compensated",
+        "a step whose tool raised, when its tool has no probe, is taken to have had no effect: "
+        "it is not compensated and is listed as unknown in the rollback report",
+        "arguments that are not built-in containers (objects, sessions) are passed by "
+        "reference: a change made to one after the gate is seen by the tool, not by the log",
         "records of IRREVERSIBLE steps prove an attempt, not that the effect can be undone",
         "after a crash, a step whose outcome was not logged is compensated only if its tool's "
         "probe says it landed; with no probe it is escalated to a human",
         "compensators must be idempotent per idempotency key: recovery re-runs one whose "
         "outcome a crash left unlogged",
-        "the hash chain alone does not detect removal of the newest records or a full re-hash "
-        "of the log (no signed checkpoints yet)",
+        BEYOND_CHECKPOINT,
         "compensators run even while halted: the kill switch stops new effects, not undo",
     ]
     if not durable:

@@ -178,6 +178,46 @@ def is_flat(value: dict[Any, Any]) -> bool:
     return True
 
 
+_CONTAINERS = (dict, list, tuple, set, bytearray)
+
+
+def snapshot(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """A copy of ``value``'s built-in containers (dict, list, tuple, set, bytearray), so that
+    nobody holding the original can change what the copy holds; other objects are shared.
+
+    Cycles and shared sub-containers are copied once (like :func:`copy.deepcopy`). Subclasses
+    of the containers are copied as their base type only when they are exactly that type;
+    instances of other classes (clients, sessions) are never copied.
+    """
+    kind = type(value)
+    if kind not in _CONTAINERS:
+        return value
+    if memo is None:
+        memo = {}
+    seen = memo.get(id(value))
+    if seen is not None:
+        return seen
+    if kind is dict:
+        copied: Any = {}
+        memo[id(value)] = copied
+        for key, item in value.items():
+            copied[key] = snapshot(item, memo)
+        return copied
+    if kind is list:
+        copied = []
+        memo[id(value)] = copied
+        copied.extend(snapshot(item, memo) for item in value)
+        return copied
+    if kind is bytearray:
+        copied = bytearray(value)
+    elif kind is tuple:
+        copied = tuple(snapshot(item, memo) for item in value)
+    else:
+        copied = {snapshot(item, memo) for item in value}
+    memo[id(value)] = copied
+    return copied
+
+
 def is_restorable(value: JSONValue) -> bool:
     """True when ``value`` holds no ``$repr`` placeholder (it can go back to a compensator)."""
     if isinstance(value, dict):

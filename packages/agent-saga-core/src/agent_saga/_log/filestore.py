@@ -51,6 +51,7 @@ from .files import (
     refuse_network_fs,
     write_fully,
 )
+from .forks import ForkGuard
 from .fs import FileSystem
 from .groupcommit import Ticket
 from .locks import FileLease, hold_owner_lock, owner_alive, take_lease
@@ -103,6 +104,7 @@ class FileLogStore:
         self._mark_fd = open_durably(fs, self.home, WATERMARK_NAME)
         self._lock_fd = fs.open_rw(str(self.home / LOCK_NAME))
         self.owner_id = f"{os.getpid()}-{os.urandom(6).hex()}"
+        self.fork_guard = ForkGuard(f"the log store at {self.path}")
         self._owner_fd = hold_owner_lock(self._fs, self.home, self.owner_id)
         self._mutex = threading.Lock()
         self._queue: list[Ticket] = []
@@ -143,6 +145,7 @@ class FileLogStore:
         next head, which leads the batch that queued meanwhile). A batch whose entries cannot
         be encoded fails alone; a write or fsync error fails the store.
         """
+        self.fork_guard.check()  # before the mutex: a parent's thread may have held it at fork
         ticket = Ticket(entries, sync)
         with self._mutex:
             self._check_usable()
@@ -359,8 +362,16 @@ class FileLogStore:
         return take_lease(self._fs, self.home, name)
 
     def close(self) -> None:
-        """Sync what was written, then release the file and the owner lock. Idempotent."""
+        """Sync what was written, then release the file and the owner lock. Idempotent.
+
+        In a process forked after the store was opened, only this process's descriptors are
+        closed: the parent's locks, owner file and preallocated space are left as they are.
+        """
         if self._closed:
+            return
+        if self.fork_guard.inherited:
+            self._closed = True
+            self._release_files()  # closing a copy of a descriptor releases no flock
             return
         try:
             if self._failed is None and self._synced < self._written:

@@ -61,6 +61,8 @@ class Kind(enum.StrEnum):
     RECOVERY_BEGIN = "recovery.begin"
     RECOVERY_ESCALATED = "recovery.escalated"
     STEP_PROBED = "step.probed"
+    SETTLED = "saga.settled"
+    """A human marked a ``needs_human`` saga as handled (a record of no saga: ``data.saga``)."""
     HALT = "control.halt"
     RESUME = "control.resume"
     GATE_VOTE = "gate.vote"

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError, StoreFailedError
+from .._log.forks import ForkGuard
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -143,6 +144,16 @@ class PgSession:
         self._setup = setup
         self._conn: PgConnection | None = None
         self._closed = False
+        self._process = ForkGuard("a PostgreSQL session")
+
+    def _adopt_after_fork(self) -> None:
+        """In a process forked after the connection was made, start afresh: the parent's
+        socket is never used (two processes on one session corrupt it) nor closed (that would
+        end the parent's session), and a lock a parent thread held at the fork is replaced."""
+        if self._process.inherited:
+            self.lock = threading.Lock()
+            self._conn = None
+            self._process = ForkGuard("a PostgreSQL session")
 
     def connection(self) -> PgConnection:
         """The live connection (hold :attr:`lock`), opened or replaced as needed.
@@ -153,6 +164,7 @@ class PgSession:
         """
         import psycopg
 
+        self._adopt_after_fork()
         if self._closed:
             raise StoreFailedError(f"{display_url(self.url)}: connection closed")
         conn = self._conn
@@ -181,6 +193,7 @@ class PgSession:
         """Run an idempotent statement; if the connection broke, run it once more on a new one."""
         import psycopg
 
+        self._adopt_after_fork()
         with self.lock:
             for attempt in (1, 2):
                 conn = self.connection()
@@ -194,6 +207,7 @@ class PgSession:
 
     def close(self) -> None:
         """Close the connection; later uses raise :class:`StoreFailedError`. Idempotent."""
+        self._adopt_after_fork()
         with self.lock:
             self._closed = True
             if self._conn is not None:

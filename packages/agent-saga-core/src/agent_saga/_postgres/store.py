@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError, CorruptLogError, StoreFailedError
 from .._log.chain import Chain
+from .._log.forks import ForkGuard
 from .._log.records import GENESIS, Entry, Record
 from .._log.store import VerifyReport
 from .connection import (
@@ -101,6 +102,7 @@ class PostgresLogStore:
         self._flusher = PgSession(url, connect_timeout)  # flushes and heartbeats
         self._owner = FleetOwner(self._main, self._flusher, schema, owner_ttl)
         self.owner_id = self._owner.id
+        self.fork_guard = ForkGuard(f"the PostgreSQL log store at {self.where}")
         self._q = queries(schema, self.owner_id)
         self._sync_cond = threading.Condition()
         self._failed: BaseException | None = None
@@ -136,6 +138,7 @@ class PostgresLogStore:
         broken before the commit was sent (nothing written) is replaced and the batch retried
         once; any other failure leaves the store failed.
         """
+        self.fork_guard.check()  # the connections are the parent's
         import psycopg
 
         with self._main.lock:
@@ -212,6 +215,7 @@ class PostgresLogStore:
             self._failed = exc
 
     def _check_usable(self) -> None:
+        self.fork_guard.check()
         if self._closed:
             raise StoreFailedError(f"{self.where}: store is closed")
         if self._failed is not None:
@@ -221,6 +225,7 @@ class PostgresLogStore:
         self, query: str | Composed, params: tuple[object, ...] | dict[str, object] = ()
     ) -> list[tuple[Any, ...]]:
         """An idempotent statement on the main connection (retried once if it broke)."""
+        self.fork_guard.check()
         if self._closed:
             raise StoreFailedError(f"{self.where}: store is closed")
         return self._main.query(query, params)
@@ -364,6 +369,11 @@ class PostgresLogStore:
         import psycopg
 
         if self._closed:
+            return
+        if self.fork_guard.inherited:
+            # The sockets, owner row and heartbeat are the parent's: closing a connection here
+            # would end the parent's session. Drop this process's view of them only.
+            self._closed = True
             return
         try:
             if self._failed is None and self._synced < self._written[0]:

@@ -35,7 +35,6 @@ from .._approvals.request import (
     signing_message,
 )
 from .._approvals.votes import submit_vote
-from .._kit.agentkit import AgentKit
 from .._log.admins import admin_id, trusted_admin_keys
 from .._log.codec import JSONValue
 from .._log.records import Entry, Kind
@@ -43,7 +42,7 @@ from .._log.store import LogStore
 from ..proofs._note import NoteVerifier
 from ..proofs._signing import PASSPHRASE_ENV
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
-from ._logfile import require_home
+from ._logfile import reading, require_home
 from ._proofs import keys
 from ._settings import current_settings
 
@@ -56,7 +55,7 @@ def cli_identity() -> str:
 @contextmanager
 def _store(home: Path) -> Iterator[LogStore]:
     require_home(home)
-    with AgentKit(home=home, checkpoints=False) as kit:
+    with current_settings().open_kit(checkpoints=False) as kit:
         yield kit.store
 
 
@@ -77,10 +76,10 @@ def _show(request: ApprovalRequest, now: float) -> str:
 
 @click.command()
 def approvals() -> None:
-    """List pending approval requests, with the action shown in full."""
+    """List pending approval requests, with the action shown in full (read-only)."""
     settings = current_settings()
-    with _store(settings.home) as store:
-        pending = _book(store).pending(time.time())
+    with reading(settings) as source:
+        pending = ApprovalBook().take_all(source.records()).pending(time.time())
     if not pending:
         settings.console.print("no pending approvals")
         return

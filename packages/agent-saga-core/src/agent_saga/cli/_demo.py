@@ -243,8 +243,16 @@ class _Story:
                 raise
 
 
-def run_demo(console: Console, home: Path, *, command_prefix: str = "agent-saga ") -> int:
+def run_demo(
+    console: Console,
+    home: Path,
+    *,
+    command_prefix: str = "agent-saga ",
+    chain_key: bytes | None = None,
+) -> int:
     """Tell the story on the file store in ``home``; returns the exit code (0: as scripted).
+
+    ``chain_key`` is the key of the home's chain when it is keyed.
 
     What is durable on return: every record of the demo's saga, including its terminal
     ``rolled_back`` record, is fsynced in ``home``'s log (the kit is closed before returning).
@@ -254,7 +262,8 @@ def run_demo(console: Console, home: Path, *, command_prefix: str = "agent-saga 
     cap = MaxValue(CHARGE_CAP, path="amount", tools=frozenset({"demo.payments.charge"}))
     saga_id = ""
     outcome: SagaRolledBack | None = None
-    with AgentKit(home=home, rules=[cap]) as kit, _running(world):
+    kit = AgentKit(home=home, store="file", rules=[cap], chain_key=chain_key)
+    with kit, _running(world):
         console.print(Text("agent-saga demo: a scripted agent books a trip", style="bold"))
         console.print(
             Text(f"  home {home} (durable file log); gate: {cap.describe()}", style="dim")
@@ -289,7 +298,7 @@ def run_demo(console: Console, home: Path, *, command_prefix: str = "agent-saga 
             style="",
         )
     )
-    verified = verify_log(home)
+    verified = verify_log(home, chain_key)
     console.print(
         Text("  log       ", style="dim").append(
             f"{log_path(home)}: {verified.records} records, "

@@ -1,8 +1,13 @@
-"""Read-only access to a home's log, for the commands that only look.
+"""Read-only access to the configured log, for the commands that only look.
+
+The log is the file store in the home, or the fleet log on PostgreSQL when the configuration
+names one (``store``, ``$AGENT_SAGA_STORE``); a keyed chain is read with the key from
+``--chain-key-file``, ``$AGENT_SAGA_CHAIN_KEY_FILE`` or ``chain_key_file``.
 
 Invariants: nothing here creates the home, the log or any other file, and nothing opens the log
-for writing. Reads hold a shared ``flock`` on the writers' ``log.lock`` (when it exists) so they
-never see a batch half-written by a live agent: writers hold it exclusively while they append.
+for writing. Reads of a file log hold a shared ``flock`` on the writers' ``log.lock`` (when it
+exists) so they never see a batch half-written by a live agent: writers hold it exclusively
+while they append. psycopg is imported only when the store is PostgreSQL.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .._config import is_postgres_url
 from .._errors import CorruptLogError
 from .._history.build import History, build_history
-from .._log.chain import Chain
+from .._log.chain import HASH_MISMATCH, Chain
 from .._log.files import LOCK_NAME, LOG_NAME
-from .._log.read import iter_log, verify_file
+from .._log.read import verify_file
+from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
 from ._errors import BadInputError, CliError
+from ._settings import KEY_SOURCES, Settings
 
 LOCK_TIMEOUT = 10.0
 """Seconds a reader waits for a writer's batch before giving up."""
@@ -77,25 +85,114 @@ def shared_lock(home: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
         os.close(fd)
 
 
-def read_history(home: Path) -> History:
-    """Read, verify and interpret the whole log of ``home``.
+def is_fleet(settings: Settings) -> bool:
+    """Whether the configured store is PostgreSQL (fleet mode)."""
+    return is_postgres_url(settings.store())
+
+
+def require_store(settings: Settings) -> None:
+    """For commands that open a kit: a usage error when the home has no file log (a fleet's
+    log is on its server, which opening reaches or reports)."""
+    if not is_fleet(settings):
+        require_log(settings.home)
+
+
+def log_source(settings: Settings) -> LogSource:
+    """The configured log, read-only (see the module docstring).
+
+    Raises:
+        BadInputError: there is no log there (no file, or no table in the schema).
+        ConfigurationError: the chain key file cannot be read, or psycopg is missing.
+        StoreFailedError: the server cannot be reached.
+    """
+    key = settings.chain_key()
+    store = settings.store()
+    if is_postgres_url(store):
+        from .._postgres.source import PostgresLogSource  # psycopg only for a fleet
+
+        source = PostgresLogSource(str(store), key=key, schema=settings.store_schema())
+        if not source.exists():
+            source.close()
+            raise BadInputError(
+                f"no agent-saga log at {source.where} (check store and store_schema)"
+            )
+        return source
+    require_log(settings.home)
+    return FileLogSource(settings.home, key=key)
+
+
+@contextmanager
+def reading(settings: Settings, *, hold_lock: bool = False) -> Iterator[LogSource]:
+    """The configured log for the block; a fleet log's connection closed afterwards.
+
+    Each read of a file log finds its end (and its synced watermark) under the readers' shared
+    lock, briefly, and reads the records before that end without it, so agents appending
+    meanwhile are not held up by a long read. ``hold_lock`` keeps the shared lock for the whole
+    block instead (writers wait).
+    """
+    source = log_source(settings)
+    try:
+        if hold_lock and isinstance(source, FileLogSource):
+            with shared_lock(settings.home):
+                yield source
+        else:
+            yield source
+    finally:
+        source.close()
+
+
+def read_history(settings: Settings) -> tuple[History, str]:
+    """Read, verify and interpret the whole configured log; with where it is, for messages.
 
     Raises:
         CliError: no log (usage), or the log is corrupt or unreadable (failure); the message
-            names the offset of the first bad record.
+            names the position of the first bad record, or says the chain key is wrong.
     """
-    path = require_log(home)
-    try:
-        with shared_lock(home):
-            return build_history(record for _, record in iter_log(path, Chain()))
-    except CorruptLogError as exc:
-        raise CliError(f"{exc}; run 'agent-saga verify'") from exc
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc}") from exc
+    with reading(settings) as source:
+        try:
+            return build_history(source.records()), source.where
+        except ChainKeyError:
+            raise  # the command group explains it with the key's source
+        except CorruptLogError as exc:
+            raise CliError(f"{exc}; run 'agent-saga verify'") from exc
+        except OSError as exc:
+            raise CliError(f"cannot read {source.where}: {exc}") from exc
 
 
-def verify_log(home: Path) -> VerifyReport:
-    """Verify the log of ``home`` from its first byte, without opening it for writing."""
+def verify_log(home: Path, key: bytes | None = None) -> VerifyReport:
+    """Verify the file log of ``home`` from its first byte, without opening it for writing."""
     path = require_log(home)
     with shared_lock(home):
-        return verify_file(path)
+        return verify_file(path, Chain(key))
+
+
+def key_problem(settings: Settings, error: CorruptLogError) -> str | None:
+    """The one-line explanation when ``error`` comes from a wrong or missing chain key.
+
+    A store refuses a keyed log opened without its key (or an unkeyed one opened with a key)
+    where the first hash does not match; reading record 1 tells a key problem apart.
+    """
+    if not isinstance(error, ChainKeyError):
+        if HASH_MISMATCH not in error.reason:
+            return None
+        try:
+            with reading(settings) as source:
+                first = source.records()
+                try:
+                    next(first, None)
+                finally:
+                    first.close()
+        except ChainKeyError as exc:
+            error = exc
+        except Exception:
+            return None
+        if not isinstance(error, ChainKeyError):
+            return None
+    where = settings.key_file()
+    if error.keyed and error.fits_unkeyed:
+        return f"{error}: remove the chain key ({where}) or use the log it belongs to"
+    if error.keyed:
+        return f"the chain key in {where} does not match the log at {error.path}: " + (
+            "record 1 does not verify with it"
+        )
+    return f"{error}; give the log's key with {KEY_SOURCES}"

@@ -4,6 +4,9 @@ Invariants:
 
 * Reading commands (``sagas``, ``replay``, ``verify``, ``status``, ``guarantees``) never create
   the home or the log; ``sagas``, ``replay`` and ``verify`` never open the log for writing.
+* Every command reads the log the configuration names (the home's file log, or the fleet log
+  on PostgreSQL) with the chain key from ``--chain-key-file``, ``$AGENT_SAGA_CHAIN_KEY_FILE``
+  or ``chain_key_file``; a wrong or missing key is one line that says so.
 * ``replay`` runs no tool and no compensator: it renders :mod:`agent_saga._history.build` views.
 * ``halt`` engages the kill switch before anything else and reports success once the ``HALT``
   file is durable, even when the log (and so the ``control.halt`` record) cannot be written.
@@ -20,18 +23,24 @@ from typing import Any
 
 import click
 
-from .._config import find_config, resolve_home, store_setting
-from .._errors import AgentSagaError, LogError
+from .._config import resolve_home
+from .._errors import AgentSagaError, CorruptLogError, LogError
 from .._gate.killswitch import FileKillSwitch, KillSwitch
 from .._history.build import SagaLookupError, find_saga
-from .._kit.agentkit import AgentKit
 from .._kit.manifest import Status
 from .._kit.version import __version__
 from .._log.records import SagaStatus
 from ..proofs._audit import snapshot
 from ._approvals import COMMANDS as APPROVAL_COMMANDS
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
-from ._logfile import log_path, read_history, require_home, require_log, shared_lock
+from ._logfile import (
+    is_fleet,
+    key_problem,
+    read_history,
+    reading,
+    require_home,
+    require_store,
+)
 from ._plugins import load_plugin_command, plugin_commands
 from ._proofs import COMMANDS as PROOF_COMMANDS
 from ._proofs import KEY_HELP, checkpoint_lines
@@ -39,6 +48,7 @@ from ._recover import recover
 from ._redact import admin_key_option, redaction_lines
 from ._render import make_console, render_replay, render_sagas, render_status, render_verify
 from ._settings import Settings, pass_settings
+from ._settle import settle
 
 EPILOG = """\b
 Exit codes:
@@ -48,6 +58,12 @@ Exit codes:
   2  bad input: a bad or missing option, an unknown or ambiguous saga id,
      no agent-saga home or no log at the given path
   3  recover: at least one saga needs a human
+
+\b
+The log: the file store in the home, or the fleet log on PostgreSQL named by
+'store' (and 'store_schema') in agent-saga.toml / [tool.agent-saga], or by
+$AGENT_SAGA_STORE (and $AGENT_SAGA_STORE_SCHEMA). A keyed chain's key is read
+from --chain-key-file, $AGENT_SAGA_CHAIN_KEY_FILE or 'chain_key_file'.
 """
 
 
@@ -95,6 +111,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise _one_line_usage(exc) from exc
+        except CorruptLogError as exc:
+            explained = key_problem(ctx.obj, exc) if isinstance(ctx.obj, Settings) else None
+            raise CliError(explained or f"{type(exc).__name__}: {exc}") from exc
         except (AgentSagaError, OSError) as exc:
             raise CliError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -109,10 +128,21 @@ class _Group(click.Group):
         "agent-saga.toml or [tool.agent-saga], else ./.agent-saga."
     ),
 )
+@click.option(
+    "--chain-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=(
+        "A file holding the key of a keyed hash chain (AgentKit(chain_key=...)). Default: "
+        "$AGENT_SAGA_CHAIN_KEY_FILE, then 'chain_key_file' in agent-saga.toml."
+    ),
+)
 @click.option("--no-color", is_flag=True, help="Plain text output (NO_COLOR is honoured too).")
 @click.version_option(__version__, prog_name="agent-saga")
 @click.pass_context
-def main(ctx: click.Context, home: Path | None, no_color: bool) -> None:
+def main(
+    ctx: click.Context, home: Path | None, chain_key_file: Path | None, no_color: bool
+) -> None:
     """agent-saga: inspect and control the transaction log of AI agents' tool calls.
 
     Reading commands (sagas, replay, verify, status, guarantees) never create the home or a
@@ -123,18 +153,20 @@ def main(ctx: click.Context, home: Path | None, no_color: bool) -> None:
         home_given=home is not None,
         console=make_console(no_color=no_color),
         err=make_console(no_color=no_color, stderr=True),
+        chain_key_file=chain_key_file,
     )
 
 
-def kill_switch_for(home: Path) -> KillSwitch:
+def kill_switch_for(settings: Settings) -> KillSwitch:
     """The switch agents read: a row beside a PostgreSQL log (fleet mode), else the HALT file."""
-    store = store_setting(find_config())
-    if store is not None and store.startswith(("postgresql://", "postgres://")):
+    if is_fleet(settings):
         from .._gate.killswitch_pg import PostgresKillSwitch
+        from .._postgres.connection import DEFAULT_SCHEMA
 
-        return PostgresKillSwitch(store)
-    require_home(home)
-    return FileKillSwitch(home)
+        schema = settings.store_schema() or DEFAULT_SCHEMA
+        return PostgresKillSwitch(str(settings.store()), schema=schema)
+    require_home(settings.home)
+    return FileKillSwitch(settings.home)
 
 
 @main.command()
@@ -148,7 +180,12 @@ def demo(settings: Settings) -> None:
     from ._demo import run_demo
 
     hint = f"--home {shlex.quote(str(settings.home))} " if settings.home_given else ""
-    code = run_demo(settings.console, settings.home, command_prefix=f"agent-saga {hint}")
+    code = run_demo(
+        settings.console,
+        settings.home,
+        command_prefix=f"agent-saga {hint}",
+        chain_key=settings.chain_key(),
+    )
     if code:
         raise SystemExit(code)
 
@@ -164,10 +201,10 @@ def demo(settings: Settings) -> None:
 @pass_settings
 def sagas(settings: Settings, wanted: str | None) -> None:
     """List the sagas in the log, oldest first (newest last)."""
-    history = read_history(settings.home)
+    history, where = read_history(settings)
     views = [v for v in history.sagas if wanted is None or v.status.value == wanted]
     events = history.events if wanted is None else ()
-    render_sagas(settings.console, views, events, log_path(settings.home))
+    render_sagas(settings.console, views, events, where)
 
 
 @main.command()
@@ -179,7 +216,7 @@ def replay(settings: Settings, saga_id: str) -> None:
     Read-only: arguments, outcomes, refusals, compensations and the cause are read from the
     log; no tool and no compensator is run.
     """
-    history = read_history(settings.home)
+    history, _ = read_history(settings)
     try:
         view = find_saga(history.sagas, saga_id)
     except SagaLookupError as exc:
@@ -200,14 +237,14 @@ def replay(settings: Settings, saga_id: str) -> None:
 def verify(settings: Settings, since: Path | None, key: str | None) -> None:
     """Verify the hash chain from disk, then the log against its checkpoints.
 
-    The chain alone catches a modified, deleted, inserted, swapped or duplicated record; a
-    checkpoint also catches a truncated tail or a log rewritten from some record on. Exit 1 at
-    the first break or inconsistency.
+    The chain alone catches a modified, deleted, inserted, swapped or duplicated record; the
+    file log's synced watermark (log.synced) catches records cut from its end; a checkpoint
+    also catches a truncated tail or a log rewritten from some record on. Exit 1 at the first
+    break or inconsistency. Checkpoints are the home's, for a fleet log too.
     """
-    require_log(settings.home)
-    with shared_lock(settings.home):
-        log = snapshot(settings.home)
-    render_verify(settings.console, log.chain, log_path(settings.home))
+    with reading(settings) as source:
+        log = snapshot(source, keep_records=False, home=settings.home)
+    render_verify(settings.console, log.chain, source.where, source.unit)
     lines, consistent = checkpoint_lines(settings.home, log, since, key)
     for line in [*lines, *redaction_lines(log)]:
         settings.console.print(one_line(line), markup=False)
@@ -227,16 +264,17 @@ def halt(settings: Settings, reason: str) -> None:
     """
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="'--reason'")
-    switch = kill_switch_for(settings.home)
+    switch = kill_switch_for(settings)
     switch.halt(reason, at=time.time())
     settings.console.print(f"halted: {one_line(reason)}", markup=False)
     try:
-        with AgentKit(home=settings.home) as kit:
+        with settings.open_kit() as kit:
             kit.halt(reason)
     except (AgentSagaError, OSError) as exc:
+        explained = key_problem(settings, exc) if isinstance(exc, CorruptLogError) else None
         settings.err.print(
             f"warning: the kill switch is engaged, but the control.halt record could not be "
-            f"written: {one_line(str(exc))}",
+            f"written: {one_line(explained or str(exc))}",
             markup=False,
         )
 
@@ -245,12 +283,15 @@ def halt(settings: Settings, reason: str) -> None:
 @pass_settings
 def resume(settings: Settings) -> None:
     """Release the kill switch and record it (refused while the log cannot be written)."""
-    state = kill_switch_for(settings.home).state()
+    state = kill_switch_for(settings).state()
     if not state.halted:
         settings.console.print("not halted; nothing to resume")
         return
     try:
-        kit = AgentKit(home=settings.home)
+        kit = settings.open_kit()
+    except CorruptLogError as exc:
+        explained = key_problem(settings, exc)
+        raise CliError(f"not resumed, the kill switch stays engaged: {explained or exc}") from exc
     except (LogError, OSError) as exc:
         raise CliError(
             f"not resumed, the kill switch stays engaged: cannot open the log: {exc}"
@@ -267,11 +308,14 @@ def status(settings: Settings) -> None:
 
     Compensators are checked only for tools declared in this process (none, from the shell).
     """
-    require_log(settings.home)
+    require_store(settings)
     try:
-        kit = AgentKit(home=settings.home)
+        kit = settings.open_kit()
     except (LogError, OSError) as exc:
-        halt = kill_switch_for(settings.home).state()
+        explained = key_problem(settings, exc) if isinstance(exc, CorruptLogError) else None
+        if explained is not None:
+            raise CliError(explained) from exc
+        halt = kill_switch_for(settings).state()
         switch = f"halted: {halt.reason}" if halt.halted else "not halted"
         report = Status(
             False,
@@ -296,8 +340,8 @@ def guarantees(settings: Settings, raw: bool) -> None:
     and no tools declared. An agent's own kit adds its rules and tools: ask it for
     kit.guarantees() to see those.
     """
-    require_log(settings.home)
-    with AgentKit(home=settings.home) as kit:
+    require_store(settings)
+    with settings.open_kit() as kit:
         manifest = kit.guarantees()
     if raw:
         click.echo(json.dumps(manifest, sort_keys=True, ensure_ascii=False))
@@ -306,5 +350,6 @@ def guarantees(settings: Settings, raw: bool) -> None:
 
 
 main.add_command(recover)
+main.add_command(settle)
 for _command in (*PROOF_COMMANDS, *APPROVAL_COMMANDS):
     main.add_command(_command)

@@ -1,7 +1,9 @@
 """Commands that prove things about the log: keys, checkpoint, prove, verify-proof, certify.
 
-``verify`` (in :mod:`._main`) uses :func:`checkpoint_lines` to compare the log with the latest
-checkpoint and with one given by ``--since``.
+They read the configured log (the home's file log or the fleet log on PostgreSQL, see
+:mod:`._logfile`); checkpoints and the signing key are always the home's, where the kits
+writing that log publish theirs. ``verify`` (in :mod:`._main`) uses :func:`checkpoint_lines`
+to compare the log with the latest checkpoint and with one given by ``--since``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from typing import Any
 
 import click
 
+from .._history.build import resolve_saga_id
+from .._history.views import SagaLookupError
+from .._log.chain import HASH_MISMATCH
 from ..proofs._audit import (
     LogSnapshot,
     certify,
@@ -28,9 +33,9 @@ from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundl
 from ..proofs._note import NoteVerifier
 from ..proofs._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
-from ._logfile import require_home, require_log, shared_lock
+from ._logfile import reading, require_home
 from ._redact import admin_key_option, redact
-from ._settings import current_settings
+from ._settings import KEY_SOURCES, current_settings
 
 KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
 
@@ -97,9 +102,8 @@ def keys(ctx: click.Context) -> None:
 def checkpoint() -> None:
     """Sign and publish a checkpoint of the log now (checkpoints/latest.note)."""
     settings = current_settings()
-    require_log(settings.home)
-    with shared_lock(settings.home):
-        log = snapshot(settings.home)
+    with reading(settings) as source:
+        log = snapshot(source, keep_records=False, home=settings.home)
     if not log.chain.ok:
         raise CliError(f"the log does not verify: {log.chain.error}; run 'agent-saga verify'")
     published = publish(settings.home, log)
@@ -119,11 +123,17 @@ def checkpoint() -> None:
     help="Where to write the bundle (JSON).",
 )
 def prove_command(saga_id: str, out: Path) -> None:
-    """Write a disclosure bundle: one saga's records, proven included and complete."""
+    """Write a disclosure bundle: one saga's records, proven included and complete.
+
+    SAGA_ID may be a unique prefix of the id (dashes and case do not matter).
+    """
     settings = current_settings()
-    require_log(settings.home)
     try:
-        bundle = prove(settings.home, saga_id)
+        with reading(settings, hold_lock=False) as source:
+            saga_id = resolve_saga_id((r.saga for r in source.records() if r.saga), saga_id)
+            bundle = prove(settings.home, saga_id, source)
+    except SagaLookupError as exc:
+        raise BadInputError(str(exc)) from exc
     except (DisclosureError, CheckpointError) as exc:
         raise CliError(str(exc)) from exc
     _write_json(out, bundle)
@@ -141,10 +151,14 @@ def verify_proof(bundle: Path, key: str) -> None:
     verifier = read_verifier(key)
     if bundle.stat().st_size > MAX_BUNDLE_BYTES:
         raise CliError(f"{bundle} is larger than {MAX_BUNDLE_BYTES} bytes")
+    chain_key = settings.chain_key()
     try:
-        report = verify_bundle(bundle.read_bytes(), [verifier])
+        report = verify_bundle(bundle.read_bytes(), [verifier], chain_key=chain_key)
     except DisclosureError as exc:
-        settings.console.print(f"NOT VERIFIED: {one_line(str(exc))}", markup=False)
+        hint = ""
+        if chain_key is None and HASH_MISMATCH in str(exc):
+            hint = f" (if the log is keyed, give its chain key: {KEY_SOURCES})"
+        settings.console.print(f"NOT VERIFIED: {one_line(str(exc))}{hint}", markup=False)
         raise SystemExit(EXIT_FAILED) from exc
     settings.console.print(
         f"verified: saga {report.saga}, {len(report.records)} records, complete, "
@@ -165,8 +179,8 @@ def verify_proof(bundle: Path, key: str) -> None:
 def certify_command(out: Path | None) -> None:
     """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL."""
     settings = current_settings()
-    require_log(settings.home)
-    cert, findings = certify(settings.home)
+    with reading(settings, hold_lock=False) as source:
+        cert, findings = certify(settings.home, source)
     for finding in findings:
         where = f" saga {finding.saga}" if finding.saga else ""
         step = f" step {finding.ordinal} ({finding.tool})" if finding.ordinal is not None else ""

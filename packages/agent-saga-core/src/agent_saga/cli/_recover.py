@@ -3,6 +3,10 @@
 The user's compensators and probes are found by importing the modules that declare them
 (``--import``, repeatable, and ``imports`` in the project configuration). A module that cannot
 be imported is an error: recovering without it would escalate every saga that needs it.
+
+Exit 3 says a human is needed: for a saga escalated in this run, and for any saga an earlier
+run (or the process itself) left ``needs_human``, which stands until a human settles it; each
+is listed, so a second run never reports "nothing to recover" over one.
 """
 
 from __future__ import annotations
@@ -12,14 +16,18 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 import click
 
 from .._config import find_config
+from .._history.build import build_history
 from .._history.recovery import RecoveryReport
 from .._kit.agentkit import AgentKit
+from .._log.records import SagaStatus
 from ._errors import CliError, one_line
-from ._logfile import require_log
+from ._logfile import require_store
+from ._settings import Settings
 
 EXIT_NEEDS_HUMAN = 3
 """``recover``: at least one saga needs a human (listed on stdout)."""
@@ -37,8 +45,23 @@ def import_user_modules(names: list[str]) -> list[str]:
     return names
 
 
-def report_lines(report: RecoveryReport) -> list[str]:
-    """A plain account of one pass: each recovered saga and what happened to each step."""
+def standing_needs_human(kit: AgentKit, report: RecoveryReport) -> list[tuple[str, str]]:
+    """``(saga id, name)`` of every saga whose status in the log is ``needs_human``, that this
+    pass did not escalate itself and that no human has settled (``agent-saga settle``)."""
+    escalated = {saga.saga_id for saga in report.needs_human}
+    views = build_history(kit.store.records()).sagas
+    return [
+        (view.id, view.name)
+        for view in views
+        if view.status is SagaStatus.NEEDS_HUMAN
+        and view.id not in escalated
+        and view.settled is None
+    ]
+
+
+def report_lines(report: RecoveryReport, standing: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """A plain account of one pass: each recovered saga and what happened to each step, then
+    the sagas that still need a human from before."""
     lines: list[str] = []
     for saga in report.recovered:
         lines.append(f"{saga.saga_id}  {saga.name}  -> {saga.status.value}")
@@ -49,10 +72,12 @@ def report_lines(report: RecoveryReport) -> list[str]:
         lines.append(f"{saga_id}  still running (its process is alive): left alone")
     for saga_id in report.claimed_elsewhere:
         lines.append(f"{saga_id}  being recovered by another worker")
+    for saga_id, name in standing:
+        lines.append(f"{saga_id}  {one_line(name)}  still needs a human (needs_human)")
     return lines
 
 
-def as_json(report: RecoveryReport) -> dict[str, object]:
+def as_json(report: RecoveryReport, standing: list[tuple[str, str]]) -> dict[str, object]:
     return {
         "recovered": [
             {
@@ -69,6 +94,7 @@ def as_json(report: RecoveryReport) -> dict[str, object]:
         "live": list(report.live),
         "claimed_elsewhere": list(report.claimed_elsewhere),
         "needs_human": [s.saga_id for s in report.needs_human],
+        "still_needs_human": [saga_id for saga_id, _ in standing],
     }
 
 
@@ -100,18 +126,20 @@ def recover(
     outcome was not logged is compensated only if the tool's probe says it landed, and is
     escalated otherwise. Each recovered saga gets a terminal record, so a second run does
     nothing. Compensators must be importable: pass --import or set 'imports' in
-    agent-saga.toml / [tool.agent-saga].
+    agent-saga.toml / [tool.agent-saga]. A saga left needs_human by an earlier run is listed
+    again (exit 3) until a human settles it.
     """
-    settings = ctx.obj
-    require_log(settings.home)
+    settings: Settings = ctx.obj
+    require_store(settings)
     import_user_modules([*find_config().imports, *modules])
-    with AgentKit(home=settings.home) as kit:
+    with settings.open_kit() as kit:
         while True:
             report = kit.recover()
+            standing = standing_needs_human(kit, report)
             if raw:
-                click.echo(json.dumps(as_json(report), sort_keys=True))
+                click.echo(json.dumps(as_json(report, standing), sort_keys=True))
             elif report.recovered or not watch:
-                for line in report_lines(report) or ["nothing to recover"]:
+                for line in report_lines(report, standing) or ["nothing to recover"]:
                     settings.console.print(line, markup=False, highlight=False)
             if not watch:
                 break
@@ -119,7 +147,7 @@ def recover(
                 time.sleep(interval)
             except KeyboardInterrupt:
                 return
-    if report.needs_human:
-        names = ", ".join(s.saga_id for s in report.needs_human)
-        settings.err.print(f"needs a human: {names}", markup=False)
+    waiting = [s.saga_id for s in report.needs_human] + [saga_id for saga_id, _ in standing]
+    if waiting:
+        settings.err.print(f"needs a human: {', '.join(waiting)}", markup=False)
         raise SystemExit(EXIT_NEEDS_HUMAN)

@@ -15,13 +15,11 @@ from typing import Any, TypeVar
 
 import click
 
-from .._config import find_config, store_setting
 from .._log.admins import trusting_admins
-from .._log.redaction import REDACTION_KIND
 from ..proofs._audit import LogSnapshot
 from ..proofs._redact import RedactionReport, confirm_redactions, redact_path
 from ._errors import EXIT_FAILED, BadInputError, one_line
-from ._logfile import require_log
+from ._logfile import is_fleet, require_log
 from ._settings import current_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,21 +78,33 @@ def redact(path: str | None, seqs: tuple[int, ...], reason: str, sign: Path, con
     """
     settings = current_settings()
     _outside_home(sign, settings.home)
-    store = store_setting(find_config())
+    key = settings.chain_key()
     if confirm:
         if path is not None or seqs:
             raise BadInputError("--confirm takes no PATH and no --seq")
+        if is_fleet(settings):
+            raise BadInputError("--confirm applies to a file log (a fleet log has no unsigned one)")
         require_log(settings.home)
-        report = confirm_redactions(settings.home, admin_key=sign)
+        report = confirm_redactions(settings.home, admin_key=sign, key=key)
     elif path is None:
         raise BadInputError("give the PATH of the values to mask (or --confirm)")
-    elif store is not None and store.startswith(("postgresql://", "postgres://")):
+    elif is_fleet(settings):
         from ..proofs._redact_pg import redact_postgres
 
-        report = redact_postgres(store, path, admin_key=sign, seqs=seqs or None, reason=reason)
+        report = redact_postgres(
+            str(settings.store()),
+            path,
+            admin_key=sign,
+            seqs=seqs or None,
+            key=key,
+            reason=reason,
+            schema=settings.store_schema(),
+        )
     else:
         require_log(settings.home)
-        report = redact_path(settings.home, path, admin_key=sign, seqs=seqs or None, reason=reason)
+        report = redact_path(
+            settings.home, path, admin_key=sign, seqs=seqs or None, key=key, reason=reason
+        )
     _print(report, path)
 
 
@@ -115,8 +125,8 @@ def _print(report: RedactionReport, path: str | None) -> None:
 def redaction_lines(log: LogSnapshot) -> list[str]:
     """One line per record masked after it was written (for ``verify``)."""
     lines = []
-    for record in log.records:
-        if record.kind != REDACTION_KIND or "signature" not in record.data:
+    for record in log.redactions:
+        if "signature" not in record.data:
             continue
         entries = record.data.get("records")
         for entry in entries if isinstance(entries, list) else []:

@@ -87,7 +87,7 @@ def status_text(status: SagaStatus) -> Text:
 
 
 def render_sagas(
-    console: Console, views: Sequence[SagaView], events: Sequence[LogEvent], path: Path
+    console: Console, views: Sequence[SagaView], events: Sequence[LogEvent], path: Path | str
 ) -> None:
     """The sagas, oldest first, one per line, then a one-line count of saga-less events.
 
@@ -244,8 +244,14 @@ def render_replay(console: Console, view: SagaView) -> None:
 # -- verify, status --------------------------------------------------------------------------------
 
 
-def render_verify(console: Console, report: VerifyReport, path: Path) -> None:
-    """The verdict on the whole chain; the first break's offset, seq and reason when broken."""
+def render_verify(
+    console: Console, report: VerifyReport, path: Path | str, unit: str = "byte"
+) -> None:
+    """The verdict on the whole chain; the first break's offset, seq and reason when broken.
+
+    ``unit`` is what the error's offset counts: bytes in a file log; a PostgreSQL log's break
+    is named by its ``seq`` alone.
+    """
     if report.ok:
         console.print(
             Text("log intact: ", style="green").append(
@@ -258,11 +264,8 @@ def render_verify(console: Console, report: VerifyReport, path: Path) -> None:
     offset = error.offset if error is not None else "?"
     seq = error.seq if error is not None and error.seq is not None else "?"
     reason = plain(error.reason) if error is not None else "unknown"
-    console.print(
-        Text("log BROKEN ", style="bold red").append(
-            f"at byte offset {offset} (seq {seq}): {reason}", style=""
-        )
-    )
+    where = f"at byte offset {offset} (seq {seq})" if unit == "byte" else f"at seq {seq}"
+    console.print(Text("log BROKEN ", style="bold red").append(f"{where}: {reason}", style=""))
     console.print(
         Text(
             f"{report.records} records verified before it; last good hash {report.last_hash}",

@@ -1,6 +1,9 @@
-"""Audits of a home's file log, read-only: checkpoint checks, disclosure bundles, certify.
+"""Audits of a home's log, read-only: checkpoint checks, disclosure bundles, certify.
 
-These read the log the way the reading commands do (shared lock, never for writing). Publishing
+The log is read from a :class:`~agent_saga._log.source.LogSource`: the file store of the home
+(by default) or the fleet log on PostgreSQL, each verified while read (the file's synced
+watermark included). Checkpoints live in the home in both cases (``checkpoints/latest.note``,
+signed with ``keys/checkpoint.key``), where the kits writing that log publish them. Publishing
 a checkpoint writes only under ``checkpoints/`` (and creates the key on first use).
 """
 
@@ -13,17 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import CorruptLogError
-from .._log.chain import Chain
-from .._log.files import LOG_NAME, OS
-from .._log.locks import owner_alive
-from .._log.read import iter_log
 from .._log.records import GENESIS, Record
+from .._log.redaction import REDACTION_KIND
+from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
 from ._certify import CRITICAL, WARNING, Finding, certificate, certify_records
-from ._checkpoint import Checkpoint, CheckpointError, check_extension
+from ._checkpoint import Checkpoint, CheckpointError, check_extension, open_checkpoint
 from ._checkpoints import CheckpointLog
 from ._disclosure import build_bundle
-from ._logtree import tree_of
+from ._logtree import record_leaf
 from ._note import NoteVerifier
 from ._signing import home_signer, home_verifier
 from ._tree import MerkleTree
@@ -33,26 +34,69 @@ __all__ = ["LogSnapshot", "check_checkpoint", "snapshot"]
 
 @dataclass(frozen=True)
 class LogSnapshot:
-    """The verified records of a log (up to the first break), their tree and the chain report."""
+    """The verified records of a log (up to the first break), their tree and the chain report.
+
+    ``records`` is empty when the snapshot was taken without keeping them; ``redactions``
+    always holds the ``log.redaction`` records.
+    """
 
     records: tuple[Record, ...]
     tree: MerkleTree
     chain: VerifyReport
+    redactions: tuple[Record, ...] = ()
+    where: str = ""
+    checkpoint: _NoteRead | None = None
+    """The home's latest checkpoint as read *before* the log (see :func:`snapshot`)."""
 
 
-def snapshot(home: Path) -> LogSnapshot:
-    """Read and verify ``home``'s log file once (records stop at the first break)."""
-    path = home / LOG_NAME
+@dataclass(frozen=True)
+class _NoteRead:
+    note: str | None
+    error: CheckpointError | None = None
+
+
+def snapshot(
+    source: LogSource | Path, *, keep_records: bool = True, home: Path | None = None
+) -> LogSnapshot:
+    """Read and verify a log once: records stop at the first break, which the report holds.
+
+    ``source`` is a log source or a home (its file log). Without ``keep_records`` only the tree
+    (32 bytes per record) and the redaction records stay in memory. With ``home``, the home's
+    latest checkpoint is read first: records are appended before a checkpoint covers them, so
+    a checkpoint read before the log never covers more than the log holds, even while agents
+    append and publish (read after the log, it could, and a live log would look truncated).
+
+    Raises:
+        ChainKeyError: record 1 does not verify with the chain key given (or without one): a
+            key problem, reported as such rather than as a break.
+        StoreFailedError: the store cannot be read.
+    """
+    if isinstance(source, Path):
+        source = FileLogSource(source)
+    checkpoint = None
+    if home is not None:
+        try:
+            checkpoint = _NoteRead(CheckpointLog(home).read_note())
+        except CheckpointError as exc:
+            checkpoint = _NoteRead(None, exc)
     records: list[Record] = []
-    error: CorruptLogError | None = None
+    redactions: list[Record] = []
+    tree = MerkleTree()
+    head, error = GENESIS, None
     try:
-        for _, record in iter_log(path, Chain()):
-            records.append(record)
+        for record in source.records():
+            tree.append(record_leaf(record))
+            head = record.hash
+            if keep_records:
+                records.append(record)
+            if record.kind == REDACTION_KIND:
+                redactions.append(record)
+    except ChainKeyError:
+        raise
     except CorruptLogError as exc:
         error = exc  # the records before the break still count
-    head = records[-1].hash if records else GENESIS
-    report = VerifyReport(error is None, len(records), error, head)
-    return LogSnapshot(tuple(records), tree_of(records), report)
+    report = VerifyReport(error is None, tree.size, error, head)
+    return LogSnapshot(tuple(records), tree, report, tuple(redactions), source.where, checkpoint)
 
 
 def check_checkpoint(tree: MerkleTree, checkpoint: Checkpoint) -> str | None:
@@ -79,9 +123,19 @@ def publish(home: Path, log: LogSnapshot) -> Checkpoint:
 def latest_problem(
     home: Path, log: LogSnapshot, verifiers: Sequence[NoteVerifier]
 ) -> tuple[Checkpoint | None, Finding | None]:
-    """The latest checkpoint and, when there is one, what is wrong with the log against it."""
+    """The latest checkpoint and, when there is one, what is wrong with the log against it.
+
+    The checkpoint is the one read before the log when the snapshot took it (``home=``), else
+    the home's latest now.
+    """
     try:
-        latest = CheckpointLog(home).latest(list(verifiers))
+        read = log.checkpoint
+        if read is None:
+            latest = CheckpointLog(home).latest(list(verifiers))
+        elif read.error is not None:
+            raise read.error
+        else:
+            latest = None if read.note is None else open_checkpoint(read.note, list(verifiers))
     except CheckpointError as exc:
         return None, Finding(CRITICAL, "checkpoint", f"latest checkpoint rejected: {exc}")
     if latest is None:
@@ -99,11 +153,14 @@ def home_verifiers(home: Path, given: NoteVerifier | None) -> list[NoteVerifier]
     return [] if own is None else [own]
 
 
-def prove(home: Path, saga_id: str) -> dict[str, Any]:
-    """A disclosure bundle for ``saga_id``, under a checkpoint that covers its end."""
-    log = snapshot(home)
+def prove(home: Path, saga_id: str, source: LogSource | None = None) -> dict[str, Any]:
+    """A disclosure bundle for ``saga_id``, under a checkpoint that covers its end.
+
+    ``source`` is the log (default: ``home``'s file log); the checkpoint is ``home``'s.
+    """
+    log = snapshot(source or FileLogSource(home), home=home)
     if not log.chain.ok:
-        raise CorruptLogError(str(home / LOG_NAME), 0, f"log does not verify: {log.chain.error}")
+        raise CorruptLogError(log.where, 0, f"log does not verify: {log.chain.error}")
     signer = home_signer(home)
     _, problem = latest_problem(home, log, [signer.verifier])
     if problem is not None and problem.severity == CRITICAL:
@@ -112,16 +169,20 @@ def prove(home: Path, saga_id: str) -> dict[str, Any]:
     return build_bundle(saga_id, log.records, log.tree, checkpoint)
 
 
-def certify(home: Path) -> tuple[dict[str, Any], list[Finding]]:
-    """Check the log of ``home`` and return the signed certificate and its findings."""
-    log = snapshot(home)
+def certify(home: Path, source: LogSource | None = None) -> tuple[dict[str, Any], list[Finding]]:
+    """Check a log and return the signed certificate and its findings.
+
+    ``source`` is the log (default: ``home``'s file log); checkpoints and the signing key are
+    ``home``'s. A checkpoint is published first only when the log is sound: one signed over a
+    broken, cut or rewritten log would vouch for it.
+    """
+    source = source or FileLogSource(home)
+    log = snapshot(source, home=home)
     signer = home_signer(home)
     latest, problem = latest_problem(home, log, [signer.verifier])
     covered = latest
     if log.chain.ok and (problem is None or problem.severity != CRITICAL):
         covered = publish(home, log)
-    findings = certify_records(
-        log.records, log.chain, problem, lambda owner: owner_alive(OS, home, owner)
-    )
+    findings = certify_records(log.records, log.chain, problem, source.owner_alive)
     cert = certificate(log.records, findings, covered, signer, int(time.time()))
     return cert, findings

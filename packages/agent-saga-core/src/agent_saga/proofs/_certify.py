@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .._history.build import build_history
@@ -113,6 +113,13 @@ def _saga_findings(saga: SagaView, approved: set[int], owner_alive: bool | None)
             )
         if ran and step.semantics == "irreversible" and step.ordinal not in approved:
             add(CRITICAL, "unapproved_irreversible", f"{step.tool} ran without an approval", step)
+    if saga.settled is not None:  # a human took it on: still shown, no longer critical
+        findings = [
+            replace(f, severity=WARNING, message=f"{f.message}; settled by {saga.settled}")
+            if f.severity == CRITICAL
+            else f
+            for f in findings
+        ]
     return findings
 
 

@@ -18,8 +18,10 @@ import time
 import weakref
 from pathlib import Path
 
+from .._errors import ConfigurationError
 from .._log.files import OS as _OS
 from .._log.files import ensure_dir, fsync_dir, fsync_fd, write_fully
+from .._log.forks import ForkGuard
 from .._log.store import LogStore
 from ._checkpoint import Checkpoint, CheckpointError, ForkError, check_extension, open_checkpoint
 from ._logtree import LogTree
@@ -57,13 +59,21 @@ class CheckpointLog:
         Raises:
             CheckpointError: the file exists but is not a checkpoint signed by ``verifiers``.
         """
+        note = self.read_note()
+        return None if note is None else open_checkpoint(note, verifiers)
+
+    def read_note(self) -> str | None:
+        """The latest checkpoint's signed note as text, unchecked; ``None`` when there is none.
+
+        Raises:
+            CheckpointError: the file exists but cannot be read as text.
+        """
         try:
-            note = self.latest_path.read_text(encoding="utf-8")
+            return self.latest_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
             raise CheckpointError(f"cannot read {self.latest_path}: {exc}") from exc
-        return open_checkpoint(note, verifiers)
 
     def publish(self, tree: MerkleTree, signer: NoteSigner) -> Checkpoint:
         """Sign ``tree``'s current head and make it the latest checkpoint, if it extends it.
@@ -149,6 +159,8 @@ class Checkpointer:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self.process = ForkGuard(f"the checkpointer of {home}")
+        """A process forked after this checkpointer started publishes nothing through it."""
 
     @property
     def poll(self) -> float:
@@ -178,6 +190,7 @@ class Checkpointer:
 
     def checkpoint(self) -> Checkpoint:
         """Publish a checkpoint of every record appended so far (now, in this thread)."""
+        self.process.check()
         with self._publish_lock:
             try:
                 self.tree.update()
@@ -229,10 +242,31 @@ class Checkpointer:
         kind = "FORK" if isinstance(error, ForkError) else type(error).__name__
         return f"{kind}: {error}"
 
+    def readiness(self) -> tuple[str, str | None]:
+        """:meth:`health`, and why the kit is not ready because of its checkpoints, if it is not.
+
+        Not ready: after a fork, and when the home's public key (``keys/checkpoint.pub``)
+        exists but cannot be read as a verifier key, since no checkpoint could then be checked.
+        A failed attempt to publish is retried and does not, on its own, make the kit not ready.
+        """
+        health = self.health()
+        if health.startswith("FORK"):
+            return health, f"the log no longer extends its checkpoint: {health}"
+        from ._signing import home_verifier  # loads cryptography: only when asked
+
+        try:
+            home_verifier(self.home)
+        except ConfigurationError as exc:
+            return f"KEY: {exc}", f"checkpoints cannot be checked: {exc}"
+        return health, None
+
     def close(self, *, final: bool = True) -> None:
         """Stop the thread and, with ``final``, publish a last checkpoint if the log grew
-        (clean shutdown). Nothing is published after a fork (see :meth:`poll_once`).
+        (clean shutdown). Nothing is published after a fork (see :meth:`poll_once`), nor from
+        a process forked after this checkpointer started (its thread lives in the parent).
         """
+        if self.process.inherited:
+            return
         self._stop.set()
         self._wake.set()
         if self._thread is not None:

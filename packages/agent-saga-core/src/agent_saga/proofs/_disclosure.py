@@ -154,9 +154,15 @@ def _load(bundle: bytes | str | dict[str, Any]) -> dict[str, Any]:
 
 
 def verify_bundle(
-    bundle: bytes | str | dict[str, Any], verifiers: Sequence[NoteVerifier]
+    bundle: bytes | str | dict[str, Any],
+    verifiers: Sequence[NoteVerifier],
+    *,
+    chain_key: bytes | None = None,
 ) -> DisclosureReport:
     """Check a disclosure bundle offline (see the module docstring).
+
+    ``chain_key`` is needed for a log kept with a keyed chain: each record's chain hash is an
+    HMAC then, and recomputing it needs the key.
 
     Raises:
         DisclosureError: anything the bundle claims does not hold; the message says what.
@@ -177,16 +183,17 @@ def verify_bundle(
     if not isinstance(extra, list) or len(extra) > MAX_RECORDS:
         raise _fail("redactions must be a list of records")
     ledger = RedactionLedger()
+    chain = Chain(chain_key)
     justification: list[Record] = []
     for position, entry in enumerate(extra):
-        redaction, masked = _proven_record(entry, f"redaction {position + 1}", checkpoint)
+        redaction, masked = _proven_record(entry, f"redaction {position + 1}", checkpoint, chain)
         if masked is not None or redaction.kind != REDACTION_KIND:
             raise _fail(f"redaction {position + 1} is not a log.redaction record")
         justification.append(redaction)
     records: list[Record] = []
     for position, entry in enumerate(entries):
         where = f"record {position + 1}"
-        checked, masked = _proven_record(entry, where, checkpoint)
+        checked, masked = _proven_record(entry, where, checkpoint, chain)
         if masked is not None and masked.leaves:
             ledger.hold_leaves(checked.seq, position, masked.leaves)
         elif masked is not None:
@@ -209,7 +216,7 @@ def verify_bundle(
 
 
 def _proven_record(
-    entry: object, where: str, checkpoint: Checkpoint
+    entry: object, where: str, checkpoint: Checkpoint, chain: Chain
 ) -> tuple[Record, Masked | None]:
     """A bundle entry's record, checked and proven included; with what was masked in it after
     it was written (then valid only with a signed redaction record accounting for it)."""
@@ -223,7 +230,7 @@ def _proven_record(
         line = stored_line(obj)
     except (CodecError, TypeError, ValueError) as exc:
         raise _fail(f"{where} (seq {seq}): not a record: {exc}") from exc
-    checked = parse_line(Chain(), line, seq, prev, allow_masked=True)
+    checked = parse_line(chain, line, seq, prev, allow_masked=True)
     if isinstance(checked, ChainBreak):
         raise _fail(f"{where} (seq {seq}): {checked.reason}")
     masked: Masked | None = None

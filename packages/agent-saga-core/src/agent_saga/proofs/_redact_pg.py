@@ -48,9 +48,10 @@ def redact_postgres(
     seqs: Iterable[int] | None = None,
     key: bytes | None = None,
     reason: str = "",
-    schema: str = DEFAULT_SCHEMA,
+    schema: str | None = None,
 ) -> RedactionReport:
-    """:func:`agent_saga.redact_path` for the PostgreSQL log at ``url`` (in ``schema``).
+    """:func:`agent_saga.redact_path` for the PostgreSQL log at ``url`` (in ``schema``, by
+    default the fleet's ``agent_saga``).
 
     Raises:
         ConfigurationError: psycopg is missing, or the administrator key cannot be loaded or
@@ -65,7 +66,7 @@ def redact_postgres(
     from psycopg import sql
 
     parts = parse_masked_path(path)
-    check_schema_name(schema)
+    schema = check_schema_name(schema or DEFAULT_SCHEMA)
     signer = AdminSigner.load(admin_key)
     signer.require_trusted()
     wanted = None if seqs is None else set(seqs)

@@ -111,6 +111,8 @@ def read_verifier(source: str | Path) -> NoteVerifier:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigurationError(f"cannot read the public key {source}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigurationError(f"the public key {source} is not UTF-8 text: {exc}") from None
     try:
         return NoteVerifier.parse(text)
     except NoteError as exc:

@@ -1,0 +1,46 @@
+"""The whole suite runs without the shell's settings for agent-saga and the terminal.
+
+A developer's shell may set ``NO_COLOR``, ``FORCE_COLOR``, ``TERM``, ``COLUMNS``,
+``AGENT_SAGA_STORE``, ``AGENT_SAGA_HOME`` and more; a test that inherits them tests that shell.
+For the whole session (so module-scoped fixtures too, and every subprocess a test starts from
+``os.environ``) they are unset (the list is :mod:`agent_saga.testing.environment`'s), and restored
+at the end. A test that wants one sets it itself. ``AGENT_SAGA_TEST_PG_URL`` and
+``AGENT_SAGA_TEST_PHOENIX`` are kept.
+
+pytest reads this file for every test under this directory: in ``uv run pytest``, and in each
+member's own environment too (``uv run --isolated --package <dist> pytest packages/<dir>/tests``
+still finds the repository's ``pyproject.toml``, so its rootdir is this directory). The members'
+own conftests clear their frameworks' settings (``SLACK_*``, ``OTEL_*``, ...) in addition.
+
+``--inherit-environment`` turns this off, to show what the suite would depend on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from agent_saga.testing.environment import variables_to_clear
+
+INHERIT_OPTION = "--inherit-environment"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        INHERIT_OPTION,
+        action="store_true",
+        help="let the shell's agent-saga and terminal settings reach the tests (by default the "
+        "repository's conftest.py unsets them for the session)",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _suite_environment(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.config.getoption(INHERIT_OPTION):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for name in variables_to_clear(os.environ):
+            monkeypatch.delenv(name)
+        yield

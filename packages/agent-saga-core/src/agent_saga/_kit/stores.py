@@ -1,0 +1,82 @@
+"""What a kit opens from its arguments and the project configuration: the log store (with its
+chain key and, for a fleet, its schema), the kill switch beside it, and the approvals.
+
+The configuration is read only for what the arguments leave open: ``store=None`` means
+``$AGENT_SAGA_STORE`` or ``store``; ``chain_key=None`` means the key file named by
+``$AGENT_SAGA_CHAIN_KEY_FILE`` or ``chain_key_file`` (read only when a store is opened by name);
+a PostgreSQL store's schema is ``$AGENT_SAGA_STORE_SCHEMA`` or ``store_schema``, else
+``agent_saga``. psycopg is imported only for a PostgreSQL store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._config import (
+    configured_chain_key,
+    find_config,
+    is_postgres_url,
+    schema_setting,
+    store_setting,
+)
+from .._errors import ConfigurationError
+from .._gate.killswitch import FileKillSwitch, KillSwitch
+from .._log.filestore import FileLogStore
+from .._log.store import LogStore, MemoryLogStore
+
+if TYPE_CHECKING:
+    from .._approvals.wait import Approvals
+
+
+def configured_approvals() -> Approvals | None:
+    """Approvals with the project configuration's ``approvers``, if it lists any."""
+    approvers = find_config().extra.get("approvers")
+    if not approvers:
+        return None
+    if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
+        raise ConfigurationError("approvers in the configuration is a list of approver ids")
+    from .._approvals.wait import Approvals
+
+    return Approvals(approvers=approvers)
+
+
+def open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> LogStore:
+    """The store a kit writes to (see the module docstring for what ``None`` means).
+
+    Raises:
+        ConfigurationError: an unknown store, or a configured chain key file that cannot be
+            read; and whatever opening the store raises (a corrupt log, an unreachable server).
+    """
+    if isinstance(store, LogStore):
+        return store
+    config = find_config() if store is None or key is None else None
+    if store is None and config is not None:
+        store = store_setting(config)
+    if key is None:
+        key = configured_chain_key(config)
+    if store is None or store == "file":
+        return FileLogStore(home, key=key)
+    if store == "memory":
+        return MemoryLogStore(key=key)
+    if is_postgres_url(store):
+        from .._postgres.connection import DEFAULT_SCHEMA
+        from .._postgres.store import PostgresLogStore  # psycopg is imported only when asked for
+
+        schema = schema_setting(config or find_config()) or DEFAULT_SCHEMA
+        return PostgresLogStore(str(store), key=key, schema=schema)
+    raise ConfigurationError(
+        f"store must be 'file', 'memory', a postgresql:// URL or a LogStore, got {store!r}"
+    )
+
+
+def default_switch(store: LogStore, home: Path) -> KillSwitch:
+    """A fleet's kill switch is a row beside its PostgreSQL log; otherwise the HALT file."""
+    if store.kind == "postgres":
+        from .._postgres.store import PostgresLogStore
+
+        if isinstance(store, PostgresLogStore):
+            from .._gate.killswitch_pg import PostgresKillSwitch
+
+            return PostgresKillSwitch.beside(store)
+    return FileKillSwitch(home)

@@ -1,0 +1,125 @@
+"""The gateway's small parts on their own: where TOML keys are written, argument mappings, the
+input-schema rule, the approval predicate, and reading structured results."""
+
+from __future__ import annotations
+
+import pytest
+from agent_saga import Allow, Deny, Semantics, ToolCall
+from agent_saga_mcp import ArgumentMap, MappingError, Source
+from agent_saga_mcp._results import structured
+from agent_saga_mcp._rules import Above, InputSchemaRule
+from agent_saga_mcp._toml_lines import TomlLines, split_key
+from mcp import types
+
+DOC = '''\
+# a comment
+[gateway]
+name = "g"
+
+[upstreams."a.b"]
+command = "x"
+notes = """
+[upstreams.fake]
+"""
+hide = [
+  "one",
+  'two',
+]
+tools.create.semantics = "reversible"
+
+[[upstreams."a.b".tools.pay.rules]]
+rule = "max_value"
+
+[[ upstreams . 'a.b' . tools . pay . rules ]]  # the second rule
+rule = "range"
+'''
+
+
+def test_split_key_reads_bare_quoted_and_dotted_keys() -> None:
+    assert split_key('upstreams."a.b".tools') == ("upstreams", "a.b", "tools")
+    assert split_key(" a . 'b c' ") == ("a", "b c")
+    assert split_key('"esc\\"aped"') == ('esc"aped',)
+    assert split_key("a..b") is None
+    assert split_key("{ x") is None
+
+
+def test_lines_of_tables_keys_arrays_of_tables_and_values() -> None:
+    lines = TomlLines(DOC)
+    assert lines.line_of(("gateway", "name")) == 3
+    assert lines.line_of(("upstreams", "a.b")) == 5
+    assert lines.line_of(("upstreams",)) == 5
+    assert lines.line_of(("upstreams", "fake")) == 5  # inside a multi-line string: not a table
+    assert lines.line_of(("upstreams", "a.b", "hide")) == 10
+    assert lines.line_of(("upstreams", "a.b", "hide"), "two") == 12
+    assert lines.line_of(("upstreams", "a.b", "tools", "create", "semantics")) == 14
+    assert lines.line_of(("upstreams", "a.b", "tools", "pay", "rules", 0)) == 16
+    assert lines.line_of(("upstreams", "a.b", "tools", "pay", "rules", 1, "rule")) == 20
+    assert lines.line_of(("nowhere",)) is None
+
+
+def test_sources_parse_and_resolve_or_say_what_is_missing() -> None:
+    assert Source.parse("args.card.last4") == Source("args", ("card", "last4"))
+    assert Source.parse("result") == Source("result")
+    assert Source.parse("idempotency_key").resolve({}, None, "k-1") == "k-1"
+    for bad in ("args", "closed", "result..x", "idempotency_key.x", 3):
+        with pytest.raises(ValueError):  # noqa: PT011 - each message is checked in test_config
+            Source.parse(bad)
+    result = {"items": [{"id": "a"}, {"id": "b"}]}
+    assert Source.parse("result.items.1.id").resolve({}, result, None) == "b"
+    with pytest.raises(MappingError, match=r"result\.items\.2 is missing"):
+        Source.parse("result.items.2.id").resolve({}, result, None)
+    with pytest.raises(MappingError, match="the call's result was not recorded"):
+        Source.parse("result.id").resolve({}, None, None)
+
+
+def test_an_argument_map_builds_a_call_from_sources_and_constants() -> None:
+    mapping = ArgumentMap(
+        {"source": Source.parse("args.destination"), "key": Source.parse("idempotency_key")},
+        {"overwrite": False},
+    )
+    built = mapping.build({"destination": "b.md", "source": "a.md"}, None, "as1-x/compensate")
+    assert built == {"overwrite": False, "source": "b.md", "key": "as1-x/compensate"}
+    with pytest.raises(MappingError, match=r"argument 'source' from args\.destination"):
+        mapping.build({}, None, "k")
+
+
+def _call(tool: str, args: dict[str, object]) -> ToolCall:
+    return ToolCall(tool, Semantics.COMPENSABLE, args, "saga", 1, None, lambda k, d: None)
+
+
+def test_the_input_schema_rule_refuses_arguments_the_upstream_would_reject() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "amount": {"type": "number"},
+            "idempotency_key": {"type": "string"},
+            "ref": {"type": "string"},
+        },
+        "required": ["amount", "idempotency_key", "ref"],
+    }
+    rule = InputSchemaRule({"charge": schema, "broken": {"type": 5}}, {"charge": {"ref"}})
+    assert rule.evaluate(_call("charge", {"amount": 5})) == Allow()  # the gateway fills the keys
+    refused = rule.evaluate(_call("charge", {"amount": "5", "extra": 1}))
+    assert refused == Deny("input_schema", "amount: '5' is not of type 'number'")
+    assert rule.evaluate(_call("broken", {"anything": 1})) == Allow()  # not valid JSON Schema
+    assert rule.evaluate(_call("unknown", {})) == Allow()
+    assert rule.describe() == "arguments match the inputSchema of 1 upstream tool(s)"
+
+
+def test_approval_above_a_bound_also_asks_when_the_value_cannot_be_compared() -> None:
+    above = Above("amount", 100)
+    assert above(_call("t", {"amount": 100})) is False
+    assert above(_call("t", {"amount": 100.5})) is True
+    assert above(_call("t", {"amount": "lots"})) is True
+    assert above(_call("t", {})) is True
+    assert above(_call("t", {"amount": float("nan")})) is True
+
+
+def test_a_result_is_structured_content_else_the_json_its_text_holds() -> None:
+    text = types.TextContent(type="text", text='{"number": 3}')
+    assert structured(types.CallToolResult(content=[text])) == {"number": 3}
+    both = types.CallToolResult(content=[text], structured_content={"number": 4})
+    assert structured(both) == {"number": 4}
+    prose = types.TextContent(type="text", text="Created issue 3")
+    assert structured(types.CallToolResult(content=[prose])) is None
+    assert structured(types.CallToolResult(content=[text, prose])) is None
