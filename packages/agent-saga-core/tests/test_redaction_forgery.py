@@ -270,3 +270,19 @@ def test_a_statement_cannot_be_moved_to_another_place(
     result = cli(home, "verify")
     assert result.exit_code == 1
     assert "signature does not verify" in result.output
+
+
+def test_even_an_administrator_cannot_rewrite_a_version_2_record(
+    needs_human: tuple[Path, Path], tmp_path: Path, admin_key: Path
+) -> None:
+    """A version 1 record masked in place rests on its signature alone, so a record written
+    as version 2 (after which the log holds no honest version 1 record) cannot be passed off
+    as one: the same forgery, signed by the trusted administrator key, still fails."""
+    from cryptography.hazmat.primitives import serialization
+
+    home, saved = needs_human
+    key = serialization.load_pem_private_key(admin_key.read_bytes(), password=None)
+    assert isinstance(key, Ed25519PrivateKey)
+    forge(home, downgrade=True, sign=key)
+    outputs = refused_everywhere(home, saved, tmp_path)
+    assert any("version 1 record masked in place after version 2" in o for o in outputs), outputs

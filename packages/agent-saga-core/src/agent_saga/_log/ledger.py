@@ -14,6 +14,11 @@ The signature covers :func:`statement_message`: the statement without ``signatur
 the record's own ``seq`` and ``prev`` so it cannot be moved to another place or another log.
 ``admin`` must be one of the trusted administrator keys (:mod:`.admins`).
 
+A version 1 record masked in place is accepted only before the log's first version 2 record:
+writers of version 2 never write version 1 records, so one found after a version 2 record is a
+version 2 record rewritten to escape its commitments, which no signature can excuse (the
+administrator may mask values, not change the rest of a record).
+
 A statement without a signature (version 1 logs had only those) counts only once a later
 signed statement lists its ``seq`` under ``confirms``. A log verifies only when, at its end,
 every masked value and every unsigned statement is accounted for; a statement with a bad
@@ -44,6 +49,10 @@ __all__ = [
 UNJUSTIFIED = "record changed after it was written (no redaction record accounts for it)"
 UNJUSTIFIED_LEAVES = (
     "values masked after the record was written, and no signed redaction record accounts for them"
+)
+DOWNGRADED = (
+    "version 1 record masked in place after version 2 records: only the values of a version 2 "
+    "record can be masked, and its other fields must still match its hash"
 )
 UNSIGNED = (
     "redaction record not signed by an administrator key (an older version wrote it?): "
@@ -83,10 +92,20 @@ class RedactionLedger:
         """Unsigned statements not yet confirmed: seq -> (byte offset, their entries)."""
         self.redacted: dict[int, list[str]] = {}
         """seq -> masked paths, for records accounted for so far."""
+        self.in_place: dict[int, int] = {}
+        """Every version 1 record masked in place: seq -> byte offset."""
+        self.first_v2: int | None = None
+        """The ``seq`` of the first version 2 record seen (tell with :meth:`saw_version_2`)."""
+
+    def saw_version_2(self, seq: int) -> None:
+        """Record ``seq`` is a version 2 record (callers may stop telling after the first)."""
+        if self.first_v2 is None or seq < self.first_v2:
+            self.first_v2 = seq
 
     def hold(self, seq: int, offset: int, line: bytes) -> None:
         """A version 1 record whose stored ``line`` no longer matches its hash."""
         self.pending[seq] = (offset, redaction_digest(line))
+        self.in_place[seq] = offset
 
     def hold_leaves(self, seq: int, offset: int, leaves: tuple[int, ...] | list[int]) -> None:
         """A version 2 record with these leaves masked (its hash holds)."""
@@ -94,6 +113,8 @@ class RedactionLedger:
 
     def see(self, record: Record, offset: int) -> str | None:
         """Take one verified record in log order; returns why the log is invalid, or ``None``."""
+        if record.v != 1 and self.first_v2 is None:
+            self.saw_version_2(record.seq)
         if record.kind == REDACTION_KIND:
             return self.justify(record.seq, record.prev, record.data, offset)
         if record.salts is not None and "." in record.salts:
@@ -165,7 +186,8 @@ class RedactionLedger:
 
     def first_unjustified(self) -> tuple[int, int, str] | None:
         """``(seq, offset, why)`` of the first masked record or unsigned statement that no
-        signed redaction record accounts for."""
+        signed redaction record accounts for, or of a version 1 record masked in place after
+        a version 2 record (accounted for or not)."""
         unsigned_names = {
             entry.get("seq"): statement
             for statement, (_, entries) in self.unsigned.items()
@@ -182,6 +204,9 @@ class RedactionLedger:
             for seq, (off, _) in self.pending_leaves.items()
         ]
         found += [(seq, off, UNSIGNED) for seq, (off, _) in self.unsigned.items()]
+        if self.first_v2 is not None:
+            first_v2 = self.first_v2
+            found += [(s, off, DOWNGRADED) for s, off in self.in_place.items() if s > first_v2]
         if not found:
             return None
         seq, offset, reason = min(found)

@@ -99,6 +99,7 @@ def walk(
         result = parse_line(chain, line[:-1], seq + 1, prev, allow_masked=True)
         if isinstance(result, ChainBreak):
             raise CorruptLogError(where, offset, result.reason, seq + 1)
+        masked = isinstance(result, Masked)
         if isinstance(result, Masked):
             assert result.record is not None
             if result.leaves:
@@ -106,7 +107,9 @@ def walk(
             else:
                 ledger.hold(result.seq, offset, line[:-1])
             result = result.record
-        elif result.kind == REDACTION_KIND:
+        if result.v != 1 and ledger.first_v2 is None:
+            ledger.saw_version_2(result.seq)
+        if not masked and result.kind == REDACTION_KIND:
             problem = ledger.justify(result.seq, result.prev, result.data, offset)
             if problem is not None:
                 raise CorruptLogError(where, offset, problem, result.seq)
@@ -178,14 +181,19 @@ def scan(
                 before[result.seq] = (count, seq, last)
                 if result.leaves:
                     ledger.hold_leaves(result.seq, position, result.leaves)
+                    if ledger.first_v2 is None:
+                        ledger.saw_version_2(result.seq)
                 else:
                     ledger.hold(result.seq, position, line)
                 result = (result.seq, result.hash)
-            elif _REDACTION_TAIL in line:
-                before[seq + 1] = (count, seq, last)
-                problem = _justify(ledger, line, position)
-                if problem is not None:
-                    return broken(problem)
+            else:
+                if ledger.first_v2 is None and line.endswith(_V2_END):
+                    ledger.saw_version_2(seq + 1)
+                if _REDACTION_TAIL in line:
+                    before[seq + 1] = (count, seq, last)
+                    problem = _justify(ledger, line, position)
+                    if problem is not None:
+                        return broken(problem)
             count, (seq, last), position = count + 1, result, position + len(line) + 1
         if pending[:1] == b"\x00":
             return free_space()
@@ -197,6 +205,7 @@ def scan(
 
 
 _REDACTION_TAIL = b',"kind":"' + REDACTION_KIND.encode() + b'","prev":'
+_V2_END = b',"v":2}'
 
 
 def _justify(ledger: RedactionLedger, line: bytes, offset: int) -> str | None:

@@ -190,10 +190,14 @@ def verify_bundle(
         if masked is not None or redaction.kind != REDACTION_KIND:
             raise _fail(f"redaction {position + 1} is not a log.redaction record")
         justification.append(redaction)
+        if redaction.v != 1:
+            ledger.saw_version_2(redaction.seq)
     records: list[Record] = []
     for position, entry in enumerate(entries):
         where = f"record {position + 1}"
         checked, masked = _proven_record(entry, where, checkpoint, chain)
+        if checked.v != 1:
+            ledger.saw_version_2(checked.seq)
         if masked is not None and masked.leaves:
             ledger.hold_leaves(checked.seq, position, masked.leaves)
         elif masked is not None:
