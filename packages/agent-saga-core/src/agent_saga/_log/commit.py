@@ -63,10 +63,10 @@ _URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 class _SaltSource:
-    """Random salts drawn from a pool refilled in bulk (one ``getrandom`` per 186 salts).
+    """Random salts drawn from a pool refilled in bulk (one ``getrandom`` per 248 salts).
 
     ``list.pop`` is atomic, so no two records, in any threads, ever get the same salt; a forked
-    child starts with an empty pool, so parent and child never share one.
+    child starts with an empty pool (and a fresh lock), so parent and child never share one.
     """
 
     def __init__(self) -> None:
@@ -74,6 +74,7 @@ class _SaltSource:
         self._pool: list[bytes] = []
 
     def reset(self) -> None:
+        self._lock = threading.Lock()
         self._pool = []
 
     def take(self) -> bytes:
@@ -81,7 +82,7 @@ class _SaltSource:
             return self._pool.pop()
         except IndexError:
             with self._lock:
-                raw = os.urandom(3 * 22 * 62)  # 186 salts
+                raw = os.urandom(3 * 22 * 62)  # 248 salts of 22 base64url characters
                 text = b2a_base64(raw, newline=False).translate(_URLSAFE)
                 fresh = [text[i : i + SALT_LEN] for i in range(0, len(text), SALT_LEN)]
                 self._pool.extend(fresh)
@@ -89,6 +90,7 @@ class _SaltSource:
 
 
 _SOURCE = _SaltSource()
+_take = _SOURCE.take
 os.register_at_fork(after_in_child=_SOURCE.reset)
 
 
@@ -164,6 +166,25 @@ def _swapped(hashed_bytes: bytes, swaps: list[tuple[bytes, bytes]]) -> bytes:
     return hashed_bytes
 
 
+def _scalar(value: Any) -> bytes | None:
+    """``canonical(value)`` when ``value`` is a scalar that needs no checks, else ``None``."""
+    kind = type(value)
+    if kind is int:
+        return b"%d" % value
+    if kind is str:
+        try:
+            return _quote(value).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CodecError(f"no canonical JSON form: {exc}") from exc
+    if value is None:
+        return b"null"
+    if value is True:
+        return b"true"
+    if value is False:
+        return b"false"
+    return None
+
+
 def sealed_forms(data: dict[str, JSONValue]) -> tuple[bytes, bytes, str] | None:
     """For fresh ``data``: the canonical bytes of its hashed form and of its stored form
     (``canonical(data)``), and its new salts; ``None`` when it commits nothing.
@@ -171,34 +192,41 @@ def sealed_forms(data: dict[str, JSONValue]) -> tuple[bytes, bytes, str] | None:
     Raises:
         CodecError: a value has no canonical form.
     """
-    if _COMMITTED_SET.isdisjoint(data):
+    present = _COMMITTED_SET.intersection(data)
+    if not present:
         return None
     hashed: dict[str, Any] = dict(data)
-    present = [key for key in COMMITTED if key in data]
     if len(present) == 1:
-        key = present[0]
+        (key,) = present
         value = data[key]
-        if type(value) in _SCALARS:  # the usual result: one scalar, one salt
-            salt = _SOURCE.take()
-            encoded = _encoded(value)
+        encoded = _scalar(value)
+        if encoded is not None:  # the usual result: one scalar, one salt
+            salt = _take()
             digest = blake2s(salt + encoded).hexdigest()
             hashed[key] = digest
             hashed_bytes = canonical(hashed)
-            stored = hashed_bytes.replace(b'"' + digest.encode() + b'"', encoded, 1)
+            stored = hashed_bytes.replace(b'"%s"' % digest.encode(), encoded, 1)
             return hashed_bytes, stored, salt.decode("ascii")
-        if type(value) is dict and _flat(value):  # the usual arguments: a few scalars
-            take, salts, swaps, skeleton = _SOURCE.take, [], [], dict[str, str]()
+        if type(value) is dict and value:  # the usual arguments: a few scalars
+            salts: list[bytes] = []
+            swaps: list[tuple[bytes, bytes]] = []
+            skeleton: dict[str, str] = {}
             for name in sorted(value):
-                salt = take()
-                encoded = _encoded(value[name])
+                encoded = _scalar(value[name])
+                if encoded is None:
+                    break
+                salt = _take()
                 skeleton[name] = digest = blake2s(salt + encoded).hexdigest()
                 salts.append(salt)
-                swaps.append((b'"' + digest.encode() + b'"', encoded))
-            hashed[key] = skeleton
-            hashed_bytes = canonical(hashed)
-            return hashed_bytes, _swapped(hashed_bytes, swaps), b"".join(salts).decode("ascii")
+                swaps.append((b'"%s"' % digest.encode(), encoded))
+            else:
+                hashed[key] = skeleton
+                hashed_bytes = canonical(hashed)
+                stored = _swapped(hashed_bytes, swaps)
+                return hashed_bytes, stored, b"".join(salts).decode("ascii")
+            # not flat after all: the general path below draws fresh salts (these are dropped)
     committer = _Committer()
-    for key in present:
+    for key in sorted(present):
         hashed[key] = committer.form(data[key])
     hashed_bytes = canonical(hashed)
     stored = _swapped(hashed_bytes, committer.swaps)
