@@ -9,7 +9,9 @@ Keys:
 * ``store_schema``: the PostgreSQL schema that holds the fleet's tables (default ``agent_saga``);
 * ``chain_key_file``: a file holding the key of a keyed hash chain (relative to the file);
 * ``imports``: modules to import before recovering, so their compensators and probes register;
-* ``approvers``: reserved for approvals;
+* ``approvers``: who may approve when a rule names nobody (see ``docs/approvals.md``);
+* ``admin_keys``: the administrator public keys trusted to sign redactions and approver keys
+  (see :mod:`agent_saga._log.admins`); keep this file where the agents cannot change it;
 * ``server``: a control plane's URL (``AgentKit`` then ships its log there and takes its kill
   switch, approvals and budgets from it);
 * ``server_token_file``: a file holding the agent token for ``server`` (relative to the file;
@@ -44,8 +46,8 @@ SERVER_TOKEN_FILE_ENV = "AGENT_SAGA_SERVER_TOKEN_FILE"  # noqa: S105 - a variabl
 DEFAULT_HOME = ".agent-saga"
 KNOWN_KEYS = frozenset(
     {
-        "home", "store", "store_schema", "chain_key_file", "imports", "approvers", "server",
-        "server_token_file",
+        "home", "store", "store_schema", "chain_key_file", "imports", "approvers", "admin_keys",
+        "server", "server_token_file",
     }
 )  # fmt: skip
 MIN_CHAIN_KEY_BYTES = 16
@@ -59,6 +61,7 @@ class Config:
     home: Path | None = None
     store: str | None = None
     imports: tuple[str, ...] = ()
+    admin_keys: tuple[str, ...] = ()
     store_schema: str | None = None
     chain_key_file: Path | None = None
     server: str | None = None
@@ -110,10 +113,14 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
     token_file = section.get("server_token_file")
     if not isinstance(imports, list) or not all(isinstance(m, str) for m in imports):
         raise ConfigurationError(f"{path}: 'imports' must be a list of module names")
+    admin_keys = section.get("admin_keys", [])
+    if not isinstance(admin_keys, list) or not all(isinstance(k, str) for k in admin_keys):
+        raise ConfigurationError(f"{path}: 'admin_keys' must be a list of public keys or files")
     return Config(
         home=(path.parent / home) if home else None,
         store=store,
         imports=tuple(imports),
+        admin_keys=tuple(admin_keys),
         store_schema=section.get("store_schema") or None,
         chain_key_file=(path.parent / key_file) if key_file else None,
         server=section.get("server") or None,

@@ -311,6 +311,8 @@ class AgentKit:
         manifest = guarantees(self.runtime, self.runtime.tools.specs(), __version__)
         approvals = self.runtime.approvals
         manifest["approvals"] = None if approvals is None else approvals.describe()
+        if manifest["approvals"] is not None:  # what a vote rests on is a limit too
+            manifest["not_claimed"].extend(manifest["approvals"].get("not_claimed", []))
         manifest["checkpoints"] = (
             None if self.checkpointer is None else self.checkpointer.describe()
         )
