@@ -162,14 +162,17 @@ def rows_of(records: list[dict[str, Any]], origin: str) -> list[tuple[Any, ...]]
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
     return [
-        (origin, r["seq"], r["ts"], r["kind"], r["saga"], r["hash"], r["prev"], text(r["data"]))
+        (
+            origin, r["seq"], r["ts"], r["kind"], r["saga"], r["hash"], r["prev"], text(r["data"]),
+            r["v"], r.get("salts"),
+        )
         for r in records
-    ]
+    ]  # fmt: skip
 
 
 RAW_INSERT = (
-    "INSERT INTO records (origin, seq, ts, kind, saga, hash, prev, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO records (origin, seq, ts, kind, saga, hash, prev, data, v, salts) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 """The floor writes the same rows into the server's own ``records`` table (same indexes), under
 origins the server never heard of: what storing the records costs, without checking them."""

@@ -227,11 +227,22 @@ def test_a_chunked_body_over_the_limit_is_refused_while_it_streams(
 
 
 def _records(tmp_path: Path) -> list[dict[str, Any]]:
+    """A saga's records: begin, a step's intent and outcome (committed values, with salts), end."""
     kit = AgentKit(home=tmp_path / "agent", checkpoints=False)
+
+    @kit.tool(name="vault.put", compensate=lambda secret: None)
+    def put(secret: str) -> str:
+        return "stored"
+
     with kit.transaction("one"):
-        pass
+        put("s3cr3t")
     kit.close()
     return [record.to_json() for record in read_log(tmp_path / "agent")]
+
+
+def without_salts(record: dict[str, Any]) -> dict[str, Any]:
+    assert "salts" in record
+    return {k: v for k, v in record.items() if k != "salts"}
 
 
 def test_records_that_do_not_continue_the_chain_are_refused_and_kept(
@@ -246,6 +257,9 @@ def test_records_that_do_not_continue_the_chain_are_refused_and_kept(
         ("a prev that is not the stored tail", [{**records[0], "prev": "1" * 64}], 409),
         ("out of order", [records[1], records[0]], 422),
         ("a kind over 200 characters", [{**records[0], "kind": "k" * 201}], 400),
+        ("a salt that is not the one hashed", [records[0], {**records[1], "salts": "A" * 22}], 422),
+        ("committed values without their salts", [records[0], without_salts(records[1])], 422),
+        ("salts on a version 1 record", [{**records[0], "v": 1, "salts": "A" * 22}], 422),
     ]
     for what, batch, status in cases:
         answer = client.post(path, json={"records": batch}, headers=agent)
@@ -254,7 +268,7 @@ def test_records_that_do_not_continue_the_chain_are_refused_and_kept(
     assert accepted.json()["accepted"] == len(records)
     with hostile.client(tokens["admin"]) as admin:
         kept = admin.get("/v1/audit/conflicts", params={"origin": ORIGIN}).json()["conflicts"]
-    assert len(kept) == 4  # the refused batches that reached the store (not the 400)
+    assert len(kept) == 7  # the refused batches that reached the store (not the 400)
     assert kept[1]["body"]["records"][0]["hash"] == "0" * 64
 
 

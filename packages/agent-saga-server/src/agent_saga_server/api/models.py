@@ -69,7 +69,10 @@ class TokenList(BaseModel):
 
 
 class RecordIn(StrictModel):
-    v: int
+    """A log record as the agent's log holds it (``salts`` only on a version 2 record that
+    commits values)."""
+
+    v: Annotated[int, Field(ge=1, le=2)]
     seq: Annotated[int, Field(ge=1, le=MAX_INT)]
     ts: Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)]
     kind: Annotated[str, Field(max_length=200)]
@@ -77,6 +80,8 @@ class RecordIn(StrictModel):
     data: dict[str, Any]
     prev: Hex64
     hash: Hex64
+    salts: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]*$", max_length=4 * 1024 * 1024)] = ""
+    """Absent on a record without committed values (an empty string is not a record's)."""
 
 
 class IngestBody(StrictModel):

@@ -162,19 +162,22 @@ def _check_duplicates(tx: Tx, origin: str, known: list[dict[str, Any]]) -> None:
     if not known:
         return
     rows = tx.all(
-        "SELECT seq, ts, kind, saga, hash, prev, data FROM records WHERE origin = ? "
+        "SELECT seq, ts, kind, saga, hash, prev, data, v, salts FROM records WHERE origin = ? "
         "AND seq >= ? AND seq <= ? ORDER BY seq",
         (origin, known[0]["seq"], known[-1]["seq"]),
     )
     stored = {int(row[0]): row for row in rows}
     for obj in known:
         row = stored.get(obj["seq"])
+        fields = (
+            obj.get("ts"), obj.get("kind"), obj.get("saga"), obj.get("hash"), obj.get("prev"),
+        )  # fmt: skip
         same = row is not None and (
-            obj.get("v") == 1
-            and (obj.get("ts"), obj.get("kind"), obj.get("saga"), obj.get("hash"), obj.get("prev"))
-            == (row[1], row[2], row[3], row[4], row[5])
+            fields == (row[1], row[2], row[3], row[4], row[5])
             and _data_text(obj.get("data")) == row[6]
-            and set(obj) == {"v", "seq", "ts", "kind", "saga", "data", "prev", "hash"}
+            and (obj.get("v"), obj.get("salts")) == (row[7], row[8])
+            and set(obj) - {"salts"} == _RECORD_FIELDS
+            and ("salts" in obj) == (row[8] is not None)
         )
         if not same:
             raise IngestRefused(
@@ -191,9 +194,10 @@ def _data_text(data: Any) -> str | None:
         return None
 
 
+_RECORD_FIELDS = frozenset({"v", "seq", "ts", "kind", "saga", "data", "prev", "hash"})
 _INSERT_RECORD = (
-    "INSERT INTO records (origin, seq, ts, kind, saga, hash, prev, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO records (origin, seq, ts, kind, saga, hash, prev, data, v, salts) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UPSERT_SAGA = (
     "INSERT INTO sagas (origin, saga, name, status, started, ended, first_seq, last_seq) "
@@ -212,7 +216,18 @@ def _store(tx: Tx, origin: str, fresh: list[Record]) -> None:
     tx.execute_many(
         _INSERT_RECORD,
         [
-            (origin, r.seq, r.ts, r.kind, r.saga, r.hash, r.prev, canonical_text(r.data))
+            (
+                origin,
+                r.seq,
+                r.ts,
+                r.kind,
+                r.saga,
+                r.hash,
+                r.prev,
+                canonical_text(r.data),
+                r.v,
+                r.salts,
+            )
             for r in fresh
         ],
     )
@@ -252,7 +267,7 @@ def read_records(
     """The stored records of ``origin``, in seq order: of one saga, or with ``kind`` given and
     no saga, the log's own records of that kind (``saga.settled``, ``log.redaction``, ...);
     up to a seq."""
-    sql = "SELECT seq, ts, kind, saga, data, prev, hash FROM records WHERE origin = ?"
+    sql = "SELECT seq, ts, kind, saga, data, prev, hash, salts, v FROM records WHERE origin = ?"
     params: list[Any] = [origin]
     if saga is not None:
         sql += " AND saga = ?"
@@ -265,8 +280,8 @@ def read_records(
         params.append(upto)
     rows = tx.all(sql + " ORDER BY seq", params)
     return [
-        Record(int(s), int(ts), str(k), sg, json.loads(d), str(p), str(h))
-        for s, ts, k, sg, d, p, h in rows
+        Record(int(s), int(ts), str(k), sg, json.loads(d), str(p), str(h), sl, int(v))
+        for s, ts, k, sg, d, p, h, sl, v in rows
     ]
 
 

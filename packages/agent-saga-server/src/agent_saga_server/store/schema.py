@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS origins (
 CREATE TABLE IF NOT EXISTS records (
     origin TEXT NOT NULL, seq BIGINT NOT NULL, ts BIGINT NOT NULL, kind TEXT NOT NULL,
     saga TEXT, hash TEXT NOT NULL, prev TEXT NOT NULL, data TEXT NOT NULL,
-    PRIMARY KEY (origin, seq)
+    v INTEGER NOT NULL, salts TEXT, PRIMARY KEY (origin, seq)
 );
 CREATE INDEX IF NOT EXISTS records_by_saga ON records (origin, saga, seq);
 CREATE INDEX IF NOT EXISTS records_of_the_log ON records (origin, kind, seq) WHERE saga IS NULL;
