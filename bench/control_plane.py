@@ -100,6 +100,16 @@ def planes(base: Path, store: str | None) -> Iterator[list[Plane]]:
             process.wait(15)
             if process.stdout is not None:
                 process.stdout.close()
+        if store is not None:
+            drop_schema(store, f"bench_{os.getpid()}")
+
+
+def drop_schema(url: str, schema: str) -> None:
+    """Remove the schema the servers of this run made (the database is the reader's)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def answers(url: str) -> Callable[[], bool]:
