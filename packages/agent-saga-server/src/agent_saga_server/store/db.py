@@ -185,7 +185,10 @@ class PostgresDatabase:
             conn.commit()
 
         try:
-            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            with psycopg.connect(url, connect_timeout=10) as conn, conn.transaction():
+                # CREATE SCHEMA IF NOT EXISTS races with itself: replicas starting together
+                # take turns (the lock ends with the transaction)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (POSTGRES_LOCK_ID,))
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         except psycopg.Error as exc:
             raise DatabaseUnavailable(f"{self.where}: {_one_line(exc)}") from exc
