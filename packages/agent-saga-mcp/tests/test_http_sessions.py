@@ -4,8 +4,9 @@ tracker (stdio) and a payment provider (HTTP), with the package README's configu
 Each test opens its own client sessions (``mcp.ClientSession`` over streamable HTTP): sessions
 are sagas of their own, end cleanly with the client's DELETE, can be bracketed with the saga
 tools, ask their user through elicitation, or wait for a terminal approver. The gateway runs
-with a 3-second idle timeout, so a client that vanishes is rolled back quickly. The last test
-stops the gateway.
+with an 8-second idle timeout: a client that vanishes is rolled back soon, and a loaded
+machine's pause between two requests of one session does not end it. The last test stops the
+gateway.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from mcp_testkit import (
     wait_for_text,
 )
 
-HTTP = ["--http", "--port", "0", "--idle-timeout", "3"]
+HTTP = ["--http", "--port", "0", "--idle-timeout", "8"]
 
 
 @dataclass
@@ -251,12 +252,12 @@ def test_a_client_that_vanishes_is_rolled_back_after_the_idle_timeout(served: Se
 
     number = asyncio.run(run())
     assert number not in served.closed()
-    asyncio.run(eventually(lambda: number in served.closed(), timeout=20))
+    asyncio.run(eventually(lambda: number in served.closed(), timeout=40))
     [saga] = step_sagas(served.home, "create_issue", title="vanished")
     end = saga_end(saga_records(served.home)[saga])
     assert end is not None
     assert end["status"] == "rolled_back"
-    assert "idle for 3 s" in str(end["cause"])
+    assert "idle for 8 s" in str(end["cause"])
 
 
 def test_a_request_without_a_session_is_a_saga_of_its_own(served: Served) -> None:
