@@ -189,13 +189,13 @@ async def saga_work(calls: int, directory: Path) -> dict[str, float]:
     rules = gate_rules(config, routes, None)
     kit = AgentKit(home=directory / "home", rules=rules, registry=registry)
     gateway = Gateway(config, kit, routes, guards_for(config, routes, upstream, registry), upstream)
-    ctx: Any = SimpleNamespace(request=None, session=None, request_id=1)
+    caller: Any = SimpleNamespace(session_key="stdio", can_elicit=lambda: False)
     out: dict[str, float] = {}
     for name, arguments in (("read", {"key": "k"}), ("put", {"key": "k", "value": 1})):
         params = types.CallToolRequestParams(name=name, arguments=arguments)
 
         async def call(i: int, params: Any = params) -> object:
-            return await gateway.call_tool(ctx, params)
+            return await gateway.call_tool(caller, params)
 
         await _timed(call, 50, 0)
         out[name] = statistics.median(await _timed(call, calls, 0))
