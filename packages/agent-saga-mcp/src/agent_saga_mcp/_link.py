@@ -44,6 +44,7 @@ CLIENT_INFO = {"name": "agent-saga-mcp", "version": __version__}
 _GRACE = 2.0
 """Seconds an upstream gets to exit after its stdin closes, then after SIGTERM."""
 _MAX_PAGES = 1000
+_EXIT_POLLS = 50
 
 
 class UpstreamError(AgentSagaError):
@@ -189,7 +190,8 @@ class StdioLink:
             self._send(message)
             return await answer
         except asyncio.CancelledError:
-            if self.gone is None and not answer.done():
+            answered = answer.done() and not answer.cancelled()
+            if self.gone is None and not answered:
                 cancel = {"requestId": request_id, "reason": "the gateway's caller cancelled"}
                 self._notify("notifications/cancelled", cancel)
             raise
@@ -216,6 +218,10 @@ class StdioLink:
                 self._receive(line)
         except (OSError, ValueError) as exc:
             why = f"could not be read ({exc})"
+        for _ in range(_EXIT_POLLS):  # an exit code, when it comes soon, says more
+            if self.process.returncode is not None:
+                break
+            await asyncio.sleep(0.01)
         self._fail(f"upstream '{self.name}' {why}")
 
     def _receive(self, line: bytes) -> None:
