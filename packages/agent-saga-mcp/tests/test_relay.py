@@ -3,7 +3,8 @@ stdin and reads its stdout, as an MCP client does, including lines no SDK client
 
 The gateway (one subprocess for the module, with a 64 KiB message limit) fronts an issue
 tracker and a ``probe`` server (echo, wait, exit mid-call), both stdio upstreams with ledgers
-outside their processes. The last test runs a gateway of its own, whose probe upstream dies.
+outside their processes. The last tests run gateways of their own: one whose probe upstream
+dies, one whose client speaks the 2026 protocol era (handed to the SDK's server).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.types.version import LATEST_MODERN_VERSION
 from mcp_testkit import (
     AGENT_SAGA,
     START_TIMEOUT,
@@ -277,3 +279,43 @@ def test_an_upstream_that_dies_mid_call_fails_the_call_and_the_saga_is_undone(
     finally:
         code = _end(client)
     assert code == 0
+
+
+def test_a_client_of_the_2026_era_is_handed_to_the_sdk_and_served(tmp_path: Path) -> None:
+    issues, probe = Ledger(tmp_path / "issues.jsonl"), Ledger(tmp_path / "probe.jsonl")
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        CONFIG.format(
+            issues=stdio_upstream("issues", issues.path), probe=stdio_upstream("probe", probe.path)
+        )
+    )
+    home = tmp_path / "home"
+    with (tmp_path / "gateway.err").open("w") as err:
+        process = subprocess.Popen(
+            [AGENT_SAGA, "--home", str(home), "mcp", "serve", "--config", str(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    client = RawClient(process, home, issues, probe)
+    meta = {  # the 2026 per-request envelope (no initialize handshake)
+        "io.modelcontextprotocol/protocolVersion": LATEST_MODERN_VERSION,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    try:
+        client.send({"id": 1, "method": "server/discover", "params": {"_meta": meta}})
+        discovered = client.receive(START_TIMEOUT * 2)
+        assert discovered["result"]["supportedVersions"] == [LATEST_MODERN_VERSION]
+        call = {"name": "echo", "arguments": {"text": "modern"}, "_meta": meta}
+        client.send({"id": 2, "method": "tools/call", "params": call})
+        echoed = client.receive()
+        assert echoed["id"] == 2
+        assert echoed["result"]["structuredContent"] == {"result": "modern"}
+        assert echoed["result"]["resultType"] == "complete"
+    finally:
+        code = _end(client)
+    assert code == 0
+    assert [e["text"] for e in probe.ops("echo")] == ["modern"]
+    [saga] = step_sagas(home, "echo", text="modern")
+    assert (saga_end(saga_records(home)[saga]) or {}).get("status") == "committed"
