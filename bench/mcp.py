@@ -10,6 +10,10 @@ front of a third copy. A real ``mcp.ClientSession`` times, in alternating rounds
   * a REVERSIBLE call through the gateway (``read``: gate, buffered intent and outcome);
   * a COMPENSABLE call through the gateway (``put``: gate, intent fsynced before the call).
 
+The gateway serves this stdio client through its message-level relay and holds its stdio
+upstream as a raw JSON-RPC link (no SDK session in the middle process); the bare proxy keeps
+the SDK's sessions on both sides, as any proxy built on the SDK does.
+
 Then, in process, the gateway's own work per call with no MCP on either side (its handler in
 front of an upstream that answers at once). It prints p50 per run (milliseconds), then ranges
 over the runs: what the gateway adds over the direct call (and the ratio) and over the bare
