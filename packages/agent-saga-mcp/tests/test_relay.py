@@ -183,6 +183,8 @@ def test_a_line_that_is_not_json_is_a_parse_error_and_the_session_goes_on(
     answer = gateway.receive()
     assert answer["id"] is None
     assert answer["error"]["code"] == -32700
+    gateway.write(b"[" * 50_000 + b"\n")  # nested too deep for a parser's recursion
+    assert gateway.receive()["error"]["code"] == -32700
     gateway.write(b"[1, 2]\n")
     assert gateway.receive()["error"]["code"] == -32600
     gateway.send({"id": True, "method": "ping"})  # a bool is not an id

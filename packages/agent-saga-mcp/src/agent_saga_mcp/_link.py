@@ -215,7 +215,10 @@ class StdioLink:
                 if isinstance(line, _wire.Oversized):
                     why = f"sent a message of {line.size} bytes, over the limit"
                     break
-                self._receive(line)
+                try:
+                    self._receive(line)
+                except (ValueError, TypeError, RecursionError):
+                    continue  # a line that does not parse as a message: dropped
         except (OSError, ValueError) as exc:
             why = f"could not be read ({exc})"
         for _ in range(_EXIT_POLLS):  # an exit code, when it comes soon, says more
@@ -225,10 +228,7 @@ class StdioLink:
         self._fail(f"upstream '{self.name}' {why}")
 
     def _receive(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return  # not JSON: a stray line; a request it was meant to answer stays pending
+        message = json.loads(line)  # not JSON: dropped by the caller; a request stays pending
         if not isinstance(message, dict):
             return
         if "method" in message:
@@ -239,7 +239,8 @@ class StdioLink:
                     why = "the gateway does not serve this to upstreams"
                     self._send(_wire.error(message["id"], _wire.METHOD_NOT_FOUND, why))
             return
-        answer = self.pending.get(message.get("id"))  # type: ignore[arg-type]
+        request_id = message.get("id")
+        answer = self.pending.get(request_id) if isinstance(request_id, int) else None
         if answer is None or answer.done():
             return
         if "error" in message:

@@ -36,6 +36,7 @@ ends the session's sagas.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -102,8 +103,7 @@ class Relay:
                     self.send(_wire.error(None, _wire.INVALID_REQUEST, why))
                 else:
                     self.receive(line)
-                if not self.writer.is_closing():
-                    await self.writer.drain()
+                await self.drain()
             ended = True
         finally:
             self.open = False
@@ -117,6 +117,12 @@ class Relay:
             if calls:
                 await asyncio.wait(calls)
 
+    async def drain(self) -> None:
+        """Wait while the client is slow to read (a client that closed its end is not)."""
+        if not self.writer.is_closing():
+            with contextlib.suppress(ConnectionError):
+                await self.writer.drain()
+
     def send(self, message: dict[str, Any]) -> None:
         if not self.writer.is_closing():
             self.writer.write(_wire.encode(message))
@@ -125,7 +131,7 @@ class Relay:
         """Interpret one line of the client's (see the module docstring)."""
         try:
             message = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             self.send(_wire.error(None, _wire.PARSE_ERROR, f"Parse error: {exc}"))
             return
         if not isinstance(message, dict):
@@ -224,8 +230,7 @@ class Relay:
             if self.calls.get(request_id) is task:
                 del self.calls[request_id]
         self.send(answer)
-        if not self.writer.is_closing():
-            await self.writer.drain()
+        await self.drain()
 
     def notified(self, method: str, params: dict[str, Any] | None) -> None:
         if method != "notifications/cancelled":
