@@ -10,6 +10,10 @@ front of a third copy. A real ``mcp.ClientSession`` times, in alternating rounds
   * a REVERSIBLE call through the gateway (``read``: gate, buffered intent and outcome);
   * a COMPENSABLE call through the gateway (``put``: gate, intent fsynced before the call).
 
+The gateway serves this stdio client through its message-level relay and holds its stdio
+upstream as a raw JSON-RPC link (no SDK session in the middle process); the bare proxy keeps
+the SDK's sessions on both sides, as any proxy built on the SDK does.
+
 Then, in process, the gateway's own work per call with no MCP on either side (its handler in
 front of an upstream that answers at once). It prints p50 per run (milliseconds), then ranges
 over the runs: what the gateway adds over the direct call (and the ratio) and over the bare
@@ -189,13 +193,13 @@ async def saga_work(calls: int, directory: Path) -> dict[str, float]:
     rules = gate_rules(config, routes, None)
     kit = AgentKit(home=directory / "home", rules=rules, registry=registry)
     gateway = Gateway(config, kit, routes, guards_for(config, routes, upstream, registry), upstream)
-    ctx: Any = SimpleNamespace(request=None, session=None, request_id=1)
+    caller: Any = SimpleNamespace(session_key="stdio", can_elicit=lambda: False)
     out: dict[str, float] = {}
     for name, arguments in (("read", {"key": "k"}), ("put", {"key": "k", "value": 1})):
         params = types.CallToolRequestParams(name=name, arguments=arguments)
 
         async def call(i: int, params: Any = params) -> object:
-            return await gateway.call_tool(ctx, params)
+            return await gateway.call_tool(caller, params)
 
         await _timed(call, 50, 0)
         out[name] = statistics.median(await _timed(call, calls, 0))

@@ -5,7 +5,8 @@
 * ``issues``: an issue tracker (create_issue, close_issue, list_issues, add_label, delete_repo);
 * ``payments``: a payment provider (charge, slow_charge, refund, find_charge, fail, crash);
 * ``files``: a stand-in for the reference filesystem server (@modelcontextprotocol/
-  server-filesystem): the same tool names and argument names, on ``--root``.
+  server-filesystem): the same tool names and argument names, on ``--root``;
+* ``probe``: tools that exercise the gateway's relay (echo, wait until cancelled, exit mid-call).
 
 Every effect is appended to the ledger file as one JSON line (one ``write`` on an ``O_APPEND``
 descriptor), outside the process, so a test counts effects across gateway crashes and server
@@ -214,9 +215,39 @@ def files(ledger: Ledger, root: Path) -> MCPServer:
     return app
 
 
+def probe(ledger: Ledger) -> MCPServer:
+    app = MCPServer("probe")
+
+    @app.tool()
+    def echo(text: str) -> str:
+        """Say ``text`` back."""
+        ledger.record("echo", text=text)
+        return text
+
+    @app.tool()
+    async def wait(seconds: float, label: str) -> str:
+        """Wait, then answer; a cancelled wait is recorded as such."""
+        ledger.record("wait_started", label=label)
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            ledger.record("wait_cancelled", label=label)
+            raise
+        ledger.record("wait_done", label=label)
+        return f"waited {label}"
+
+    @app.tool()
+    def die() -> str:
+        """Exit the process in the middle of the call."""
+        ledger.record("die")
+        os._exit(3)
+
+    return app
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["issues", "payments", "files"])
+    parser.add_argument("kind", choices=["issues", "payments", "files", "probe"])
     parser.add_argument("--ledger", type=Path, required=True)
     parser.add_argument("--root", type=Path)
     parser.add_argument("--http", action="store_true")
@@ -224,6 +255,8 @@ def main() -> None:
     ledger = Ledger(args.ledger)
     if args.kind == "files":
         app = files(ledger, args.root.resolve())
+    elif args.kind == "probe":
+        app = probe(ledger)
     else:
         app = issues(ledger) if args.kind == "issues" else payments(ledger)
     if not args.http:

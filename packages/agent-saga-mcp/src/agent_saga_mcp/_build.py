@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 from agent_saga import AgentKit, Approvals, CompensatorRegistry, Rule
 from anyio.abc import TaskGroup
 
@@ -64,7 +65,7 @@ def approvals_for(config: GatewayConfig) -> tuple[Approvals | None, ElicitationC
 async def open_gateway(config: GatewayConfig, home: Path | None, group: TaskGroup) -> Gateway:
     """Start the upstreams in ``group``, check the configuration against them, open the kit.
 
-    The caller owns the result: end its sessions, stop ``gateway.upstreams`` and close
+    The caller owns the result: end its sessions, close ``gateway.upstreams`` and close
     ``gateway.kit`` when done.
 
     Raises:
@@ -86,7 +87,8 @@ async def open_gateway(config: GatewayConfig, home: Path | None, group: TaskGrou
         guards = guards_for(config, routes, upstreams, registry)
         return Gateway(config, kit, routes, guards, upstreams)
     except BaseException:
-        upstreams.stop()
+        with anyio.CancelScope(shield=True):
+            await upstreams.aclose()
         if kit is not None:
             kit.close()
         raise

@@ -25,19 +25,66 @@ import asyncio
 import json
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from agent_saga import ApprovalRequest, LogStore, submit_vote
+from mcp import types
 from mcp.server.context import ServerRequestContext
 
 CHANNEL = "mcp-elicitation"
+STDIO = "stdio"
+"""The session key of the stdio client (the gateway process serves one)."""
+
+
+class Caller(Protocol):
+    """Who sent the tool call being served: its client session, and a way to ask its user."""
+
+    @property
+    def session_key(self) -> str | None:
+        """The client session's key (``None``: the request has no session)."""
+        ...
+
+    def can_elicit(self) -> bool:
+        """Whether the client can be sent a form elicitation now."""
+        ...
+
+    async def elicit(self, message: str, schema: dict[str, Any]) -> types.ElicitResult:
+        """Ask the client's user; their answer."""
+        ...
+
+
+class SdkCaller:
+    """A call served by the SDK's server (streamable HTTP; stdio at the 2026 protocol era)."""
+
+    def __init__(self, request: ServerRequestContext[Any, Any]) -> None:
+        self.request = request
+
+    @property
+    def session_key(self) -> str | None:
+        if self.request.request is None:
+            return STDIO
+        headers = getattr(self.request.request, "headers", None)
+        return (headers or {}).get("mcp-session-id")
+
+    def can_elicit(self) -> bool:
+        session = self.request.session
+        capabilities = session.client_capabilities
+        elicitation = capabilities.elicitation if capabilities is not None else None
+        if elicitation is None or not session.can_send_request:
+            return False
+        return elicitation.form is not None or elicitation.url is None
+
+    async def elicit(self, message: str, schema: dict[str, Any]) -> types.ElicitResult:
+        return await self.request.session.elicit_form(
+            message, schema, related_request_id=self.request.request_id
+        )
 
 
 @dataclass(frozen=True)
 class CallContext:
-    """The MCP request being served, and the event loop it is served on."""
+    """The call being served, and the event loop it is served on."""
 
-    request: ServerRequestContext[Any, Any]
+    caller: Caller
     loop: asyncio.AbstractEventLoop
 
 
@@ -54,16 +101,6 @@ APPROVAL_SCHEMA: dict[str, Any] = {
     },
     "required": ["approve"],
 }
-
-
-def can_elicit(request: ServerRequestContext[Any, Any]) -> bool:
-    """Whether the client of ``request`` can be sent a form elicitation now."""
-    session = request.session
-    capabilities = session.client_capabilities
-    elicitation = capabilities.elicitation if capabilities is not None else None
-    if elicitation is None or not session.can_send_request:
-        return False
-    return elicitation.form is not None or elicitation.url is None
 
 
 def question(request: ApprovalRequest) -> str:
@@ -98,13 +135,11 @@ class ElicitationChannel:
         return None
 
     async def _ask(self, call: CallContext, request: ApprovalRequest) -> None:
-        if not can_elicit(call.request):
+        if not call.caller.can_elicit():
             await self._fallback(request, "the client does not support elicitation")
             return
         try:
-            answer = await call.request.session.elicit_form(
-                question(request), APPROVAL_SCHEMA, related_request_id=call.request.request_id
-            )
+            answer = await call.caller.elicit(question(request), APPROVAL_SCHEMA)
         except Exception as exc:
             await self._fallback(request, f"the elicitation failed ({type(exc).__name__}: {exc})")
             return
@@ -127,4 +162,12 @@ class ElicitationChannel:
         )
 
 
-__all__ = ["APPROVAL_SCHEMA", "CURRENT_CALL", "CallContext", "ElicitationChannel", "can_elicit"]
+__all__ = [
+    "APPROVAL_SCHEMA",
+    "CURRENT_CALL",
+    "STDIO",
+    "CallContext",
+    "Caller",
+    "ElicitationChannel",
+    "SdkCaller",
+]

@@ -39,13 +39,11 @@ from . import _saga_tools
 from ._catalog import Route
 from ._compensate import probe_for, register_compensators
 from ._config import GatewayConfig
-from ._elicit import CURRENT_CALL, CallContext
+from ._elicit import CURRENT_CALL, STDIO, CallContext, Caller, SdkCaller
 from ._results import message, report_data, rollback_note, structured, text_of, with_note
 from ._session import SagaSlot, SessionSagas, StepNote
 from ._upstream import UpstreamCaller
 from ._version import __version__
-
-_STDIO = "stdio"
 
 
 class StepFailed(Exception):
@@ -131,7 +129,7 @@ class Gateway:
                 else None
             ),
             on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+            on_call_tool=self._sdk_call_tool,
         )
         server.middleware = []
         return server
@@ -141,10 +139,9 @@ class Gateway:
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=self.tools)
 
-    def session_for(self, ctx: ServerRequestContext[Any, Any]) -> SessionSagas | None:
-        """The sagas of the request's client session; ``None`` when it has none (stateless)."""
-        headers = getattr(ctx.request, "headers", None) if ctx.request is not None else None
-        key = _STDIO if ctx.request is None else (headers or {}).get("mcp-session-id")
+    def session_for(self, caller: Caller) -> SessionSagas | None:
+        """The sagas of the caller's client session; ``None`` when it has none (stateless)."""
+        key = caller.session_key
         if key is None:
             return None
         sagas = self.sessions.get(key)
@@ -163,25 +160,33 @@ class Gateway:
         for key in list(self.sessions):
             await self.end_session(key, clean=clean)
 
-    async def call_tool(
+    async def _sdk_call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        return await self.call_tool(SdkCaller(ctx), params)
+
+    async def call_tool(
+        self, caller: Caller, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """Serve one ``tools/call`` from ``caller`` (see the module docstring); never raises
+        for what the core decides, only for a fault of the gateway itself or a cancellation
+        (after which the call's saga has been rolled back)."""
         name, arguments = params.name, dict(params.arguments or {})
-        sagas = self.session_for(ctx)
+        sagas = self.session_for(caller)
         if self.config.saga_tools and name in _saga_tools.NAMES:
             return await _saga_tools.handle(name, arguments, sagas)
         route = self.routes.get(name)
         if route is None:
             return message(f"Unknown tool: {name}", error=True)
         if sagas is None:  # no session: the call is a saga of its own
-            return await self._call(None, ctx, route, arguments)
+            return await self._call(None, caller, route, arguments)
         async with sagas.lock:
-            return await self._call(sagas, ctx, route, arguments)
+            return await self._call(sagas, caller, route, arguments)
 
     async def _call(
         self,
         sagas: SessionSagas | None,
-        ctx: ServerRequestContext[Any, Any],
+        caller: Caller,
         route: Route,
         arguments: dict[str, Any],
     ) -> types.CallToolResult:
@@ -189,7 +194,7 @@ class Gateway:
             slot = sagas.current() if sagas is not None else self._own_saga()
         except HaltedError as exc:
             return message(f"Tool {route.exposed} was refused and did not run: {exc}", error=True)
-        step = self._step(ctx, route, arguments)
+        step = self._step(caller, route, arguments)
         try:
             outcome = await slot.run(step)
         except BaseException as exc:  # cancelled: recorded failed by the guard; undo now
@@ -218,10 +223,10 @@ class Gateway:
         return SagaSlot.open(self.kit, self.config.saga_name, explicit=False)
 
     async def _step(
-        self, ctx: ServerRequestContext[Any, Any], route: Route, arguments: dict[str, Any]
+        self, caller: Caller, route: Route, arguments: dict[str, Any]
     ) -> RefusedCall | StepFailed | tuple[int, types.CallToolResult]:
         """One gated call; runs in the saga's context (see :meth:`SagaSlot.run`)."""
-        token = CURRENT_CALL.set(CallContext(ctx, asyncio.get_running_loop()))
+        token = CURRENT_CALL.set(CallContext(caller, asyncio.get_running_loop()))
         decl = route.decl
         ordinal = 0
 
@@ -286,4 +291,4 @@ def _error_of(result: types.CallToolResult) -> BaseException | None:
     return ToolFailed(text_of(result)) if result.is_error else None
 
 
-__all__ = ["Gateway", "StepFailed", "guards_for"]
+__all__ = ["STDIO", "Gateway", "StepFailed", "guards_for"]

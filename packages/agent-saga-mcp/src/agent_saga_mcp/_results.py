@@ -51,9 +51,18 @@ def message(
 
 
 def with_note(result: types.CallToolResult, note: str) -> types.CallToolResult:
-    """``result`` marked as an error, with the gateway's ``note`` appended as a text block."""
+    """``result`` marked as an error, with the gateway's ``note`` appended as a text block.
+
+    A new :class:`~mcp.types.CallToolResult` (never a copy of a subclass): a relayed result's
+    original JSON (:class:`agent_saga_mcp._link.RelayedResult`) must not be sent in its place.
+    """
     content = [*result.content, types.TextContent(type="text", text=note)]
-    return result.model_copy(update={"content": content, "is_error": True})
+    return types.CallToolResult(
+        _meta=result.meta,
+        content=content,
+        structured_content=result.structured_content,
+        is_error=True,
+    )
 
 
 def rollback_note(report: RollbackReport, cause: str) -> str:

@@ -3,7 +3,8 @@ streamable HTTP (a session per ``Mcp-Session-Id``).
 
 How a session ends decides its implicit saga (see :mod:`agent_saga_mcp._session`):
 
-* stdio: end of input (the client closed the pipe) is a clean end: the saga commits.
+* stdio: end of input (the client closed the pipe) is a clean end: the saga commits (once
+  the calls in progress are answered).
   SIGTERM or SIGINT stop the gateway: the open saga is rolled back. SIGKILL leaves it to
   ``agent-saga recover``.
 * HTTP: a ``DELETE`` of the session (the SDK's client sends it on close) is a clean end: the
@@ -34,8 +35,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ._build import open_gateway
 from ._config import GatewayConfig
 from ._gateway import Gateway
-from ._pipes import client_pipes
+from ._pipes import PipeLines, PipeWriter, client_pipes
+from ._relay import Handoff, Relay
 from ._upstream import LiveUpstreams
+from ._wire import DEFAULT_LINE_LIMIT, LineReader
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -52,28 +55,48 @@ async def _running(config: GatewayConfig, home: Path | None) -> AsyncIterator[Ga
         finally:  # sessions still open here did not end cleanly
             with anyio.CancelScope(shield=True):
                 await gateway.end_all(clean=False)
-            if isinstance(gateway.upstreams, LiveUpstreams):
-                gateway.upstreams.stop()
+                if isinstance(gateway.upstreams, LiveUpstreams):
+                    await gateway.upstreams.aclose()
     gateway.kit.close()
 
 
-async def serve_stdio(config: GatewayConfig, home: Path | None) -> None:
+async def serve_stdio(
+    config: GatewayConfig, home: Path | None, *, max_message_bytes: int = DEFAULT_LINE_LIMIT
+) -> None:
     """Serve one client over this process's stdin and stdout until the client closes stdin
-    (commit) or a signal stops the gateway (roll back)."""
+    (commit) or a signal stops the gateway (roll back).
+
+    The client is served by the relay (:mod:`agent_saga_mcp._relay`); by the SDK's server when
+    stdin or stdout is not a pipe, or when the client speaks the 2026 protocol era.
+    """
     async with _running(config, home) as gateway:
-        server = gateway.server()
         with anyio.CancelScope() as scope:
             stop = _on_signals(scope.cancel)
             try:
-                async with client_pipes() as pipes:
-                    stdin, stdout = pipes if pipes is not None else (None, None)
-                    async with stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
-                        await server.run(read, write, server.create_initialization_options())
+                async with client_pipes(max_message_bytes) as pipes:
+                    await _serve_client(gateway, pipes)
             finally:
                 stop()
         if scope.cancelled_caught:
             return  # _running rolls the session back
         await gateway.end_all(clean=True)
+
+
+async def _serve_client(
+    gateway: Gateway, pipes: tuple[LineReader, asyncio.StreamWriter] | None
+) -> None:
+    lead: list[bytes] = []
+    if pipes is not None:
+        try:
+            await Relay(gateway, *pipes).run()
+            return
+        except Handoff as handoff:
+            lead = handoff.lines
+    stdin = PipeLines(pipes[0], lead) if pipes is not None else None
+    stdout = PipeWriter(pipes[1]) if pipes is not None else None
+    server = gateway.server()
+    async with stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
+        await server.run(read, write, server.create_initialization_options())
 
 
 def _on_signals(action: Callable[[], None]) -> Callable[[], None]:

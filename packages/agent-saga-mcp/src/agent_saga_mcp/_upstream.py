@@ -2,21 +2,23 @@
 
 Two ways to hold them:
 
-* :class:`LiveUpstreams`, in the gateway: one session per upstream for the gateway's lifetime,
-  opened concurrently at start, shared by every client session (the MCP client session
-  multiplexes concurrent calls). Each session lives in a task of its own, so its transport's
-  cancel scopes open and close in one task.
-* :class:`OnDemandUpstreams`, in a recovering process: a session per call, opened and closed
-  around it. Recovery runs each compensation on a fresh event loop, so nothing is kept.
+* :class:`LiveUpstreams`, in the gateway: one connection per upstream for the gateway's lifetime,
+  opened concurrently at start, shared by every client session. A command upstream is held at
+  the message level (:class:`~agent_saga_mcp._link.StdioLink`: no SDK session in the path of a
+  call); a URL upstream through the SDK's streamable HTTP client session, which lives in a task
+  of its own, so its transport's cancel scopes open and close in one task.
+* :class:`OnDemandUpstreams`, in a recovering process: an SDK client session per call, opened
+  and closed around it. Recovery runs each compensation on a fresh event loop, so nothing is
+  kept.
 
-Tool calls go out with ``send_request`` and come back as the upstream sent them: the gateway
-neither validates nor rewrites an upstream's result (the end client validates it against the
-output schema it was shown), so a malformed result never turns an effect that happened into an
-error the saga would take for "no effect".
+A tool call's result is validated as a ``CallToolResult`` and otherwise passed on as the
+upstream sent it: the gateway does not check it against the tool's output schema (the end
+client does, against the schema it was shown).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -25,21 +27,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
-from agent_saga import AgentSagaError
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from ._config import GatewayConfig, UpstreamDecl
+from ._link import StdioLink, UpstreamError
 from ._version import __version__
 
 _CLIENT_INFO = types.Implementation(name="agent-saga-mcp", version=__version__)
 _MAX_PAGES = 1000
-
-
-class UpstreamError(AgentSagaError):
-    """An upstream server could not be started, reached or listed."""
 
 
 class UpstreamCaller(Protocol):
@@ -48,6 +46,13 @@ class UpstreamCaller(Protocol):
     async def call(
         self, upstream: str, tool: str, arguments: Mapping[str, Any]
     ) -> types.CallToolResult: ...
+
+
+def _cwd(decl: UpstreamDecl, base: Path | None) -> Path | None:
+    cwd = Path(decl.cwd) if decl.cwd is not None else None
+    if cwd is not None and base is not None and not cwd.is_absolute():
+        cwd = base / cwd
+    return cwd
 
 
 def _environment(decl: UpstreamDecl) -> dict[str, str]:
@@ -67,11 +72,11 @@ async def connect(decl: UpstreamDecl, base: Path | None = None) -> AsyncIterator
     ``base`` is the directory a relative ``cwd`` is resolved against (the configuration's).
     """
     if decl.command is not None:
-        cwd = Path(decl.cwd) if decl.cwd is not None else None
-        if cwd is not None and base is not None and not cwd.is_absolute():
-            cwd = base / cwd
         params = StdioServerParameters(
-            command=decl.command, args=list(decl.args), env=_environment(decl) or None, cwd=cwd
+            command=decl.command,
+            args=list(decl.args),
+            env=_environment(decl) or None,
+            cwd=_cwd(decl, base),
         )
         async with (
             stdio_client(params) as (read, write),
@@ -137,26 +142,33 @@ async def call_tool(
 
 
 class LiveUpstreams:
-    """The gateway's sessions with its upstreams, opened at start, closed at stop."""
+    """The gateway's connections to its upstreams, opened at start, closed at stop."""
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
+        self.links: dict[str, StdioLink] = {}
+        """Command upstreams, held at the message level."""
         self.sessions: dict[str, ClientSession] = {}
+        """URL upstreams, through the SDK's client session."""
         self.catalogs: dict[str, list[types.Tool]] = {}
         self._stop = anyio.Event()
 
     async def start(self, group: TaskGroup) -> None:
-        """Connect to every upstream concurrently and list its tools; each session then lives
-        in a task of ``group`` until :meth:`stop`.
+        """Connect to every upstream concurrently and list its tools; each SDK session then
+        lives in a task of ``group`` until :meth:`stop`.
 
         Raises:
-            UpstreamError: an upstream could not be reached; the message names it.
+            UpstreamError: an upstream could not be reached; the message names it. The
+                upstreams already started are stopped.
         """
         failures: list[str] = []
 
         async def open_one(decl: UpstreamDecl) -> None:
             try:
-                await group.start(partial(self._hold, decl))
+                if decl.command is not None:
+                    await self._link(decl)
+                else:
+                    await group.start(partial(self._hold, decl))
             except Exception as exc:
                 failures.append(f"upstream '{decl.name}' ({decl.target}): {_describe(exc)}")
 
@@ -164,8 +176,24 @@ class LiveUpstreams:
             for decl in self.config.upstreams.values():
                 starting.start_soon(open_one, decl)
         if failures:
-            self.stop()
+            await self.aclose()
             raise UpstreamError("cannot start: " + "; ".join(sorted(failures)))
+
+    async def _link(self, decl: UpstreamDecl) -> None:
+        assert decl.command is not None
+        link = await StdioLink.start(
+            decl.name,
+            decl.command,
+            list(decl.args),
+            _environment(decl),
+            _cwd(decl, self.config.path.parent),
+        )
+        self.links[decl.name] = link
+        try:
+            self.catalogs[decl.name] = await link.list_tools()
+        except BaseException:
+            await link.close()
+            raise
 
     async def _hold(self, decl: UpstreamDecl, *, task_status: TaskStatus[None]) -> None:
         async with connect(decl, self.config.path.parent) as session:
@@ -175,11 +203,23 @@ class LiveUpstreams:
             await self._stop.wait()
 
     def stop(self) -> None:
+        """Ask every upstream to stop (SDK sessions end, command upstreams' stdin closes)."""
         self._stop.set()
+        for link in self.links.values():
+            link.stop()
+
+    async def aclose(self) -> None:
+        """:meth:`stop`, then wait for the command upstreams to exit (killing the ones that
+        do not within their grace period)."""
+        self.stop()
+        await asyncio.gather(*(link.close() for link in self.links.values()))
 
     async def call(
         self, upstream: str, tool: str, arguments: Mapping[str, Any]
     ) -> types.CallToolResult:
+        link = self.links.get(upstream)
+        if link is not None:
+            return await link.call_tool(tool, arguments)
         return await call_tool(self.sessions[upstream], tool, arguments)
 
 

@@ -69,8 +69,21 @@ def mcp() -> None:
     show_default=True,
     help="Seconds after which an idle HTTP session's open saga is rolled back.",
 )
+@click.option(
+    "--max-message-bytes",
+    type=click.IntRange(min=1024),
+    default=64 * 1024 * 1024,
+    show_default=True,
+    help="The longest message line accepted over stdio; a longer one is dropped with an error.",
+)
 def serve(
-    config_path: Path, http: bool, host: str, port: int, url_path: str, idle_timeout: float
+    config_path: Path,
+    http: bool,
+    host: str,
+    port: int,
+    url_path: str,
+    idle_timeout: float,
+    max_message_bytes: int,
 ) -> None:
     """Serve the gateway (stdio unless --http) until the client leaves or a signal stops it.
 
@@ -87,7 +100,7 @@ def serve(
     home = current_settings().home
     try:
         if not http:
-            anyio.run(serve_stdio, config, home)
+            anyio.run(lambda: serve_stdio(config, home, max_message_bytes=max_message_bytes))
             return
         sock = bind(host, port)
 
@@ -129,7 +142,7 @@ def check(config_path: Path) -> None:
                 gate_rules(config, routes, None)
                 guards = guards_for(config, routes, upstreams, CompensatorRegistry())
             finally:
-                upstreams.stop()
+                await upstreams.aclose()
         rows = []
         for name, route in routes.items():
             guard = guards[name]

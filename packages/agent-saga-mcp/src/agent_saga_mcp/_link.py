@@ -1,0 +1,298 @@
+"""The gateway's connection to an upstream MCP server it starts as a command (stdio), held at the
+message level.
+
+The gateway is that server's only client. It sends JSON-RPC lines with ids of its own (one
+counter per upstream, so requests relayed for several clients or tools never collide), matches
+the answers by id, and keeps each ``tools/call`` result's JSON as the upstream sent it, so the
+relay can forward it unchanged (:class:`RelayedResult`). The handshake follows the MCP
+lifecycle: ``initialize`` (at the newest handshake-era version), then
+``notifications/initialized``. What it interprets is validated with the SDK's types:
+the initialize result, each ``tools/list`` page, each ``tools/call`` result.
+
+Requests from the upstream are answered: ``ping`` with an empty result, anything else (sampling,
+elicitation, roots) with "method not found", as the SDK's client does when it has no callback
+for them. Its notifications (logs, progress) are dropped.
+
+When the process exits or closes its output, every request in flight fails with
+:class:`UpstreamError` at once, and so does every later one: the link is not reopened.
+A request whose caller is cancelled is cancelled upstream with ``notifications/cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agent_saga import AgentSagaError
+from mcp import types
+from mcp.client.stdio import get_default_environment
+from mcp.shared.exceptions import MCPError
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from pydantic import PrivateAttr, ValidationError
+
+from . import _wire
+from ._version import __version__
+
+CLIENT_INFO = {"name": "agent-saga-mcp", "version": __version__}
+_GRACE = 2.0
+"""Seconds an upstream gets to exit after its stdin closes, then after SIGTERM."""
+_MAX_PAGES = 1000
+_EXIT_POLLS = 50
+
+
+class UpstreamError(AgentSagaError):
+    """An upstream server could not be started, reached or listed, or went away."""
+
+
+class RelayedResult(types.CallToolResult):
+    """A ``tools/call`` result, validated, with the JSON the upstream sent (:attr:`raw`) and
+    the protocol version it was sent at (:attr:`version`)."""
+
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _version: str = PrivateAttr(default="")
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return self._raw
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+
+class StdioLink:
+    """One running upstream process and the requests in flight to it."""
+
+    def __init__(self, name: str, process: asyncio.subprocess.Process, limit: int) -> None:
+        self.name = name
+        self.process = process
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self.stdin = process.stdin
+        self.lines = _wire.LineReader(process.stdout, limit)
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.next_id = 0
+        self.version = LATEST_HANDSHAKE_VERSION
+        self.gone: str | None = None
+        """Why the link is closed, once it is."""
+        self.reading = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def start(
+        cls,
+        name: str,
+        command: str,
+        args: list[str],
+        env: Mapping[str, str] | None,
+        cwd: Path | None,
+        limit: int = _wire.DEFAULT_LINE_LIMIT,
+    ) -> StdioLink:
+        """Start the upstream (its own process group, stderr shared with the gateway's) and
+        complete the MCP handshake.
+
+        Raises:
+            UpstreamError: it could not be started, or its handshake failed (it is stopped).
+        """
+        try:
+            process = await asyncio.create_subprocess_exec(
+                command,
+                *args,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=sys.stderr,
+                env={**get_default_environment(), **(env or {})},
+                cwd=cwd,
+                start_new_session=True,
+                limit=limit,
+            )
+        except OSError as exc:
+            raise UpstreamError(f"cannot start {command!r}: {exc}") from None
+        link = cls(name, process, limit)
+        try:
+            await link._handshake()
+        except BaseException:
+            await link.close()
+            raise
+        return link
+
+    async def _handshake(self) -> None:
+        params = {
+            "protocolVersion": LATEST_HANDSHAKE_VERSION,
+            "capabilities": {},
+            "clientInfo": CLIENT_INFO,
+        }
+        try:
+            result = types.InitializeResult.model_validate(
+                await self.request("initialize", params), by_name=False
+            )
+        except ValidationError as exc:
+            raise UpstreamError(f"malformed initialize result: {_first(exc)}") from None
+        if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            raise UpstreamError(f"unsupported protocol version {result.protocol_version!r}")
+        self.version = result.protocol_version
+        self._notify("notifications/initialized", None)
+
+    async def list_tools(self) -> list[types.Tool]:
+        """Every tool the upstream offers, across pages."""
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            raw = await self.request("tools/list", {"cursor": cursor} if cursor else None)
+            try:
+                page = types.ListToolsResult.model_validate(raw, by_name=False)
+            except ValidationError as exc:
+                raise UpstreamError(f"malformed tools/list result: {_first(exc)}") from None
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+        raise UpstreamError(f"tools/list returned more than {_MAX_PAGES} pages")
+
+    async def call_tool(self, tool: str, arguments: Mapping[str, Any]) -> RelayedResult:
+        """One ``tools/call``; its result validated, its JSON kept.
+
+        Raises:
+            MCPError: the upstream answered with an error.
+            UpstreamError: the link is gone, or the result is not a ``CallToolResult``.
+        """
+        raw = await self.request("tools/call", {"name": tool, "arguments": dict(arguments)})
+        try:
+            result = RelayedResult.model_validate(raw, by_name=False)
+        except ValidationError as exc:
+            raise UpstreamError(f"malformed tools/call result: {_first(exc)}") from None
+        result._raw, result._version = raw, self.version
+        return result
+
+    async def request(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Send a request; its result as sent.
+
+        Raises:
+            MCPError: the upstream answered with an error.
+            UpstreamError: the link is gone (before or while waiting).
+        """
+        if self.gone is not None:
+            raise UpstreamError(self.gone)
+        self.next_id += 1
+        request_id = self.next_id
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[request_id] = answer
+        try:
+            self._send(message)
+            return await answer
+        except asyncio.CancelledError:
+            answered = answer.done() and not answer.cancelled()
+            if self.gone is None and not answered:
+                cancel = {"requestId": request_id, "reason": "the gateway's caller cancelled"}
+                self._notify("notifications/cancelled", cancel)
+            raise
+        finally:
+            self.pending.pop(request_id, None)
+
+    def _notify(self, method: str, params: dict[str, Any] | None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._send(message)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self.gone is None and not self.stdin.is_closing():
+            self.stdin.write(_wire.encode(message))
+
+    async def _read(self) -> None:
+        why = "closed its output"
+        try:
+            while (line := await self.lines.next()) is not None:
+                if isinstance(line, _wire.Oversized):
+                    why = f"sent a message of {line.size} bytes, over the limit"
+                    break
+                try:
+                    self._receive(line)
+                except (ValueError, TypeError, RecursionError):
+                    continue  # a line that does not parse as a message: dropped
+        except (OSError, ValueError) as exc:
+            why = f"could not be read ({exc})"
+        for _ in range(_EXIT_POLLS):  # an exit code, when it comes soon, says more
+            if self.process.returncode is not None:
+                break
+            await asyncio.sleep(0.01)
+        self._fail(f"upstream '{self.name}' {why}")
+
+    def _receive(self, line: bytes) -> None:
+        message = json.loads(line)  # not JSON: dropped by the caller; a request stays pending
+        if not isinstance(message, dict):
+            return
+        if "method" in message:
+            if _wire.valid_id(message.get("id")):  # a request to the gateway
+                if message["method"] == "ping":
+                    self._send(_wire.response(message["id"], {}))
+                else:
+                    why = "the gateway does not serve this to upstreams"
+                    self._send(_wire.error(message["id"], _wire.METHOD_NOT_FOUND, why))
+            return
+        request_id = message.get("id")
+        answer = self.pending.get(request_id) if isinstance(request_id, int) else None
+        if answer is None or answer.done():
+            return
+        if "error" in message:
+            body = message["error"] if isinstance(message["error"], dict) else {}
+            code, text = body.get("code"), body.get("message")
+            answer.set_exception(
+                MCPError(
+                    code=code if isinstance(code, int) else _wire.INTERNAL_ERROR,
+                    message=str(text) if text is not None else "upstream error",
+                    data=body.get("data"),
+                )
+            )
+        elif isinstance(message.get("result"), dict):
+            answer.set_result(message["result"])
+        else:
+            answer.set_exception(UpstreamError(f"upstream '{self.name}' sent a malformed answer"))
+
+    def _fail(self, why: str) -> None:
+        if self.gone is not None:
+            return
+        code = self.process.returncode
+        self.gone = why if code is None else f"{why} (exit code {code})"
+        for answer in self.pending.values():
+            if not answer.done():
+                answer.set_exception(UpstreamError(self.gone))
+
+    def stop(self) -> None:
+        """Close the upstream's stdin: the MCP way to ask a stdio server to exit."""
+        self._fail(f"upstream '{self.name}' was stopped")
+        with contextlib.suppress(OSError, RuntimeError):
+            self.stdin.close()
+
+    async def close(self) -> None:
+        """Stop the upstream: close its stdin, then SIGTERM and SIGKILL its process group if it
+        has not exited within a grace period each. The process is reaped on return."""
+        self.stop()
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.process.pid, sig)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.process.wait()), _GRACE)
+                break
+        self.reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.reading
+
+
+def _first(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "(top)"
+    return f"{where}: {error['msg']}"
+
+
+__all__ = ["CLIENT_INFO", "RelayedResult", "StdioLink", "UpstreamError"]
