@@ -40,27 +40,9 @@ from agent_saga.testing import Ledger
 from agent_saga.testing.postgres import (
     ThrowawayCluster,
     find_bindir,
-    scratch_schema,
-    server_for_tests,
 )
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with server_for_tests() as url:
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-        except psycopg.Error as exc:
-            pytest.fail(f"PostgreSQL server at {url} cannot be reached: {exc}")
-        yield url
-
-
-@pytest.fixture
-def schema(pg_url: str) -> Iterator[str]:
-    with scratch_schema(pg_url) as name:
-        yield name
 
 
 @pytest.fixture
