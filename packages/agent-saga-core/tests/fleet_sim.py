@@ -194,6 +194,8 @@ class FleetRun:
     seconds: float = 0.0
     agents_started: int = 0
     phases: dict[str, float] = field(default_factory=dict)
+    stragglers: list[str] = field(default_factory=list)
+    """Agents still running 30 s after the halt (then killed)."""
 
     @property
     def sagas_per_second(self) -> float:
@@ -314,13 +316,15 @@ def run_fleet(
             switch.state()  # connected: the delays below start at the halt's commit
             halted_at = time.monotonic()
             switch.halt("fleet simulation over", at=time.time())
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 30
         while any(a.proc.poll() is None for a in fleet) and time.monotonic() < deadline:
             _pump(fleet, 0.05)
             for agent in fleet:
                 _take(run, agent, halted_at)
         for agent in fleet:
             if agent.proc.poll() is None:
+                run.stragglers.append(f"{agent.proc.pid} ready={agent.ready} saw={agent.saw_halt}")
+                run.killed.add(agent.proc.pid)
                 agent.proc.kill()
             agent.proc.wait()
             while agent.proc.stdout and not agent.proc.stdout.closed:
