@@ -41,6 +41,7 @@ def test_fleet_of_16_agents_with_kills_recovery_and_a_halt(
     assert len(run.killed) >= 6
     assert all("expired" in error for error in run.failed.values()), run.failed
     assert run.not_halted == 0
+    assert run.stragglers == []  # every agent ended by itself after the halt
     assert run.halt_delays
     assert max(run.halt_delays) <= 1.0, run.halt_delays
     assert run.peak_usage <= CAP

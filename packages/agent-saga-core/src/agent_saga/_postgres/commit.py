@@ -102,6 +102,7 @@ class GroupCommit:
             CodecError: these entries cannot be sealed (nothing of them is written; the store
                 and the other appends of the batch go on).
         """
+        self._fork_guard.check()  # before any lock: a parent's thread may have held one
         waiter = _Waiter(entries, sync)
         with self._queue:
             self.check_usable()
