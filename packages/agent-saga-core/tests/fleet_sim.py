@@ -20,6 +20,8 @@ RECOVERS OWNER_TTL``.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import itertools
 import os
 import random
 import select
@@ -34,7 +36,9 @@ from decimal import Decimal
 from pathlib import Path
 
 BUDGET = "fleet"
-LEASE_TTL = 2.0
+LEASE_TTL = 10.0
+RECOVERY_EVERY = 1.0
+"""Seconds between the recovery passes of an agent that runs them."""
 FAILED = 3
 """An agent's exit status when a thread of it failed (it printed the error first)."""
 
@@ -60,6 +64,7 @@ def agent_main(argv: list[str]) -> int:  # pragma: no cover - runs in the agent 
     from agent_saga._gate.killswitch_pg import PostgresKillSwitch
     from agent_saga._postgres.store import PostgresLogStore
 
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent asks a straggler
     url, schema, ledger_dir, seed, threads, cap, recovers, ttl = argv
     ledger = Path(ledger_dir)
     store = PostgresLogStore(url, schema=schema, owner_ttl=float(ttl))
@@ -82,7 +87,7 @@ def agent_main(argv: list[str]) -> int:  # pragma: no cover - runs in the agent 
     @kit.compensator("fleet.refund")
     def refund(idempotency_key: str) -> None:
         key = idempotency_key.removesuffix("/compensate")
-        os.write(calls, f"{key}\n".encode())
+        os.write(calls, f"{key} {time.monotonic()}\n".encode())
         once("refund", key)
 
     def charged(idempotency_key: str, amount: int) -> bool:
@@ -135,7 +140,7 @@ def agent_main(argv: list[str]) -> int:  # pragma: no cover - runs in the agent 
                 saw_halt()
 
     def recovery() -> None:
-        while not halted.wait(0.5):
+        while not halted.wait(RECOVERY_EVERY):
             for saga in kit.recover(lease_ttl=LEASE_TTL).recovered:
                 _say(f"recovered {saga.saga_id}")
 
@@ -186,7 +191,8 @@ class FleetRun:
 
     acked: dict[str, str] = field(default_factory=dict)
     recovered_by: dict[str, list[int]] = field(default_factory=dict)
-    killed: set[int] = field(default_factory=set)
+    killed: dict[int, float] = field(default_factory=dict)
+    """SIGKILLed agents, with when (``time.monotonic()``)."""
     failed: dict[int, str] = field(default_factory=dict)
     halt_delays: list[float] = field(default_factory=list)
     not_halted: int = 0
@@ -195,7 +201,9 @@ class FleetRun:
     agents_started: int = 0
     phases: dict[str, float] = field(default_factory=dict)
     stragglers: list[str] = field(default_factory=list)
-    """Agents still running 30 s after the halt (then killed)."""
+    """Agents that had started work and were still running 30 s after the halt (then killed)."""
+    never_started: int = 0
+    """Agents started so late that they were still loading 30 s after the halt (then killed)."""
 
     @property
     def sagas_per_second(self) -> float:
@@ -300,9 +308,9 @@ def run_fleet(
                 next_kill += kill_every
                 n = rng.randrange(agents)
                 victim = fleet[n]
+                run.killed[victim.proc.pid] = time.monotonic()
                 victim.proc.send_signal(signal.SIGKILL)
                 victim.proc.wait()
-                run.killed.add(victim.proc.pid)
                 while victim.proc.stdout and not victim.proc.stdout.closed:
                     victim.read()
                 _take(run, victim, None)
@@ -323,8 +331,14 @@ def run_fleet(
                 _take(run, agent, halted_at)
         for agent in fleet:
             if agent.proc.poll() is None:
-                run.stragglers.append(f"{agent.proc.pid} ready={agent.ready} saw={agent.saw_halt}")
-                run.killed.add(agent.proc.pid)
+                if agent.ready:
+                    run.stragglers.append(f"{agent.proc.pid} saw the halt: {agent.saw_halt}")
+                    with contextlib.suppress(ProcessLookupError):
+                        agent.proc.send_signal(signal.SIGUSR1)  # its threads' stacks, on stderr
+                        time.sleep(0.5)
+                else:
+                    run.never_started += 1
+                run.killed[agent.proc.pid] = time.monotonic()
                 agent.proc.kill()
             agent.proc.wait()
             while agent.proc.stdout and not agent.proc.stdout.closed:
@@ -367,6 +381,19 @@ class FleetCheck:
     sagas: int
 
 
+def _excused(calls: list[tuple[float, str]], run: FleetRun) -> bool:
+    """Whether every refund call but the first of a key came after its predecessor's caller died.
+
+    A compensation runs again only when the process that ran it died before logging it done
+    (SIGKILLed earlier, or fenced off); any other repeat is a double compensation.
+    """
+    for (_, before), (at, _) in itertools.pairwise(calls):
+        pid = int(before) if before.isdigit() else -1
+        if pid not in run.failed and run.killed.get(pid, at + 1) > at:
+            return False
+    return True
+
+
 def check_fleet(url: str, schema: str, ledger: Path, run: FleetRun, owner_ttl: float) -> FleetCheck:
     """Resume the fleet, recover what the dead left, and compare the log with the witnesses."""
     from agent_saga import AgentKit, Budget, CompensatorRegistry, PostgresBudgetStore, SagaStatus
@@ -391,7 +418,7 @@ def check_fleet(url: str, schema: str, ledger: Path, run: FleetRun, owner_ttl: f
         with contextlib.suppress(FileExistsError):
             os.close(os.open(ledger / f"refund@{key}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         with (ledger / "refunds-checker").open("a") as calls:
-            calls.write(f"{key}\n")
+            calls.write(f"{key} {time.monotonic()}\n")
 
     def charged(idempotency_key: str, amount: int) -> bool:
         return (ledger / f"charge@{idempotency_key}").exists()
@@ -402,6 +429,10 @@ def check_fleet(url: str, schema: str, ledger: Path, run: FleetRun, owner_ttl: f
 
     try:
         report = kit.recover(lease_ttl=LEASE_TTL)
+        deadline = time.monotonic() + LEASE_TTL + 5
+        while report.claimed_elsewhere and time.monotonic() < deadline:  # a killed worker's
+            time.sleep(0.5)  # claims lapse after the lease's ttl
+            report = kit.recover(lease_ttl=LEASE_TTL)
         verified = kit.verify().ok
         records = list(kit.store.records())
         usage = budget_store.usage(BUDGET, "all")
@@ -419,20 +450,19 @@ def check_fleet(url: str, schema: str, ledger: Path, run: FleetRun, owner_ttl: f
     charge_files = list(ledger.glob("charge@*"))
     charges = {p.name.removeprefix("charge@") for p in charge_files}
     refunds = {p.name.removeprefix("refund@") for p in ledger.glob("refund@*")}
-    survivor_calls: dict[str, int] = {}
-    for calls in ledger.glob("refunds-*"):
-        pid = calls.name.removeprefix("refunds-")
-        died = pid != "checker" and (int(pid) in run.killed or int(pid) in run.failed)
-        for key in calls.read_text().split():
-            if not died:
-                survivor_calls[key] = survivor_calls.get(key, 0) + 1
+    calls: dict[str, list[tuple[float, str]]] = {}
+    for log in ledger.glob("refunds-*"):
+        caller = log.name.removeprefix("refunds-")
+        for line in log.read_text().splitlines():
+            key, at = line.split()
+            calls.setdefault(key, []).append((float(at), caller))
     amounts = {p.name.removeprefix("charge@"): Decimal(p.read_text()) for p in charge_files}
     return FleetCheck(
         verified=verified,
         needs_human=len(report.needs_human),
         lost=[s for s, status in run.acked.items() if ends.get(s) != status],
         unsettled=len(begun - set(ends)),
-        double_refunds=[key for key, n in survivor_calls.items() if n > 1],
+        double_refunds=[key for key, seen in calls.items() if not _excused(sorted(seen), run)],
         refunded_not_charged=len(refunds - charges),
         committed_refunded=len(refunds & committed),
         unrefunded=len(charges - committed - refunds),
