@@ -68,7 +68,8 @@ def main() -> None:
             print(
                 f"  halt seen by {len(delays)} agents, slowest {delays[-1] if delays else 0:.3f} s,"
                 f" not seen {run.not_halted}; {len(run.stragglers)} stuck after it,"
-                f" {run.never_started} still starting; budget peak {run.peak_usage} of cap {args.cap}"
+                f" {run.never_started} still starting;"
+                f" budget peak {run.peak_usage} of cap {args.cap}"
             )
             print(
                 f"  verified {found.verified}; lost {len(found.lost)}; unsettled {found.unsettled};"
