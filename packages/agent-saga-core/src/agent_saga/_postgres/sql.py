@@ -38,21 +38,28 @@ def crash_model(settings: dict[str, str] | None) -> dict[str, str]:
     }
 
 
+_FENCE_AND_LOCK = (
+    "SELECT {s}.agent_saga_expect(EXISTS (SELECT 1 FROM {s}.owners WHERE owner_id = {o}"
+    " AND expires_at > clock_timestamp() FOR KEY SHARE), 'owner fenced');"
+    " SELECT pg_advisory_xact_lock({k})"
+)
+
+
 def queries(schema: str, owner_id: str, ttl: float = 0.0) -> dict[str, Composed]:
     """The store's statements on ``schema`` for ``owner_id`` (whose row lives ``ttl`` s a beat).
 
     ``open`` starts a batch: a transaction committed without waiting for the flush, the fence
     (fails with ``owner fenced`` unless this owner's row is alive, and share-locks it), then the
-    log's advisory lock. ``flush`` follows a batch's ``COMMIT`` in the same message: it refreshes
-    the owner row in a transaction of its own, committed synchronously.
+    log's advisory lock; ``open_durable`` is the same with a commit that waits for the flush
+    (``synchronous_commit = on``, the session's setting). ``flush`` follows a batch's ``COMMIT``
+    in the same message: it refreshes the owner row in a transaction of its own, committed
+    synchronously.
     """
     from psycopg import sql
 
     text = {
-        "open": "BEGIN; SET LOCAL synchronous_commit = off;"
-        " SELECT {s}.agent_saga_expect(EXISTS (SELECT 1 FROM {s}.owners WHERE owner_id = {o}"
-        " AND expires_at > clock_timestamp() FOR KEY SHARE), 'owner fenced');"
-        " SELECT pg_advisory_xact_lock({k})",
+        "open": "BEGIN; SET LOCAL synchronous_commit = off; " + _FENCE_AND_LOCK,
+        "open_durable": "BEGIN; " + _FENCE_AND_LOCK,
         "tail": "SELECT seq, hash FROM {s}.records ORDER BY seq DESC LIMIT 1",
         "insert": "INSERT INTO {s}.records (seq, hash, line) VALUES ",
         "flush": "; UPDATE {s}.owners"

@@ -9,10 +9,13 @@ Durability protocol (what is true when a call returns):
   writers on any host continue one chain from its current tail; ``seq`` is the primary key,
   global and gap-free (an aborted transaction inserts nothing). The transaction first takes a
   share lock on this owner's row, so once another host has declared the owner dead (deleted its
-  expired row) no append of that owner can commit. It commits with ``synchronous_commit = off``
-  and the lock is held only while the server runs it (``write``), never across a WAL flush.
+  expired row) no append of that owner can commit. When no other process appended since this
+  store's last batch, the batch is one round trip and the lock is held only while the server
+  runs it; otherwise the tail is read under the lock first (``write``).
 * ``append(..., sync=True)`` returns once the server has flushed its WAL past the record: the
-  batch's message ends with a synchronous commit of this owner's heartbeat. ``sync()`` commits
+  batch commits synchronously, or (while other processes append too, so that the lock is not
+  held across a flush) commits without waiting and its message ends with a synchronous commit
+  of this owner's heartbeat. ``sync()`` commits
   the heartbeat on a second connection and checks that the last record this store appended is
   still there (it would be gone after a server crash that lost it). Flushes of different writers
   share the server's fsync.

@@ -1,24 +1,23 @@
 """Batches of records into the PostgreSQL log: one round trip when the tail is known.
 
 A batch is one transaction that fences this owner (a share lock on its row, which fails once
-another host has declared the owner dead), takes the log's transaction-scoped advisory lock,
-continues the chain from the stored tail, and commits with ``synchronous_commit = off``, so the
-lock is never held across a WAL flush. When the batch must be durable, the same message then
-refreshes the owner's row in a second transaction committed with ``synchronous_commit = on``:
-it returns only once the server's WAL is flushed past it, and so past the batch.
+another host has declared the owner dead), takes the log's transaction-scoped advisory lock and
+continues the chain from the stored tail. Statements travel as literals in the simple protocol,
+several to a message, each with its own snapshot (so the tail is read after the lock is granted).
+Two ways to send it:
 
-Two ways to send it, statements travelling as literals in the simple protocol, several to a
-message, each with its own snapshot (so the tail is read after the lock is granted):
-
-* **known tail** (one round trip): the records are sealed after the tail this writer last saw,
-  and the message checks under the lock that it is still the stored tail
-  (``agent_saga_expect`` aborts the transaction otherwise, naming the stored tail) before
-  inserting and committing. The lock is held only while the server runs the message, never
-  across a round trip.
+* **known tail** (one round trip): the records are sealed after the tail this writer left, and
+  the message checks under the lock that it is still the stored tail (``agent_saga_expect``
+  aborts the transaction otherwise) before inserting and committing. The lock is held only
+  while the server runs the message; when the batch must be durable its commit waits for the
+  WAL flush (one flush, the lock held across it: taken only while no other process has appended
+  lately, so nobody else is usually waiting).
 * **read tail** (two round trips): the first message locks and reads the tail, the second
-  inserts the sealed batch and commits; the lock is held across one round trip. Used when the
-  known tail moved (another process appended), until two batches in a row find the tail where
-  this writer left it, and after a broken connection.
+  inserts the sealed batch and commits with ``synchronous_commit = off``, so the lock is never
+  held across a flush; a durable batch's message then commits the owner's heartbeat
+  synchronously, which returns once the WAL is flushed past the batch. Used when another
+  process moved the tail, until two batches in a row find it where this writer left it, and
+  after a broken connection.
 """
 
 from __future__ import annotations
@@ -158,17 +157,20 @@ class BatchWriter:
 
         sealed = Sealed(self._chain, groups, tail)
         if not sealed.rows:
-            return sealed.outcomes, True
+            return sealed.outcomes, False
         check: Composed | sql.SQL = sql.SQL(
             "SELECT {s}.agent_saga_expect(coalesce((SELECT seq = {n} AND hash = {h}"
             " FROM {s}.records ORDER BY seq DESC LIMIT 1), {n} = 0), {moved})"
         ).format(
             s=self._s, n=sql.Literal(tail[0]), h=sql.Literal(tail[1]), moved=sql.Literal(_MOVED)
         )
-        message = sql.SQL("; ").join([self._q["open"], check, self._insert(sealed, flush)])
-        cursor = _send(conn, message, sealed)
+        # No other writer moved the tail lately: the commit itself waits for the flush (one WAL
+        # flush; the lock is held across it, which costs only writers that arrive meanwhile).
+        opening = self._q["open_durable" if flush else "open"]
+        insert = self._q["insert"] + sql.SQL(", ".join(sealed.rows) + "; COMMIT")
+        _send(conn, sql.SQL("; ").join([opening, check, insert]), sealed)
         self.tail = self._mine = sealed.last
-        return sealed.outcomes, _flushed(cursor, flush)
+        return sealed.outcomes, flush
 
     def read_tail(
         self,
@@ -209,7 +211,7 @@ class BatchWriter:
         sealed = Sealed(self._chain, groups, stored)
         if not sealed.rows:
             _send(conn, self._q["rollback"], None)
-            return sealed.outcomes, True
+            return sealed.outcomes, False
         cursor = _send(conn, self._insert(sealed, flush), sealed)
         self.tail = sealed.last if stored == self._mine else None
         self._mine = sealed.last
