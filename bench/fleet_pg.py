@@ -9,7 +9,7 @@ acknowledged sagas per second and the checks (each should read 0 or ok), for ``-
 The server is AGENT_SAGA_TEST_PG_URL, or a throwaway cluster started from local binaries.
 
 Usage: uv run python bench/fleet_pg.py [--agents 16] [--threads 4] [--seconds 30]
-       [--kill-every 1.0] [--runs 1] [--url URL]
+       [--kill-every 3.0] [--runs 1] [--url URL]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--threads", type=int, default=4, help="saga threads per agent")
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--kill-every", type=float, default=1.0)
+    parser.add_argument("--kill-every", type=float, default=3.0)
     parser.add_argument("--cap", type=int, default=2000, help="the fleet budget's cap")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--url", default=os.environ.get("AGENT_SAGA_TEST_PG_URL"))
