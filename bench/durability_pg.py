@@ -25,7 +25,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 
 import psycopg
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--url", default=os.environ.get("AGENT_SAGA_TEST_PG_URL"))
     args = parser.parse_args()
     counts = [int(w) for w in args.writers.split(",")]
-    report(args.appends, args.rounds, counts, args.url)
+    report(args.appends, args.url, args.rounds, counts)
 
 
 def cases(url: str, writers: int) -> list[tuple[str, Callable[[str], Maker]]]:
@@ -146,7 +146,9 @@ def cases(url: str, writers: int) -> list[tuple[str, Callable[[str], Maker]]]:
     return out
 
 
-def report(appends: int, rounds: int, counts: list[int], url_given: str | None) -> None:
+def report(
+    appends: int, url_given: str | None, rounds: int = 3, counts: Sequence[int] = (1, 8, 64)
+) -> None:
     """Print the figures; starts a throwaway server when no URL is given."""
     with ExitStack() as stack:
         url = url_given or stack.enter_context(postgres_server())
