@@ -16,8 +16,8 @@ Two ways to send it:
   inserts the sealed batch and commits with ``synchronous_commit = off``, so the lock is never
   held across a flush; a durable batch's message then commits the owner's heartbeat
   synchronously, which returns once the WAL is flushed past the batch. Used when another
-  process moved the tail, until two batches in a row find it where this writer left it, and
-  after a broken connection.
+  process moved the tail, until :data:`CALM_BATCHES` batches in a row find it where this
+  writer left it, and after a broken connection.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 Tail = tuple[int, str]
 _MOVED = "tail moved"
+CALM_BATCHES = 8
+"""Batches in a row that must find the tail where this writer left it before the known-tail
+path is tried again (each failed try costs a round trip, and holds others up)."""
 Outcome: TypeAlias = list[Record] | CodecError
 """One group's records, or why its entries could not be sealed (nothing of it is written)."""
 
@@ -129,8 +132,10 @@ class BatchWriter:
         self._chain = chain
         self.tail: Tail | None = tail
         """The stored tail after this writer's last batch, or ``None`` while writers interleave
-        (the tail had moved under the last batch, or the one before it) or a connection broke."""
+        (until :data:`CALM_BATCHES` batches in a row found the tail unmoved) or a connection
+        broke."""
         self._mine = tail
+        self._calm = 0
 
     def write(
         self, conn: PgConnection, groups: Sequence[Sequence[Entry]], flush: bool
@@ -213,7 +218,8 @@ class BatchWriter:
             _send(conn, self._q["rollback"], None)
             return sealed.outcomes, False
         cursor = _send(conn, self._insert(sealed, flush), sealed)
-        self.tail = sealed.last if stored == self._mine else None
+        self._calm = self._calm + 1 if stored == self._mine else 0
+        self.tail = sealed.last if self._calm >= CALM_BATCHES else None
         self._mine = sealed.last
         return sealed.outcomes, _flushed(cursor, flush)
 
