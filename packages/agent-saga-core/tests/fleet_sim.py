@@ -13,14 +13,12 @@ file), acknowledgements are lines an agent prints only after a transaction retur
 thread of the parent reads the budget's usage while the fleet runs. :func:`check_fleet` then
 recovers what is left and returns what was seen; the caller asserts.
 
-Run as a script, this module is one agent: ``fleet_sim.py URL SCHEMA LEDGER SEED THREADS CAP
-RECOVERS OWNER_TTL``.
+The agents are ``fleet_agent.py`` processes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import itertools
 import os
 import random
@@ -30,137 +28,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-BUDGET = "fleet"
-LEASE_TTL = 10.0
-RECOVERY_EVERY = 1.0
-"""Seconds between the recovery passes of an agent that runs them."""
-FAILED = 3
-"""An agent's exit status when a thread of it failed (it printed the error first)."""
+from fleet_agent import BUDGET, LEASE_TTL
 
-
-# -- one agent process ---------------------------------------------------------------------
-
-
-def _say(line: str) -> None:
-    os.write(1, f"{line}\n".encode())
-
-
-def agent_main(argv: list[str]) -> int:  # pragma: no cover - runs in the agent processes
-    """One agent: sagas on ``THREADS`` threads (and recovery passes) until it sees the halt."""
-    from agent_saga import (
-        AgentKit,
-        Budget,
-        CompensatorRegistry,
-        GateRefused,
-        HaltedError,
-        PostgresBudgetStore,
-        SagaRolledBack,
-    )
-    from agent_saga._gate.killswitch_pg import PostgresKillSwitch
-    from agent_saga._postgres.store import PostgresLogStore
-
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent asks a straggler
-    url, schema, ledger_dir, seed, threads, cap, recovers, ttl = argv
-    ledger = Path(ledger_dir)
-    store = PostgresLogStore(url, schema=schema, owner_ttl=float(ttl))
-    budget = Budget(BUDGET, Decimal(cap), store=PostgresBudgetStore(url, schema=schema))
-    kit = AgentKit(
-        home=ledger / f"home-{os.getpid()}",
-        store=store,
-        kill_switch=PostgresKillSwitch.beside(store),
-        rules=[budget],
-        registry=CompensatorRegistry(),
-    )
-    calls = os.open(ledger / f"refunds-{os.getpid()}", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
-
-    def once(action: str, key: str, amount: str = "") -> None:
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(ledger / f"{action}@{key}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            os.write(fd, amount.encode())
-            os.close(fd)
-
-    @kit.compensator("fleet.refund")
-    def refund(idempotency_key: str) -> None:
-        key = idempotency_key.removesuffix("/compensate")
-        os.write(calls, f"{key} {time.monotonic()}\n".encode())
-        once("refund", key)
-
-    def charged(idempotency_key: str, amount: int) -> bool:
-        return (ledger / f"charge@{idempotency_key}").exists()
-
-    @kit.tool(name="fleet.charge", compensate="fleet.refund", probe=charged)
-    def charge(amount: int, idempotency_key: str = "") -> dict[str, str]:
-        once("charge", idempotency_key, str(amount))
-        return {"charge": idempotency_key}
-
-    halted = threading.Event()
-
-    def saw_halt() -> None:
-        if not halted.is_set():
-            halted.set()
-            _say(f"halted {time.monotonic()}")
-
-    def guarded(work: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                work()
-            except BaseException as exc:  # fenced (owner expired under load) or a bug
-                _say(f"error {type(exc).__name__}: {' '.join(str(exc).split())}")
-                os._exit(FAILED)
-
-        return run
-
-    def sagas_from(rng: random.Random) -> Callable[[], None]:
-        return guarded(lambda: sagas(rng))
-
-    def sagas(rng: random.Random) -> None:
-        while not halted.is_set():
-            fail = rng.random() < 1 / 3
-            try:
-                with kit.transaction("pay") as saga:
-                    try:
-                        charge(rng.randint(1, 5))
-                        charge(rng.randint(1, 5))
-                    except HaltedError:
-                        raise
-                    except GateRefused as exc:
-                        raise RuntimeError("over budget") from exc
-                    if fail:
-                        raise RuntimeError("agent gave up")
-                _say(f"ack {saga.id} committed")
-            except SagaRolledBack as exc:
-                if not exc.report.log_errors:
-                    _say(f"ack {exc.saga_id} {exc.report.status.value}")
-            except HaltedError:
-                saw_halt()
-
-    def recovery() -> None:
-        while not halted.wait(RECOVERY_EVERY):
-            for saga in kit.recover(lease_ttl=LEASE_TTL).recovered:
-                _say(f"recovered {saga.saga_id}")
-
-    rng = random.Random(int(seed))
-    workers = [
-        threading.Thread(target=sagas_from(random.Random(rng.random())))
-        for _ in range(int(threads))
-    ]
-    if recovers == "1":
-        workers.append(threading.Thread(target=guarded(recovery)))
-    _say("ready")
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    kit.close()
-    return 0
-
-
-# -- the parent ------------------------------------------------------------------------------
+AGENT = Path(__file__).with_name("fleet_agent.py")
 
 
 @dataclass
@@ -192,7 +66,8 @@ class FleetRun:
     acked: dict[str, str] = field(default_factory=dict)
     recovered_by: dict[str, list[int]] = field(default_factory=dict)
     killed: dict[int, float] = field(default_factory=dict)
-    """SIGKILLed agents, with when (``time.monotonic()``)."""
+    """Agents that died (SIGKILLed, or stopped with a recovery pass in flight), with when
+    (``time.monotonic()``)."""
     failed: dict[int, str] = field(default_factory=dict)
     halt_delays: list[float] = field(default_factory=list)
     not_halted: int = 0
@@ -214,7 +89,7 @@ def start_agent(url: str, schema: str, ledger: Path, seed: int, settings: dict[s
     argv = [url, schema, str(ledger), str(seed), settings["threads"], settings["cap"]]
     argv += [settings["recovers"], settings["owner_ttl"]]
     proc = subprocess.Popen(
-        [sys.executable, __file__, *argv], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        [sys.executable, str(AGENT), *argv], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     return Agent(proc)
 
@@ -249,6 +124,8 @@ def _take(run: FleetRun, agent: Agent, halted_at: float | None) -> None:
             run.halt_delays.append(float(rest) - halted_at)
         elif word == "error":
             run.failed[pid] = rest
+        elif word == "abandoned":
+            run.killed[pid] = time.monotonic()
     agent.lines.clear()
 
 
@@ -472,7 +349,3 @@ def check_fleet(url: str, schema: str, ledger: Path, run: FleetRun, owner_ttl: f
         holds_of_known_sagas=sum(saga in begun for saga in held_for),
         sagas=len(begun),
     )
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(agent_main(sys.argv[1:]))

@@ -340,13 +340,15 @@ def test_a_dropped_connection_is_replaced_before_an_append(
     pg_url: str, schema: str, store: PostgresLogStore
 ) -> None:
     store.append([entry(1)], sync=True)
-    sql_exec(
+    terminated = sql_exec(
         pg_url,
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
         " WHERE application_name = 'agent-saga' AND pid <> pg_backend_pid()"
-        " AND usename = current_user",
+        " AND usename = current_user AND strpos(query, %s) > 0",  # this test's sessions only
+        schema,
         schema,
     )
+    assert terminated  # the store's session that appended record 1
     assert store.append([entry(2)], sync=True)[0].seq == 2
     assert store.health() == []
     assert store.verify().records == 2
@@ -488,7 +490,8 @@ def test_kill_switch_reconnects_after_its_connection_dropped(pg_url: str, schema
             pg_url,
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = 'agent-saga' AND pid <> pg_backend_pid()"
-            " AND usename = current_user",
+            " AND usename = current_user AND strpos(query, %s) > 0",  # this test's sessions
+            schema,
             schema,
         )
         state = switch.state()
