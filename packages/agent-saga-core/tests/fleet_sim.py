@@ -76,9 +76,10 @@ class FleetRun:
     agents_started: int = 0
     phases: dict[str, float] = field(default_factory=dict)
     stragglers: list[str] = field(default_factory=list)
-    """Agents that had started work and were still running 30 s after the halt (then killed)."""
+    """Agents at work before the halt and still running 30 s after it (then killed)."""
     never_started: int = 0
-    """Agents started so late that they were still loading 30 s after the halt (then killed)."""
+    """Agents started so late that they were not at work at the halt, still running 30 s after
+    it (then killed)."""
 
     @property
     def sagas_per_second(self) -> float:
@@ -208,7 +209,7 @@ def run_fleet(
                 _take(run, agent, halted_at)
         for agent in fleet:
             if agent.proc.poll() is None:
-                if agent.ready:
+                if agent.ready_before_halt:
                     run.stragglers.append(f"{agent.proc.pid} saw the halt: {agent.saw_halt}")
                     with contextlib.suppress(ProcessLookupError):
                         agent.proc.send_signal(signal.SIGUSR1)  # its threads' stacks, on stderr
