@@ -1,20 +1,21 @@
 """What a durable append to the PostgreSQL log store costs, against floors measured in the same run.
 
-Prints, for 1 writer and for 8 writers (each with its own connections, in threads):
-  * floor: one-row INSERT committed with synchronous_commit = on (the least a durable commit
-    to this server costs);
+Prints, for 1, 8 and 64 writers (threads of this process):
+  * floor: one-row INSERT committed with synchronous_commit = on, one connection per writer
+    (the least a durable commit to this server costs);
   * hold-lock: the chain continued under a transaction-scoped advisory lock held across a
-    synchronous commit (every writer waits for every other writer's WAL flush);
-  * head-row: the same with SELECT ... FOR UPDATE on a single head row instead of the lock
-    (hold-lock and head-row write a fixed line: the cost of the locking protocol alone);
-  * store: PostgresLogStore.append(sync=True) (lock released at an asynchronous commit, then a
-    synchronous heartbeat commit, so concurrent writers share WAL flushes);
-  * store sync=False: append without waiting for the flush.
+    synchronous commit (every writer waits for every other writer's WAL flush; 1 and 8 only);
+  * store: PostgresLogStore.append(sync=True), every writer on one store (how a process logs
+    its sagas: concurrent appends share round trips and flushes);
+  * store per writer: the same with one store per writer (1 and 8 only: a stand-in for writers
+    in separate processes, which share only the server);
+  * store sync=False: append on one shared store without waiting for the flush.
 
-Each line gives the p50 latency of one append and the throughput, with ratios to the floor.
+Cases run in alternating rounds; each line gives the median over the rounds of the p50 latency
+of one append and of the throughput, with ratios to the floor's medians.
 The server is AGENT_SAGA_TEST_PG_URL, or a throwaway cluster started from local binaries.
 
-Usage: uv run python bench/durability_pg.py [--appends N] [--url URL]
+Usage: uv run python bench/durability_pg.py [--appends N] [--rounds R] [--url URL]
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 
 import psycopg
@@ -35,8 +36,6 @@ from psycopg import sql
 
 LINE = b'{"data":{"amount":250,"tool":"payments.charge"},"kind":"step.intent"}' * 3
 Step = Callable[[int], None]
-
-
 Maker = Callable[[int], tuple[Step, Callable[[], None]]]
 
 
@@ -50,7 +49,7 @@ def run(writers: int, appends: int, make: Maker) -> tuple[float, float]:
     def work(step: Step) -> None:
         mine = []
         barrier.wait()
-        for i in range(appends // writers):
+        for i in range(max(1, appends // writers)):
             start = time.perf_counter()
             step(i)
             mine.append(time.perf_counter() - start)
@@ -79,12 +78,8 @@ def raw_maker(url: str, schema: str, mode: str) -> Maker:
                 ident
             )
         )
-        conn.execute(sql.SQL("CREATE TABLE {}.head (id int PRIMARY KEY, seq bigint)").format(ident))
-        conn.execute(sql.SQL("INSERT INTO {}.head VALUES (1, 0)").format(ident))
     insert = sql.SQL("INSERT INTO {}.r VALUES (%s, 'h', %s)").format(ident)
     tail = sql.SQL("SELECT coalesce(max(seq), 0) FROM {}.r").format(ident)
-    head = sql.SQL("SELECT seq FROM {}.head WHERE id = 1 FOR UPDATE").format(ident)
-    bump = sql.SQL("UPDATE {}.head SET seq = %s WHERE id = 1").format(ident)
     counter = iter(range(1, 10**9))
     counter_lock = threading.Lock()
 
@@ -102,42 +97,58 @@ def raw_maker(url: str, schema: str, mode: str) -> Maker:
                 row = conn.execute(tail).fetchone()
                 conn.execute(insert, ((row[0] if row else 0) + 1, LINE))
 
-        def head_row(_: int) -> None:
-            with conn.transaction():
-                row = conn.execute(head).fetchone()
-                seq = (row[0] if row else 0) + 1
-                conn.execute(insert, (seq, LINE))
-                conn.execute(bump, (seq,))
-
-        steps = {"floor": floor, "hold-lock": hold_lock, "head-row": head_row}
+        steps = {"floor": floor, "hold-lock": hold_lock}
         return steps[mode], conn.close
 
     return make
 
 
-def store_maker(
-    url: str, schema: str, sync: bool
-) -> Callable[[int], tuple[Step, Callable[[], None]]]:
+def store_maker(url: str, schema: str, sync: bool, shared: bool) -> Maker:
+    one: list[PostgresLogStore] = []
+
     def make(writer: int) -> tuple[Step, Callable[[], None]]:
-        store = PostgresLogStore(url, schema=schema)
+        if shared and one:
+            store = one[0]
+            close: Callable[[], None] = lambda: None  # noqa: E731
+        else:
+            store = PostgresLogStore(url, schema=schema)
+            one.append(store)
+            close = store.close
 
         def step(i: int) -> None:
             store.append([Entry("step.intent", f"s{writer}", {"i": i}, i)], sync=sync)
 
-        return step, store.close
+        return step, close
 
     return make
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--appends", type=int, default=800, help="appends per measurement")
+    parser.add_argument("--appends", type=int, default=1600, help="appends per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
+    parser.add_argument("--writers", default="1,8,64", help="comma-separated writer counts")
     parser.add_argument("--url", default=os.environ.get("AGENT_SAGA_TEST_PG_URL"))
     args = parser.parse_args()
-    report(args.appends, args.url)
+    counts = [int(w) for w in args.writers.split(",")]
+    report(args.appends, args.url, args.rounds, counts)
 
 
-def report(appends: int, url_given: str | None) -> None:
+def cases(url: str, writers: int) -> list[tuple[str, Callable[[str], Maker]]]:
+    out: list[tuple[str, Callable[[str], Maker]]] = [
+        ("floor", lambda s: raw_maker(url, s, "floor")),
+        ("store", lambda s: store_maker(url, s, True, shared=True)),
+        ("store sync=False", lambda s: store_maker(url, s, False, shared=True)),
+    ]
+    if writers <= 8:
+        out.insert(1, ("hold-lock", lambda s: raw_maker(url, s, "hold-lock")))
+        out.append(("store per writer", lambda s: store_maker(url, s, True, shared=False)))
+    return out
+
+
+def report(
+    appends: int, url_given: str | None, rounds: int = 3, counts: Sequence[int] = (1, 8, 64)
+) -> None:
     """Print the figures; starts a throwaway server when no URL is given."""
     with ExitStack() as stack:
         url = url_given or stack.enter_context(postgres_server())
@@ -147,23 +158,19 @@ def report(appends: int, url_given: str | None) -> None:
                 " current_setting('wal_sync_method')"
             ).fetchone()
         print(f"PostgreSQL {row[0] if row else '?'}, fsync={row[1] if row else '?'},", end=" ")
-        print(f"wal_sync_method={row[2] if row else '?'}; {appends} appends per line")
-        floors: dict[int, tuple[float, float]] = {}
-        for writers in (1, 8):
+        print(f"wal_sync_method={row[2] if row else '?'}; {appends} appends x {rounds} rounds")
+        for writers in counts:
             print(f"-- {writers} writer(s): p50 per append, appends/s, vs floor")
-            cases: list[tuple[str, Callable[[str], Maker]]] = [
-                ("floor", lambda s: raw_maker(url, s, "floor")),
-                ("hold-lock", lambda s: raw_maker(url, s, "hold-lock")),
-                ("head-row", lambda s: raw_maker(url, s, "head-row")),
-                ("store", lambda s: store_maker(url, s, True)),
-                ("store sync=False", lambda s: store_maker(url, s, False)),
-            ]
-            for name, maker in cases:
-                with scratch_schema(url) as schema:
-                    p50, rate = run(writers, appends, maker(schema))
-                if name == "floor":
-                    floors[writers] = (p50, rate)
-                base_p50, base_rate = floors[writers]
+            seen: dict[str, list[tuple[float, float]]] = {}
+            for _ in range(rounds):
+                for name, maker in cases(url, writers):
+                    with scratch_schema(url) as schema:
+                        seen.setdefault(name, []).append(run(writers, appends, maker(schema)))
+            base_p50 = statistics.median(p for p, _ in seen["floor"])
+            base_rate = statistics.median(r for _, r in seen["floor"])
+            for name, samples in seen.items():
+                p50 = statistics.median(p for p, _ in samples)
+                rate = statistics.median(r for _, r in samples)
                 print(
                     f"  {name:17} {p50:7.3f} ms {rate:7.0f}/s"
                     f"   p50 x{p50 / base_p50:5.2f}  throughput x{rate / base_rate:5.2f}"

@@ -4,16 +4,24 @@ The shell's agent-saga and terminal settings (``AGENT_SAGA_STORE``, ``NO_COLOR``
 cleared for the whole session by the repository's ``conftest.py`` (the list is
 :mod:`agent_saga.testing.environment`'s); pytest reads that file for these tests in every run,
 this package's own environment included.
+
+Fleet-mode tests share ``pg_url`` (the server of ``AGENT_SAGA_TEST_PG_URL`` or a throwaway
+cluster, once per session; skipped without one, failed under ``CI``) and ``schema`` (a fresh
+schema per test, dropped afterwards).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, SequentialIds
 from agent_saga._kit import defaults
+from agent_saga.testing.postgres import scratch_schema, server_for_tests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers such as ``fleet_sim``
 
 
 @pytest.fixture(autouse=True)
@@ -67,3 +75,23 @@ def admin_key(tmp_path: Path) -> Iterator[Path]:
     )
     with trusting_admins([key.public_key().public_bytes_raw()]):
         yield path
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A reachable PostgreSQL server's URL (see the module docstring)."""
+    import psycopg
+
+    with server_for_tests() as url:
+        try:
+            psycopg.connect(url, connect_timeout=5).close()
+        except psycopg.Error as exc:
+            pytest.fail(f"PostgreSQL server at {url} cannot be reached: {exc}")
+        yield url
+
+
+@pytest.fixture
+def schema(pg_url: str) -> Iterator[str]:
+    """A fresh schema name on ``pg_url``; the schema and all in it are dropped afterwards."""
+    with scratch_schema(pg_url) as name:
+        yield name

@@ -13,11 +13,9 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
-import psycopg
 import pytest
 from agent_saga import (
     REVERSIBLE,
@@ -28,23 +26,6 @@ from agent_saga import (
     SagaRolledBack,
 )
 from agent_saga.testing import Ledger
-from agent_saga.testing.postgres import scratch_schema, server_for_tests
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with server_for_tests() as url:
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-        except psycopg.Error as exc:
-            pytest.fail(f"PostgreSQL server at {url} cannot be reached: {exc}")
-        yield url
-
-
-@pytest.fixture
-def schema(pg_url: str) -> Iterator[str]:
-    with scratch_schema(pg_url) as name:
-        yield name
 
 
 def test_two_hosts_share_one_cap(pg_url: str, schema: str, home: Path) -> None:

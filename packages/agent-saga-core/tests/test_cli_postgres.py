@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from agent_saga import AgentKit, Entry, SagaRolledBack, SequentialIds, compensat
 from agent_saga._kit.manifest import VERIFIED
 from agent_saga._postgres.store import PostgresLogStore
 from agent_saga.cli import main
-from agent_saga.testing.postgres import scratch_schema, server_for_tests
 from click.testing import CliRunner, Result
 from psycopg import sql
 
@@ -40,22 +38,6 @@ def _refund(result: str) -> None:
 @tool(name="fleet_cli.charge", semantics="compensable", compensate="fleet_cli.refund")
 def charge(cents: int) -> str:
     return f"ch_{cents}"
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with server_for_tests() as url:
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-        except psycopg.Error as exc:
-            pytest.fail(f"PostgreSQL server at {url} cannot be reached: {exc}")
-        yield url
-
-
-@pytest.fixture
-def schema(pg_url: str) -> Iterator[str]:
-    with scratch_schema(pg_url) as name:
-        yield name
 
 
 @pytest.fixture

@@ -258,14 +258,13 @@ def test_sigkill_harness_file_store(tmp_path: Path) -> None:
     assert run_harness(Backend(), tmp_path, FILE_KILLS, homes) >= FILE_KILLS
 
 
-def test_sigkill_harness_postgres(tmp_path: Path) -> None:
-    from agent_saga.testing.postgres import scratch_schema, server_for_tests
+def test_sigkill_harness_postgres(tmp_path: Path, pg_url: str) -> None:
+    from agent_saga.testing.postgres import scratch_schema
 
     with ExitStack() as stack:
-        url = stack.enter_context(server_for_tests())
 
         def homes() -> Iterator[Path]:
             while True:
-                yield tmp_path / stack.enter_context(scratch_schema(url))
+                yield tmp_path / stack.enter_context(scratch_schema(pg_url))
 
-        assert run_harness(Backend(url), tmp_path, PG_KILLS, homes()) >= PG_KILLS
+        assert run_harness(Backend(pg_url), tmp_path, PG_KILLS, homes()) >= PG_KILLS

@@ -40,27 +40,9 @@ from agent_saga.testing import Ledger
 from agent_saga.testing.postgres import (
     ThrowawayCluster,
     find_bindir,
-    scratch_schema,
-    server_for_tests,
 )
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with server_for_tests() as url:
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-        except psycopg.Error as exc:
-            pytest.fail(f"PostgreSQL server at {url} cannot be reached: {exc}")
-        yield url
-
-
-@pytest.fixture
-def schema(pg_url: str) -> Iterator[str]:
-    with scratch_schema(pg_url) as name:
-        yield name
 
 
 @pytest.fixture
@@ -358,13 +340,15 @@ def test_a_dropped_connection_is_replaced_before_an_append(
     pg_url: str, schema: str, store: PostgresLogStore
 ) -> None:
     store.append([entry(1)], sync=True)
-    sql_exec(
+    terminated = sql_exec(
         pg_url,
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
         " WHERE application_name = 'agent-saga' AND pid <> pg_backend_pid()"
-        " AND usename = current_user",
+        " AND usename = current_user AND strpos(query, %s) > 0",  # this test's sessions only
+        schema,
         schema,
     )
+    assert terminated  # the store's session that appended record 1
     assert store.append([entry(2)], sync=True)[0].seq == 2
     assert store.health() == []
     assert store.verify().records == 2
@@ -506,7 +490,8 @@ def test_kill_switch_reconnects_after_its_connection_dropped(pg_url: str, schema
             pg_url,
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = 'agent-saga' AND pid <> pg_backend_pid()"
-            " AND usename = current_user",
+            " AND usename = current_user AND strpos(query, %s) > 0",  # this test's sessions
+            schema,
             schema,
         )
         state = switch.state()

@@ -5,7 +5,6 @@ administrator key is refused by every reader.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from agent_saga._log.records import Record
 from agent_saga._postgres.store import PostgresLogStore
 from agent_saga.proofs._masking import mask_record
 from agent_saga.proofs._redact_pg import redact_postgres
-from agent_saga.testing.postgres import scratch_schema, server_for_tests
 from psycopg import sql
 
 CVV = "731"
@@ -32,22 +30,6 @@ def refund(result: str) -> None:
 @tool(name="pgredact.charge", compensate="pgredact.refund")
 def charge(card: dict[str, str], cents: int) -> str:
     return f"ch_{cents}"
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with server_for_tests() as url:
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-        except psycopg.Error as exc:
-            pytest.fail(f"PostgreSQL server at {url} cannot be reached: {exc}")
-        yield url
-
-
-@pytest.fixture
-def schema(pg_url: str) -> Iterator[str]:
-    with scratch_schema(pg_url) as name:
-        yield name
 
 
 def rows(url: str, schema: str) -> list[tuple[int, str, bytes]]:

@@ -16,10 +16,10 @@ from .._postgres.connection import (
     PgSession,
     check_schema_name,
     display_url,
-    ensure_schema,
     one_line,
     require_psycopg,
 )
+from .._postgres.schema import ensure_schema
 from .killswitch import HaltState
 
 if TYPE_CHECKING:

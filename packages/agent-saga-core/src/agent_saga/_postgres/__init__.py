@@ -1,8 +1,10 @@
 """PostgreSQL for fleet mode: sessions, the shared log store, owners and leases.
 
-Owns: connections and schema set-up, owner heartbeats and recovery leases (``connection``), the
-statements (``sql``), and the PostgreSQL ``LogStore`` with its batch insert and checked reads
-(``store``, ``write``, ``read``). psycopg is imported only when one of these is used.
+Owns: connections and the server's durability settings (``connection``), the schema's tables
+(``schema``), owner heartbeats and recovery leases (``owners``), the statements (``sql``), and
+the PostgreSQL ``LogStore`` (``store``) with its group commit (``commit``), its batches
+(``write``) and its checked reads (``read``). psycopg is imported only when one of these is
+used.
 
 May import: the foundation modules and ``_log``. The PostgreSQL kill switch and budget store
 implement the gate's protocols, so they live in ``_gate`` beside their file siblings and use

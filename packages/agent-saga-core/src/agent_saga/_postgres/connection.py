@@ -1,25 +1,19 @@
-"""Fleet-mode plumbing on PostgreSQL: connections, the schema, owner rows and leases.
+"""PostgreSQL connections for fleet mode, and the server's durability settings.
 
 * Every connection is in autocommit mode with ``synchronous_commit = on``: a statement that
   writes returns only once the server has flushed its WAL past that write.
 * :class:`PgSession` keeps one connection, replaces it when it is found broken, and retries an
   idempotent statement once on the new connection.
-* :func:`ensure_schema` creates the schema's tables when any is missing, under an advisory lock
-  so that processes starting together do not race.
-* :class:`FleetOwner` is one open store's row in ``<schema>.owners``: alive while its heartbeat
-  keeps ``expires_at`` ahead of the server's clock (only the server's clock is used, so hosts'
-  clocks may disagree). Leases are rows of ``<schema>.leases`` that expire the same way.
+* :func:`server_settings` and :func:`durability_problems` say whether a commit acknowledged by
+  this server survives a crash.
 
 psycopg is imported inside the functions that need it, so importing this module is cheap.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import re
-import socket
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -37,36 +31,6 @@ if TYPE_CHECKING:
 
 DEFAULT_SCHEMA = "agent_saga"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-
-_DDL = """
-CREATE SCHEMA IF NOT EXISTS {s};
-CREATE TABLE IF NOT EXISTS {s}.records (
-    seq bigint PRIMARY KEY CHECK (seq > 0),
-    hash text NOT NULL,
-    line bytea NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {s}.owners (
-    owner_id text PRIMARY KEY,
-    host text NOT NULL,
-    pid integer NOT NULL,
-    opened_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    expires_at timestamptz NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {s}.leases (
-    name text PRIMARY KEY,
-    holder text NOT NULL,
-    token text NOT NULL,
-    expires_at timestamptz NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {s}.kill_switch (
-    id smallint PRIMARY KEY CHECK (id = 1),
-    halted boolean NOT NULL,
-    reason text NOT NULL,
-    since double precision,
-    changed_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
-_TABLES = ["records", "owners", "leases", "kill_switch"]
 
 
 def require_psycopg() -> None:
@@ -108,22 +72,6 @@ def display_url(url: str) -> str:
 def one_line(exc: BaseException) -> str:
     """An error message on one line (libpq's span several)."""
     return " ".join(str(exc).split())
-
-
-def ensure_schema(conn: PgConnection, schema: str) -> None:
-    """Create the schema's tables if any is missing (idempotent; safe to race)."""
-    from psycopg import sql
-
-    present = conn.execute(
-        "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s)",
-        (schema, _TABLES),
-    ).fetchone()
-    if present is not None and present[0] == len(_TABLES):
-        return
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema, "ddl"),))
-        for statement in _DDL.split(";"):
-            conn.execute(sql.SQL(statement.strip()).format(s=sql.Identifier(schema)))
 
 
 class PgSession:
@@ -250,136 +198,12 @@ def durability_problems(settings: dict[str, str]) -> list[str]:
     return problems
 
 
-class OwnerExpired(Exception):
-    """This owner's row expired or was removed: another host may recover its sagas."""
-
-
-class FleetOwner:
-    """One open store's owner row, its heartbeats, and the leases taken in its name.
-
-    Args:
-        main: the session for registration, liveness checks and leases.
-        flusher: the session heartbeats are committed on (synchronously).
-        schema: the schema holding ``owners`` and ``leases``.
-        ttl: seconds the row stays alive after each heartbeat.
-    """
-
-    def __init__(self, main: PgSession, flusher: PgSession, schema: str, ttl: float) -> None:
-        from psycopg import sql
-
-        self.id = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(6).hex()}"
-        self.ttl = ttl
-        self._main, self._flusher = main, flusher
-        text = {
-            "register": "INSERT INTO {s}.owners (owner_id, host, pid, expires_at)"
-            " VALUES (%s, %s, %s, clock_timestamp() + make_interval(secs => %s))",
-            "beat": "UPDATE {s}.owners"
-            " SET expires_at = clock_timestamp() + make_interval(secs => %s)"
-            " WHERE owner_id = %s AND expires_at > clock_timestamp()"
-            " RETURNING (SELECT hash FROM {s}.records WHERE seq = %s)",
-            "alive": "WITH gone AS (DELETE FROM {s}.owners WHERE owner_id = %(o)s"
-            " AND expires_at <= clock_timestamp() RETURNING 1)"
-            " SELECT EXISTS (SELECT 1 FROM {s}.owners WHERE owner_id = %(o)s)"
-            " AND NOT EXISTS (SELECT 1 FROM gone)",
-            "take": "INSERT INTO {s}.leases (name, holder, token, expires_at)"
-            " VALUES (%s, %s, %s, clock_timestamp() + make_interval(secs => %s))"
-            " ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder,"
-            " token = EXCLUDED.token, expires_at = EXCLUDED.expires_at"
-            " WHERE leases.expires_at <= clock_timestamp() RETURNING token",
-            "give_back": "DELETE FROM {s}.leases WHERE name = %s AND token = %s",
-            "drop_leases": "DELETE FROM {s}.leases WHERE holder = %s",
-            "drop_owner": "DELETE FROM {s}.owners WHERE owner_id = %s",
-        }
-        ident = sql.Identifier(schema)
-        self._q = {name: sql.SQL(q).format(s=ident) for name, q in text.items()}
-
-    def register(self, conn: PgConnection) -> None:
-        """Insert this owner's row, alive for one ttl (committed synchronously)."""
-        host, pid = socket.gethostname(), os.getpid()
-        conn.execute(self._q["register"], (self.id, host, pid, self.ttl))
-
-    def beat(self, seq: int) -> object:
-        """Extend this owner's life with a synchronous commit; returns the hash stored at ``seq``.
-
-        When this returns, the server's WAL is flushed past the heartbeat, and so past every
-        transaction that committed before it.
-
-        Raises:
-            OwnerExpired: the row had expired or was removed; it is not revived.
-            psycopg.Error: the server could not be reached (retried once on a new connection).
-        """
-        rows = self._flusher.query(self._q["beat"], (self.ttl, self.id, seq))
-        if not rows:
-            raise OwnerExpired(f"owner {self.id} expired; reopen the store")
-        return rows[0][0]
-
-    def alive(self, owner_id: str) -> bool:
-        """False when ``owner_id``'s row is missing or expired; an expired row is deleted.
-
-        Deleting is what makes the verdict final: the expired owner's next fenced write fails.
-        When the server cannot be read, the owner is reported alive (nothing is proven gone).
-        """
-        import psycopg
-
-        try:
-            rows = self._main.query(self._q["alive"], {"o": owner_id})
-        except (psycopg.Error, StoreFailedError):
-            return True
-        return bool(rows and rows[0][0])
-
-    def take(self, name: str, ttl: float) -> PostgresLease | None:
-        """Insert lease ``name`` for ``ttl`` seconds unless a live holder has it.
-
-        ``INSERT ... ON CONFLICT DO UPDATE ... WHERE expired`` makes exactly one of many racing
-        callers on any host the holder; the grant is committed synchronously. Not retried: a
-        grant whose answer was lost stays held until it expires.
-
-        Raises:
-            psycopg.Error: the server could not be reached.
-        """
-        token = os.urandom(16).hex()
-        with self._main.lock:
-            conn = self._main.connection()
-            row = conn.execute(self._q["take"], (name, self.id, token, ttl)).fetchone()
-        return PostgresLease(name, token, self) if row is not None else None
-
-    def give_back(self, name: str, token: str) -> None:
-        """Delete the lease if this token still holds it; on any error it ends at its expiry."""
-        import psycopg
-
-        with contextlib.suppress(psycopg.Error, StoreFailedError):
-            self._main.query(self._q["give_back"], (name, token))
-
-    def retire(self, conn: PgConnection) -> None:
-        """Delete this owner's leases and row: every host sees it gone from now on."""
-        conn.execute(self._q["drop_leases"], (self.id,))
-        conn.execute(self._q["drop_owner"], (self.id,))
-
-
-class PostgresLease:
-    """A lease row; :meth:`release` is idempotent and never raises."""
-
-    def __init__(self, name: str, token: str, owner: FleetOwner) -> None:
-        self.name = name
-        self._token = token
-        self._owner: FleetOwner | None = owner
-
-    def release(self) -> None:
-        if self._owner is not None:
-            self._owner.give_back(self.name, self._token)
-            self._owner = None
-
-
 __all__ = [
     "DEFAULT_SCHEMA",
-    "FleetOwner",
-    "OwnerExpired",
     "PgSession",
-    "PostgresLease",
     "check_schema_name",
     "display_url",
     "durability_problems",
-    "ensure_schema",
     "lock_key",
     "one_line",
     "require_psycopg",

@@ -67,8 +67,11 @@ def checked_records(
         raise CorruptLogError(where, unjustified[1], unjustified[2], seq=unjustified[0])
 
 
-def check_tail(conn: PgConnection, last: Composed, chain: Chain, where: str) -> None:
+def check_tail(conn: PgConnection, last: Composed, chain: Chain, where: str) -> tuple[int, str]:
     """Check the stored tail row (query ``last``) is a well-formed record of the chain.
+
+    Returns:
+        The tail's ``(seq, hash)``, or ``(0, GENESIS)`` when the log is empty.
 
     Raises:
         CorruptLogError: the line does not parse, is off its own ``prev``, or its ``hash``
@@ -76,7 +79,7 @@ def check_tail(conn: PgConnection, last: Composed, chain: Chain, where: str) -> 
     """
     row = conn.execute(last).fetchone()
     if row is None:
-        return
+        return 0, GENESIS
     seq, digest, line = int(row[0]), str(row[1]), bytes(row[2])
     result = parse_line(chain, line, seq, _prev_field(line))
     if isinstance(result, ChainBreak):
@@ -84,7 +87,7 @@ def check_tail(conn: PgConnection, last: Composed, chain: Chain, where: str) -> 
     elif digest != result.hash:
         reason = "hash column does not match the record"
     else:
-        return
+        return seq, digest
     raise CorruptLogError(where, seq - 1, f"stored tail: {reason}", seq=seq)
 
 

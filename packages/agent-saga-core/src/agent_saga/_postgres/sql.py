@@ -38,16 +38,34 @@ def crash_model(settings: dict[str, str] | None) -> dict[str, str]:
     }
 
 
-def queries(schema: str, owner_id: str) -> dict[str, Composed]:
+_FENCE_AND_LOCK = (
+    "SELECT {s}.agent_saga_expect(EXISTS (SELECT 1 FROM {s}.owners WHERE owner_id = {o}"
+    " AND expires_at > clock_timestamp() FOR KEY SHARE), 'owner fenced');"
+    " SELECT pg_advisory_xact_lock({k})"
+)
+
+
+def queries(schema: str, owner_id: str, ttl: float = 0.0) -> dict[str, Composed]:
+    """The store's statements on ``schema`` for ``owner_id`` (whose row lives ``ttl`` s a beat).
+
+    ``open`` starts a batch: a transaction committed without waiting for the flush, the fence
+    (fails with ``owner fenced`` unless this owner's row is alive, and share-locks it), then the
+    log's advisory lock; ``open_durable`` is the same with a commit that waits for the flush
+    (``synchronous_commit = on``, the session's setting). ``flush`` follows a batch's ``COMMIT``
+    in the same message: it refreshes the owner row in a transaction of its own, committed
+    synchronously.
+    """
     from psycopg import sql
 
     text = {
-        # One message, one snapshot per statement: the tail is read once the lock is granted.
-        "begin": "BEGIN; SET LOCAL synchronous_commit = off;"
-        " SELECT 1 FROM {s}.owners WHERE owner_id = {o} AND expires_at > clock_timestamp()"
-        " FOR KEY SHARE; SELECT pg_advisory_xact_lock({k});"
-        " SELECT seq, hash FROM {s}.records ORDER BY seq DESC LIMIT 1",
+        "open": "BEGIN; SET LOCAL synchronous_commit = off; " + _FENCE_AND_LOCK,
+        "open_durable": "BEGIN; " + _FENCE_AND_LOCK,
+        "tail": "SELECT seq, hash FROM {s}.records ORDER BY seq DESC LIMIT 1",
         "insert": "INSERT INTO {s}.records (seq, hash, line) VALUES ",
+        "flush": "; UPDATE {s}.owners"
+        " SET expires_at = clock_timestamp() + make_interval(secs => {t})"
+        " WHERE owner_id = {o} AND expires_at > clock_timestamp() RETURNING 1",
+        "rollback": "ROLLBACK",
         "last": "SELECT seq, hash, line FROM {s}.records ORDER BY seq DESC LIMIT 1",
         "page": "SELECT seq, hash, line FROM {s}.records WHERE seq > %s ORDER BY seq LIMIT %s",
     }
@@ -55,5 +73,6 @@ def queries(schema: str, owner_id: str) -> dict[str, Composed]:
         "s": sql.Identifier(schema),
         "o": sql.Literal(owner_id),
         "k": sql.Literal(lock_key(schema, "append")),
+        "t": sql.Literal(ttl),
     }
     return {name: sql.SQL(q).format(**names) for name, q in text.items()}

@@ -4,19 +4,24 @@ Durability protocol (what is true when a call returns):
 
 * A record is one row ``(seq, hash, line)`` of ``<schema>.records``; ``line`` holds the exact
   canonical bytes :meth:`Chain.seal` produced, so verification is byte-exact.
-* ``append`` seals and inserts a batch in one transaction holding a transaction-scoped advisory
-  lock, so writers on any host continue one chain from its current tail; ``seq`` is the primary
-  key, global and gap-free (an aborted transaction inserts nothing). The transaction first takes
-  a share lock on this owner's row, so once another host has declared the owner dead (deleted
-  its expired row) no append of that owner can commit. It commits with
-  ``synchronous_commit = off``, so the lock is not held across the WAL flush.
-* ``append(..., sync=True)`` and ``sync()`` then commit a write (this owner's heartbeat) with
-  ``synchronous_commit = on``, which returns only once the server has flushed its WAL up to that
-  commit, and so past every record appended before it; the same statement checks that the last
-  record this store appended is still there (it would be gone after a server crash that lost it).
-  Concurrent callers share one flush, and flushes of different writers share the server's fsync.
-* Any error while appending or flushing puts the store in a failed state: nothing from that call
-  is acknowledged, and every later append raises :class:`StoreFailedError` until it is reopened.
+* ``append`` queues its entries; one thread at a time leads, writing every queued append of the
+  process as one transaction (``commit``) that holds a transaction-scoped advisory lock, so
+  writers on any host continue one chain from its current tail; ``seq`` is the primary key,
+  global and gap-free (an aborted transaction inserts nothing). The transaction first takes a
+  share lock on this owner's row, so once another host has declared the owner dead (deleted its
+  expired row) no append of that owner can commit. When no other process appended since this
+  store's last batch, the batch is one round trip and the lock is held only while the server
+  runs it; otherwise the tail is read under the lock first (``write``).
+* ``append(..., sync=True)`` returns once the server has flushed its WAL past the record: the
+  batch commits synchronously, or (while other processes append too, so that the lock is not
+  held across a flush) commits without waiting and its message ends with a synchronous commit
+  of this owner's heartbeat. ``sync()`` commits
+  the heartbeat on a second connection and checks that the last record this store appended is
+  still there (it would be gone after a server crash that lost it). Flushes of different writers
+  share the server's fsync.
+* Any error while appending or flushing puts the store in a failed state: nothing from that
+  batch is acknowledged, and every later append raises :class:`StoreFailedError` until it is
+  reopened.
 
 psycopg is imported inside the functions that need it, so importing this module is cheap.
 """
@@ -24,7 +29,6 @@ psycopg is imported inside the functions that need it, so importing this module 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,28 +37,25 @@ from .._log.chain import Chain
 from .._log.forks import ForkGuard
 from .._log.records import GENESIS, Entry, Record
 from .._log.store import VerifyReport
+from .commit import GroupCommit, Heartbeat
 from .connection import (
     DEFAULT_SCHEMA,
-    FleetOwner,
-    OwnerExpired,
     PgSession,
-    PostgresLease,
     check_schema_name,
     display_url,
     durability_problems,
-    ensure_schema,
     one_line,
     require_psycopg,
     server_settings,
 )
+from .owners import FleetOwner, OwnerExpired, PostgresLease
 from .read import check_tail, checked_records, paged_rows
+from .schema import ensure_schema
 from .sql import crash_model, queries
-from .write import NotSent, insert_batch
+from .write import BatchWriter
 
 if TYPE_CHECKING:
     from psycopg.sql import Composed
-
-    from .connection import PgConnection
 
 DEFAULT_OWNER_TTL = 15.0
 
@@ -103,19 +104,13 @@ class PostgresLogStore:
         self._owner = FleetOwner(self._main, self._flusher, schema, owner_ttl)
         self.owner_id = self._owner.id
         self.fork_guard = ForkGuard(f"the PostgreSQL log store at {self.where}")
-        self._q = queries(schema, self.owner_id)
-        self._sync_cond = threading.Condition()
-        self._failed: BaseException | None = None
+        self._q = queries(schema, self.owner_id, owner_ttl)
         self._closed = False
-        self._written: tuple[int, str] = (0, GENESIS)  # last record this store appended
-        self._synced = 0
-        self._syncing = False
-        self._beat_error: Exception | None = None
         try:
             with self._main.lock:
                 conn = self._main.connection()
                 ensure_schema(conn, schema)
-                check_tail(conn, self._q["last"], self._chain, self.where)
+                tail = check_tail(conn, self._q["last"], self._chain, self.where)
                 self._owner.register(conn)
             self._flusher.query("SELECT 1")
         except psycopg.Error as exc:
@@ -124,102 +119,31 @@ class PostgresLogStore:
         except BaseException:
             self._close_sessions()
             raise
-        self._stop = threading.Event()
-        self._beater = threading.Thread(target=self._heartbeat, name="agent-saga-pg", daemon=True)
-        self._beater.start()
+        writer = BatchWriter(self._q, schema, self._chain, tail)
+        self._commit = GroupCommit(self._main, self._owner, writer, self.where, self.fork_guard)
+        self._beat = Heartbeat(self._commit, owner_ttl)
 
     # -- writing ---------------------------------------------------------------------------
 
     def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
-        """Seal and insert ``entries`` as one transaction; with ``sync``, return once durable.
+        """Seal and insert ``entries`` in one transaction; with ``sync``, return once durable.
 
-        Without ``sync`` the records are committed and visible to every reader when this
-        returns, but a server crash may lose them until a later flush. A connection found
-        broken before the commit was sent (nothing written) is replaced and the batch retried
-        once; any other failure leaves the store failed.
+        Concurrent appends from this process's threads share that transaction (see
+        ``commit``). Without ``sync`` the records are committed and visible to every reader when
+        this returns, but a server crash may lose them until a later flush. A connection found
+        broken is replaced and the batch settled once on the new one (retried if it had not
+        committed); any other failure leaves the store failed.
+
+        Raises:
+            StoreFailedError: nothing of these entries is acknowledged.
+            CodecError: these entries cannot be sealed (nothing of them is written).
         """
-        self.fork_guard.check()  # the connections are the parent's
-        import psycopg
-
-        with self._main.lock:
-            self._check_usable()
-            try:
-                try:
-                    out = self._insert(self._main.connection(), entries)
-                except NotSent:
-                    out = self._insert(self._main.connection(), entries)
-            except (OwnerExpired, NotSent, psycopg.Error) as exc:
-                self._fail(exc)
-                raise StoreFailedError(f"{self.where}: append failed: {exc}") from exc
-            if out:
-                self._written = (out[-1].seq, out[-1].hash)
-            target = self._written[0]
-        if sync:
-            self._sync_to(target)
-        return out
-
-    def _insert(self, conn: PgConnection, entries: Sequence[Entry]) -> list[Record]:
-        return insert_batch(conn, self._q, self._chain, self.owner_id, entries)
+        return self._commit.append(entries, sync)
 
     def sync(self) -> None:
         """Make every record this store appended so far durable."""
-        self._check_usable()
-        self._sync_to(self._written[0])
-
-    def _sync_to(self, target: int) -> None:
-        with self._sync_cond:
-            while self._synced < target:
-                if self._failed is not None:
-                    raise StoreFailedError(f"{self.where}: store failed: {self._failed}")
-                if self._syncing:
-                    self._sync_cond.wait()
-                    continue
-                self._syncing = True
-                upto = self._written
-                self._sync_cond.release()
-                try:
-                    self._flush(upto)
-                except Exception as exc:
-                    self._fail(exc)
-                finally:
-                    self._sync_cond.acquire()
-                    self._syncing = False
-                    self._sync_cond.notify_all()
-                if self._failed is None:
-                    self._synced = max(self._synced, upto[0])
-            if self._failed is not None:
-                raise StoreFailedError(f"{self.where}: store failed: {self._failed}")
-
-    def _flush(self, upto: tuple[int, str]) -> None:
-        """Commit a heartbeat synchronously; the record ``upto`` must still be stored."""
-        seq, digest = upto
-        stored = self._owner.beat(seq)
-        if seq and stored != digest:
-            raise StoreFailedError(f"record {seq} appended by this store is no longer stored")
-
-    def _heartbeat(self) -> None:
-        """Refresh the owner row every third of its ttl; a broken connection is replaced."""
-        while not self._stop.wait(self._owner.ttl / 3):
-            try:
-                self._flush((0, GENESIS))
-            except OwnerExpired as exc:
-                self._fail(exc)
-                return
-            except Exception as exc:
-                self._beat_error = exc
-            else:
-                self._beat_error = None
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._failed is None:
-            self._failed = exc
-
-    def _check_usable(self) -> None:
-        self.fork_guard.check()
-        if self._closed:
-            raise StoreFailedError(f"{self.where}: store is closed")
-        if self._failed is not None:
-            raise StoreFailedError(f"{self.where}: store failed ({self._failed}); reopen it")
+        self._commit.check_usable()
+        self._commit.sync_to(self._commit.written[0])
 
     def _query(
         self, query: str | Composed, params: tuple[object, ...] | dict[str, object] = ()
@@ -277,9 +201,10 @@ class PostgresLogStore:
 
         if self._closed:
             return ["log store is closed"]
-        problems = [f"log store failed: {self._failed}"] if self._failed is not None else []
-        if self._beat_error is not None:
-            problems.append(f"owner heartbeat failing: {one_line(self._beat_error)}")
+        failed = self._commit.failed
+        problems = [f"log store failed: {failed}"] if failed is not None else []
+        if self._beat.error is not None:
+            problems.append(f"owner heartbeat failing: {one_line(self._beat.error)}")
         try:
             problems.extend(durability_problems(self._settings()))
         except (psycopg.Error, StoreFailedError) as exc:
@@ -294,7 +219,7 @@ class PostgresLogStore:
             "kind": self.kind,
             "where": self.where,
             "group_commit": True,
-            "multi_process": "transaction-scoped advisory lock per batch; any host",
+            "multi_process": "advisory lock per batch, held while the server runs it; any host",
             "owner_liveness": f"heartbeat row, ttl {self._owner.ttl:g} s",
             "leases": "row with expiry, taken by INSERT ... ON CONFLICT",
             "verified_on_open": "tail record only",
@@ -325,7 +250,7 @@ class PostgresLogStore:
         server cannot be read, the owner is reported alive (nothing is proven gone).
         """
         if owner_id == self.owner_id:
-            return not self._closed and not isinstance(self._failed, OwnerExpired)
+            return not self._closed and not isinstance(self._commit.failed, OwnerExpired)
         if self._closed:
             return True
         return self._owner.alive(owner_id)
@@ -343,7 +268,7 @@ class PostgresLogStore:
 
         if ttl <= 0:
             raise ValueError("ttl must be positive")
-        self._check_usable()
+        self._commit.check_usable()
         try:
             return self._owner.take(name, ttl)
         except psycopg.Error as exc:
@@ -375,14 +300,14 @@ class PostgresLogStore:
             # would end the parent's session. Drop this process's view of them only.
             self._closed = True
             return
+        commit = self._commit
         try:
-            if self._failed is None and self._synced < self._written[0]:
-                self._sync_to(self._written[0])
+            if commit.failed is None and commit.synced < commit.written[0]:
+                commit.sync_to(commit.written[0])
         finally:
-            self._stop.set()
-            self._beater.join()
+            self._beat.stop()
             with self._main.lock:
-                self._closed = True
+                self._closed = commit.closed = True
                 with contextlib.suppress(psycopg.Error, StoreFailedError):  # else it expires
                     self._owner.retire(self._main.connection())
             self._close_sessions()

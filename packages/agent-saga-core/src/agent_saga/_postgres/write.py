@@ -1,77 +1,264 @@
-"""One batch of records into the PostgreSQL log: two round trips, one transaction.
+"""Batches of records into the PostgreSQL log: one round trip when the tail is known.
 
-The first message opens the transaction, fences this owner (a share lock on its row, gone once
-another host declared it dead), takes the log's advisory lock and reads the tail; the second
-inserts the sealed batch and commits. Statements travel as literals in the simple protocol,
-several to a message, each with its own snapshot, so the tail is read after the lock is granted.
+A batch is one transaction that fences this owner (a share lock on its row, which fails once
+another host has declared the owner dead), takes the log's transaction-scoped advisory lock and
+continues the chain from the stored tail. Statements travel as literals in the simple protocol,
+several to a message, each with its own snapshot (so the tail is read after the lock is granted).
+Two ways to send it:
+
+* **known tail** (one round trip): the records are sealed after the tail this writer left, and
+  the message checks under the lock that it is still the stored tail (``agent_saga_expect``
+  aborts the transaction otherwise) before inserting and committing. The lock is held only
+  while the server runs the message; when the batch must be durable its commit waits for the
+  WAL flush (one flush, the lock held across it: taken only while no other process has appended
+  lately, so nobody else is usually waiting).
+* **read tail** (two round trips): the first message locks and reads the tail, the second
+  inserts the sealed batch and commits with ``synchronous_commit = off``, so the lock is never
+  held across a flush; a durable batch's message then commits the owner's heartbeat
+  synchronously, which returns once the WAL is flushed past the batch. Used when another
+  process moved the tail, until :data:`CALM_BATCHES` batches in a row find it where this
+  writer left it, and after a broken connection.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from .._log.chain import Chain
+from .._log.codec import CodecError
 from .._log.records import GENESIS, Entry, Record
-from .connection import OwnerExpired
+from .owners import OwnerExpired
+from .schema import EXPECT_FAILED
 
 if TYPE_CHECKING:
+    from psycopg import Cursor
+    from psycopg.rows import TupleRow
     from psycopg.sql import Composed
 
     from .connection import PgConnection
 
+Tail = tuple[int, str]
+_MOVED = "tail moved"
+CALM_BATCHES = 8
+"""Batches in a row that must find the tail where this writer left it before the known-tail
+path is tried again (each failed try costs a round trip, and holds others up)."""
+Outcome: TypeAlias = list[Record] | CodecError
+"""One group's records, or why its entries could not be sealed (nothing of it is written)."""
+
 
 class NotSent(Exception):
-    """The connection broke before the commit was sent: nothing from the batch was written."""
+    """The connection broke before a commit was sent: nothing from the batch was written."""
 
 
-def insert_batch(
-    conn: PgConnection,
-    q: Mapping[str, Composed],
-    chain: Chain,
-    owner_id: str,
-    entries: Sequence[Entry],
-) -> list[Record]:
-    """Seal ``entries`` after the stored tail and commit them; returns the sealed records.
+class Unknown(Exception):
+    """The connection broke after a message holding the commit was sent: it may have committed.
 
-    Raises:
-        NotSent: the connection broke before the commit went out (safe to retry).
-        OwnerExpired: this owner was declared dead; nothing was written.
-        psycopg.Error: anything else (the transaction is rolled back when the connection lives).
+    Attributes:
+        sealed: the batch as sealed in that message (see :meth:`BatchWriter.read_tail`).
     """
-    import psycopg
-    from psycopg import sql
 
-    out: list[Record] = []
-    committing = False
+    def __init__(self, message: str, sealed: Sealed) -> None:
+        super().__init__(message)
+        self.sealed = sealed
+
+
+class _TailMoved(Exception):
+    """The stored tail is no longer the one the batch was sealed after; nothing was written."""
+
+
+class Sealed:
+    """Groups of entries sealed after ``tail``: each group's outcome, and the rows to insert.
+
+    A group whose entries cannot be sealed is refused alone (its outcome is the
+    :class:`CodecError`); the chain goes on from the group before it.
+    """
+
+    def __init__(self, chain: Chain, groups: Sequence[Sequence[Entry]], tail: Tail) -> None:
+        self.outcomes: list[Outcome] = []
+        self.rows: list[str] = []
+        self.first: Record | None = None
+        seq, prev = tail
+        for group in groups:
+            records: list[Record] = []
+            lines: list[bytes] = []
+            try:
+                for entry in group:
+                    record, line = chain.seal(entry, seq + len(records) + 1, prev)
+                    records.append(record)
+                    lines.append(line)
+                    prev = record.hash
+            except CodecError as exc:
+                prev = records[0].prev if records else prev
+                self.outcomes.append(exc)
+                continue
+            for record, line in zip(records, lines, strict=True):
+                self.rows.append(_row(record, line))
+            self.outcomes.append(records)
+            if records:
+                self.first = self.first or records[0]
+                seq = records[-1].seq
+        self.last: Tail = (seq, prev)
+
+
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _row(record: Record, line: bytes) -> str:
+    """``(seq, hash, line)`` as SQL literals: digits, a checked hex digest, the line in hex."""
+    if not _HEX.fullmatch(record.hash):
+        raise ValueError(f"record {record.seq} has a malformed hash")
+    return f"({record.seq},'{record.hash}',decode('{line[:-1].hex()}','hex'))"
+
+
+class BatchWriter:
+    """Writes batches for one store on its main connection, remembering the tail it last saw.
+
+    Not thread-safe: one leader at a time (see ``commit``).
+
+    Args:
+        q: the store's statements (``sql.queries``).
+        schema: the schema holding the log.
+        chain: seals the records.
+        tail: the stored tail when the store opened.
+    """
+
+    def __init__(self, q: Mapping[str, Composed], schema: str, chain: Chain, tail: Tail) -> None:
+        from psycopg import sql
+
+        self._q = q
+        self._s = sql.Identifier(schema)
+        self._chain = chain
+        self.tail: Tail | None = tail
+        """The stored tail after this writer's last batch, or ``None`` while writers interleave
+        (until :data:`CALM_BATCHES` batches in a row found the tail unmoved) or a connection
+        broke."""
+        self._mine = tail
+        self._calm = 0
+
+    def write(
+        self, conn: PgConnection, groups: Sequence[Sequence[Entry]], flush: bool
+    ) -> tuple[list[Outcome], bool]:
+        """Commit ``groups`` as one batch; returns each group's outcome and whether it was flushed.
+
+        Raises:
+            NotSent: the connection broke before any commit went out (safe to retry).
+            Unknown: the connection broke after the commit was sent (see :meth:`read_tail`).
+            OwnerExpired: this owner was declared dead; nothing was written.
+            psycopg.Error: anything else (the transaction is rolled back when the connection lives).
+        """
+        if self.tail is not None:
+            try:
+                return self._known_tail(conn, groups, self.tail, flush)
+            except _TailMoved:
+                self.tail = None
+        return self.read_tail(conn, groups, flush, None)
+
+    def _known_tail(
+        self, conn: PgConnection, groups: Sequence[Sequence[Entry]], tail: Tail, flush: bool
+    ) -> tuple[list[Outcome], bool]:
+        from psycopg import sql
+
+        sealed = Sealed(self._chain, groups, tail)
+        if not sealed.rows:
+            return sealed.outcomes, False
+        check: Composed | sql.SQL = sql.SQL(
+            "SELECT {s}.agent_saga_expect(coalesce((SELECT seq = {n} AND hash = {h}"
+            " FROM {s}.records ORDER BY seq DESC LIMIT 1), {n} = 0), {moved})"
+        ).format(
+            s=self._s, n=sql.Literal(tail[0]), h=sql.Literal(tail[1]), moved=sql.Literal(_MOVED)
+        )
+        # No other writer moved the tail lately: the commit itself waits for the flush (one WAL
+        # flush; the lock is held across it, which costs only writers that arrive meanwhile).
+        opening = self._q["open_durable" if flush else "open"]
+        insert = self._q["insert"] + sql.SQL(", ".join(sealed.rows) + "; COMMIT")
+        _send(conn, sql.SQL("; ").join([opening, check, insert]), sealed)
+        self.tail = self._mine = sealed.last
+        return sealed.outcomes, flush
+
+    def read_tail(
+        self,
+        conn: PgConnection,
+        groups: Sequence[Sequence[Entry]],
+        flush: bool,
+        unknown: Sealed | None,
+    ) -> tuple[list[Outcome], bool]:
+        """Commit ``groups`` in two round trips, reading the tail under the lock first.
+
+        With ``unknown`` (a batch whose commit is :class:`Unknown`), the stored record at its
+        first ``seq`` is read too: when it is that batch's, the batch did commit, nothing more is
+        written and its outcomes are returned unflushed. Otherwise it did not, and never will:
+        its message checks under the lock that the tail is where it was, and this batch moves it.
+
+        Raises: as :meth:`write`.
+        """
+        from psycopg import sql
+
+        parts = [self._q["open"], self._q["tail"]]
+        look_for = unknown.first if unknown is not None else None
+        if look_for is not None:
+            parts.append(
+                sql.SQL("SELECT hash FROM {s}.records WHERE seq = {n}").format(
+                    s=self._s, n=sql.Literal(look_for.seq)
+                )
+            )
+        cursor = _send(conn, sql.SQL("; ").join(parts), None)
+        for _ in range(4):  # BEGIN, SET, the fence, the lock: then the tail
+            cursor.nextset()
+        row = cursor.fetchone()
+        stored: Tail = (int(row[0]), str(row[1])) if row else (0, GENESIS)
+        found = cursor.fetchone() if look_for is not None and cursor.nextset() else None
+        if unknown is not None and look_for is not None and found and found[0] == look_for.hash:
+            _send(conn, self._q["rollback"], None)
+            self.tail = None
+            return unknown.outcomes, False
+        sealed = Sealed(self._chain, groups, stored)
+        if not sealed.rows:
+            _send(conn, self._q["rollback"], None)
+            return sealed.outcomes, False
+        cursor = _send(conn, self._insert(sealed, flush), sealed)
+        self._calm = self._calm + 1 if stored == self._mine else 0
+        self.tail = sealed.last if self._calm >= CALM_BATCHES else None
+        self._mine = sealed.last
+        return sealed.outcomes, _flushed(cursor, flush)
+
+    def _insert(self, sealed: Sealed, flush: bool) -> Composed:
+        from psycopg import sql
+
+        statement = self._q["insert"] + sql.SQL(", ".join(sealed.rows) + "; COMMIT")
+        return statement + self._q["flush"] if flush else statement
+
+
+def _send(conn: PgConnection, message: Composed, commits: Sealed | None) -> Cursor[TupleRow]:
+    """Run one message; ``commits`` is the batch whose commit the message holds, if any."""
+    import psycopg
+
     try:
-        cursor = conn.execute(q["begin"], prepare=False)
-        fenced = [cursor.rowcount]
-        while cursor.nextset():
-            fenced.append(cursor.rowcount)
-        tail = cursor.fetchone()
-        if fenced[2] != 1:  # BEGIN, SET, the owner row, the lock, the tail
-            raise OwnerExpired(f"owner {owner_id} expired; reopen the store")
-        seq, prev = (int(tail[0]), str(tail[1])) if tail else (0, GENESIS)
-        rows: list[sql.Composable] = []
-        for entry in entries:
-            seq += 1
-            record, line = chain.seal(entry, seq, prev)
-            out.append(record)
-            values = (seq, record.hash, line[:-1])
-            rows.append(sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Literal, values))))
-            prev = record.hash
-        if not rows:
-            conn.execute("ROLLBACK")
-            return out
-        committing = True
-        insert = q["insert"] + sql.SQL(", ").join(rows) + sql.SQL("; COMMIT")
-        conn.execute(insert, prepare=False)
-    except BaseException as exc:
+        return conn.execute(message, prepare=False)
+    except psycopg.Error as exc:
         if conn.broken:
-            if not committing and isinstance(exc, psycopg.OperationalError):
+            if commits is not None:
+                raise Unknown(str(exc), commits) from exc
+            if isinstance(exc, psycopg.OperationalError):
                 raise NotSent(str(exc)) from exc
-        elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            raise
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.execute("ROLLBACK")
+        if exc.sqlstate == EXPECT_FAILED:
+            reason = exc.diag.message_primary or ""
+            if reason == _MOVED:
+                raise _TailMoved(reason) from exc
+            raise OwnerExpired(f"owner expired ({reason}); reopen the store") from exc
         raise
-    return out
+
+
+def _flushed(cursor: Cursor[TupleRow], flush: bool) -> bool:
+    """Whether the message's owner refresh (its last statement) committed, so flushed the WAL."""
+    if not flush:
+        return False
+    while cursor.nextset():
+        pass
+    if cursor.rowcount != 1:
+        raise OwnerExpired("owner expired after the batch committed; reopen the store")
+    return True

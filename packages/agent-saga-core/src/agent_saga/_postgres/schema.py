@@ -1,0 +1,79 @@
+"""The fleet schema's tables and the append check, created on first use.
+
+:func:`ensure_schema` creates whatever is missing under a transaction-scoped advisory lock, so
+processes starting together on a new schema take turns. Besides the tables it creates
+``<schema>.agent_saga_expect(ok, reason)``, a function that raises ``reason`` (SQLSTATE
+``AS001``) unless ``ok`` is true: an append sent as one message uses it to abort itself when
+its owner was fenced or the tail it continues has moved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .connection import lock_key
+
+if TYPE_CHECKING:
+    from .connection import PgConnection
+
+EXPECT_FAILED = "AS001"
+"""The SQLSTATE ``agent_saga_expect`` raises."""
+
+_DDL = """
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.records (
+    seq bigint PRIMARY KEY CHECK (seq > 0),
+    hash text NOT NULL,
+    line bytea NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.owners (
+    owner_id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    opened_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.leases (
+    name text PRIMARY KEY,
+    holder text NOT NULL,
+    token text NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.kill_switch (
+    id smallint PRIMARY KEY CHECK (id = 1),
+    halted boolean NOT NULL,
+    reason text NOT NULL,
+    since double precision,
+    changed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+_TABLES = ["records", "owners", "leases", "kill_switch"]
+_EXPECT = (
+    "CREATE OR REPLACE FUNCTION {s}.agent_saga_expect(ok boolean, reason text)"
+    " RETURNS void LANGUAGE plpgsql AS $$ BEGIN IF ok IS NOT TRUE THEN"
+    f" RAISE EXCEPTION USING MESSAGE = reason, ERRCODE = '{EXPECT_FAILED}';"
+    " END IF; END $$"
+)
+
+
+def ensure_schema(conn: PgConnection, schema: str) -> None:
+    """Create the schema's tables and function if any is missing (idempotent; safe to race)."""
+    from psycopg import sql
+
+    present = conn.execute(
+        "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s)),"
+        " EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname = 'agent_saga_expect')",
+        (schema, _TABLES, schema),
+    ).fetchone()
+    if present is not None and present[0] == len(_TABLES) and present[1]:
+        return
+    ident = sql.Identifier(schema)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema, "ddl"),))
+        for statement in _DDL.split(";"):
+            conn.execute(sql.SQL(statement.strip()).format(s=ident))
+        conn.execute(sql.SQL(_EXPECT).format(s=ident))
+
+
+__all__ = ["EXPECT_FAILED", "ensure_schema"]

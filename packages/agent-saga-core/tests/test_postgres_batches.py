@@ -1,0 +1,101 @@
+"""Group commit on the PostgreSQL log store: threads share transactions, nothing else is shared.
+
+Each row's ``xmin`` is the transaction that inserted it, so counting them shows how many
+transactions a set of appends took. The server is the conftest's ``pg_url``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from agent_saga import Entry, StoreFailedError
+from agent_saga._log.codec import CodecError
+from agent_saga._postgres.store import PostgresLogStore
+from psycopg import sql
+
+
+def rows(url: str, schema: str, query: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(sql.SQL(query).format(s=sql.Identifier(schema))).fetchall()
+
+
+def in_threads(count: int, work: Any) -> None:
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_threads_of_one_store_share_transactions_and_keep_their_order(
+    pg_url: str, schema: str
+) -> None:
+    got: dict[int, list[int]] = {}
+    with PostgresLogStore(pg_url, schema=schema) as store:
+
+        def work(n: int) -> None:
+            got[n] = [
+                store.append([Entry("t.step", f"s{n}", {"n": n, "i": i}, i)], sync=True)[0].seq
+                for i in range(12)
+            ]
+
+        in_threads(16, work)
+        report = store.verify()
+        records = list(store.records())
+    assert report.ok
+    assert report.records == 16 * 12
+    transactions = rows(pg_url, schema, "SELECT count(DISTINCT xmin::text) FROM {s}.records")
+    assert transactions[0][0] < 16 * 12  # appends shared transactions
+    for n, seqs in got.items():
+        assert seqs == sorted(seqs)
+        assert [r.data["i"] for r in records if r.saga == f"s{n}"] == list(range(12))
+
+
+def test_an_entry_that_cannot_be_sealed_fails_alone(pg_url: str, schema: str) -> None:
+    refused: list[int] = []
+    with PostgresLogStore(pg_url, schema=schema) as store:
+
+        def work(n: int) -> None:
+            for i in range(10):
+                value = float("nan") if (n + i) % 3 == 0 else float(i)
+                try:
+                    store.append([Entry("t.step", f"s{n}", {"v": value}, i)], sync=i % 2 == 0)
+                except CodecError:
+                    refused.append(n)
+
+        in_threads(8, work)
+        assert store.health() == []
+        report = store.verify()
+    assert len(refused) == sum((n + i) % 3 == 0 for n in range(8) for i in range(10))
+    assert report.ok
+    assert report.records == 80 - len(refused)
+
+
+def test_a_known_tail_that_moved_is_read_again(pg_url: str, schema: str) -> None:
+    with (
+        PostgresLogStore(pg_url, schema=schema) as a,
+        PostgresLogStore(pg_url, schema=schema) as b,
+    ):
+        seqs = [
+            s.append([Entry("t.step", "x", {"i": i}, i)], sync=True)[0].seq
+            for i, s in enumerate([a, a, b, a, b, b, a])
+        ]
+        report = a.verify()
+    assert seqs == list(range(1, 8))
+    assert report.ok
+
+
+def test_an_owner_declared_dead_cannot_append_on_the_one_message_path(
+    pg_url: str, schema: str
+) -> None:
+    with PostgresLogStore(pg_url, schema=schema) as store:
+        store.append([Entry("t.step", "x", {"i": 1}, 1)], sync=True)  # the tail is known now
+        rows(pg_url, schema, "DELETE FROM {s}.owners RETURNING 1")  # another host's verdict
+        with pytest.raises(StoreFailedError, match="owner fenced"):
+            store.append([Entry("t.step", "x", {"i": 2}, 2)], sync=False)
+        with pytest.raises(StoreFailedError):
+            store.append([Entry("t.step", "x", {"i": 3}, 3)], sync=True)
+    assert rows(pg_url, schema, "SELECT count(*) FROM {s}.records") == [(1,)]
