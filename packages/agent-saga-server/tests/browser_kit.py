@@ -1,0 +1,76 @@
+"""Helpers of the browser tests (fixtures in ``ui/conftest.py``): the guard that watches a page,
+and a running ``agent-saga ui``."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from playwright.sync_api import ConsoleMessage, Page, Request
+
+LOCAL = ("127.0.0.1", "localhost")
+
+
+def is_local(url: str) -> bool:
+    """Whether the browser may fetch ``url``: this machine, or a URL that is no fetch."""
+    parts = urlsplit(url)
+    if parts.scheme in ("data", "blob", "about"):
+        return True
+    return parts.scheme in ("http", "https", "ws") and parts.hostname in LOCAL
+
+
+@dataclass
+class Guard:
+    """What a page did that a test forbids (see the module docstring)."""
+
+    foreign: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    expected: list[str] = field(default_factory=list)
+    """Substrings of console errors a test expects (a 401 page logs one)."""
+
+    def on_request(self, request: Request) -> None:
+        if not is_local(request.url):
+            self.foreign.append(request.url)
+
+    def on_console(self, message: ConsoleMessage) -> None:
+        if message.type == "error" and not any(e in message.text for e in self.expected):
+            self.errors.append(message.text)
+
+    def on_page_error(self, error: Exception) -> None:
+        self.errors.append(f"uncaught: {error}")
+
+
+def guard_page(page: Page) -> Guard:
+    guard = Guard()
+    page.on("request", guard.on_request)
+    page.on("console", guard.on_console)
+    page.on("pageerror", guard.on_page_error)
+    page.route(lambda url: not is_local(url), lambda route: route.abort())
+    return guard
+
+
+@dataclass
+class Dashboard:
+    """A running ``agent-saga ui``: its base URL, home, and the login link it printed."""
+
+    url: str
+    home: Path
+    first_link: str
+    process: subprocess.Popen[str]
+
+    def login_link(self, subject: str = "ann", role: str = "admin") -> str:
+        """A fresh one-time login link, minted in the dashboard's database."""
+        from agent_saga_server.dashboard import mint_login
+        from agent_saga_server.store.db import open_database
+
+        db = open_database(None, self.home)
+        try:
+            return f"{self.url}/ui/login?token={mint_login(db, subject, role)}"
+        finally:
+            db.close()
+
+    def login(self, page: Page, subject: str = "ann", role: str = "admin") -> None:
+        page.goto(self.login_link(subject, role))
+        assert urlsplit(page.url).path == "/ui/sagas", page.url
