@@ -71,6 +71,27 @@ class Dashboard:
         finally:
             db.close()
 
+    def login_as_approver(self, page: Page, subject: str) -> None:
+        """Log in as a fleet's approver does: an approver token pasted in the login form
+        (agents learn who may approve from the approver tokens that exist)."""
+        page.goto(f"{self.url}/ui/login")
+        page.get_by_label("Token").fill(issue_token(self.home, "approver", subject))
+        page.get_by_role("button", name="Log in").click()
+        assert urlsplit(page.url).path == "/ui/sagas", page.url
+
     def login(self, page: Page, subject: str = "ann", role: str = "admin") -> None:
         page.goto(self.login_link(subject, role))
         assert urlsplit(page.url).path == "/ui/sagas", page.url
+
+
+def issue_token(home: Path, scope: str, subject: str) -> str:
+    """A control-plane token issued straight into the dashboard's database."""
+    from agent_saga_server.store.db import open_database
+    from agent_saga_server.store.tokens import issue
+
+    db = open_database(None, home)
+    try:
+        text, _ = issue(db, scope, subject)  # type: ignore[arg-type]
+        return text
+    finally:
+        db.close()
