@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from ..store.db import Database
-from . import approvals, control, login, sagas, sessions
+from . import approvals, control, live, login, sagas, sessions
 from .web import HERE, PREFIX, DashboardConfig, NeedsLogin, allowed_host, redirect
 
 
@@ -26,7 +26,7 @@ def mount(app: FastAPI, db: Database, hosts: set[str] | None = None) -> Dashboar
         config.hosts |= hosts
     app.state.dashboard = config
     router = APIRouter(prefix=PREFIX, dependencies=[Depends(allowed_host)], include_in_schema=False)
-    for module in (login, sagas, approvals, control):
+    for module in (login, sagas, approvals, control, live):
         router.include_router(module.pages)
     app.include_router(router)
     static = StaticFiles(directory=HERE / "static")
