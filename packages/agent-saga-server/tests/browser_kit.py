@@ -4,6 +4,7 @@ and a running ``agent-saga ui``."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -11,6 +12,8 @@ from urllib.parse import urlsplit
 from playwright.sync_api import ConsoleMessage, Page, Request
 
 LOCAL = ("127.0.0.1", "localhost")
+Snap = Callable[[Page, str], Path]
+"""The ``snap`` fixture: saves a screenshot of a page under a name."""
 
 
 def is_local(url: str) -> bool:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,8 @@ from plane_testkit import AGENT_SAGA, server_environment
 from playwright.sync_api import Page
 
 CHROMIUM = os.environ.get("AGENT_SAGA_TEST_CHROMIUM", "/usr/bin/chromium")
+ARTEFACTS = os.environ.get("AGENT_SAGA_TEST_ARTEFACTS")
+"""Read at import: each test runs in a cleaned environment (``conftest._isolated``)."""
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +59,30 @@ def guarded(page: Page) -> Iterator[tuple[Page, Guard]]:
     yield page, guard
     assert guard.foreign == [], f"requests left 127.0.0.1: {guard.foreign}"
     assert guard.errors == [], f"console errors: {guard.errors}"
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where page screenshots go: ``$AGENT_SAGA_TEST_ARTEFACTS/ui`` when that is set (a test
+    artefacts folder, never committed), else the session's temporary directory."""
+    if ARTEFACTS:
+        folder = Path(ARTEFACTS) / "ui"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def snap(screenshots: Path) -> Callable[[Page, str], Path]:
+    """Save a screenshot of a page under :func:`screenshots`, as ``NAME.png``."""
+
+    def take(page: Page, name: str) -> Path:
+        path = screenshots / f"{name}.png"
+        page.screenshot(path=path, full_page=True)
+        assert path.stat().st_size > 1000
+        return path
+
+    return take
 
 
 @pytest.fixture(scope="session")

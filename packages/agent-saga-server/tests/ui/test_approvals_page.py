@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_saga import IRREVERSIBLE, AgentKit, RequireApproval, ToolCall
-from browser_kit import Dashboard, Guard, issue_token
+from browser_kit import Dashboard, Guard, Snap, issue_token
 from playwright.sync_api import Dialog, Page, expect
 
 CARD = "4111-0000-7777-9999"
@@ -58,7 +58,7 @@ def wait_for_request(page: Page, dashboard: Dashboard, origin: str) -> Any:
 
 
 def test_an_approver_approves_from_the_queue_and_the_step_runs_once(
-    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path
+    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path, snap: Snap
 ) -> None:
     page, _ = guarded
     dashboard.login_as_approver(page, "ann")  # first: agents ask the approvers that exist
@@ -72,6 +72,7 @@ def test_an_approver_approves_from_the_queue_and_the_step_runs_once(
         assert MARKUP in args  # markup shown as text
         assert len(request.locator(".digest").inner_text()) == 64
         assert "UTC" in request.locator(".expiry").inner_text()
+        snap(page, "approvals")
         request.get_by_label("Note").fill("checked the invoice")
         request.get_by_role("button", name="Approve").click()
         expect(page.locator("#decided")).to_contain_text("is now approved")

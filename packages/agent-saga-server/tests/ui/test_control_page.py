@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, HaltedError, SagaRolledBack
-from browser_kit import Dashboard, Guard, issue_token
+from browser_kit import Dashboard, Guard, Snap, issue_token
 from playwright.sync_api import Page, expect
 
 
@@ -36,7 +36,7 @@ def wait_refusing(kit: AgentKit, halted: bool) -> None:
 
 
 def test_halt_from_the_page_stops_an_agent_and_resume_lets_it_act(
-    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path
+    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path, snap: Snap
 ) -> None:
     page, _ = guarded
     token = issue_token(dashboard.home, "agent", "arm-1")
@@ -53,6 +53,7 @@ def test_halt_from_the_page_stops_an_agent_and_resume_lets_it_act(
         page.get_by_role("button", name="Halt").click()
         expect(page.locator("#switch-state")).to_contain_text("HALTED")
         expect(page.locator("#switch-state")).to_contain_text("arm <b>jammed</b>")
+        snap(page, "kill-switch-halted")
         wait_refusing(kit, halted=True)
         page.get_by_label("Reason").fill("arm fixed")
         page.get_by_label("Yes, let every agent act again").check()
@@ -79,7 +80,7 @@ def test_a_form_without_the_confirmation_changes_nothing(
 
 
 def test_a_reservation_moves_the_budget_gauge(
-    dashboard: Dashboard, guarded: tuple[Page, Guard]
+    dashboard: Dashboard, guarded: tuple[Page, Guard], snap: Snap
 ) -> None:
     from agent_saga_server.store.budgets import reserve, set_cap
     from agent_saga_server.store.db import open_database
@@ -101,6 +102,7 @@ def test_a_reservation_moves_the_budget_gauge(
         page.reload()
         expect(row.locator(".held")).to_have_text("50")
         expect(row.locator("meter")).to_have_attribute("value", "25")
+        snap(page, "budgets")
         assert page.get_by_role("button", name="Halt").count() == 0  # an auditor cannot halt
     finally:
         db.close()

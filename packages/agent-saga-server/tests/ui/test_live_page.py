@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import httpx
 from agent_saga import AgentKit
-from browser_kit import Dashboard, Guard
+from browser_kit import Dashboard, Guard, Snap
 from playwright.sync_api import Page, expect
 
 HOSTILE_TOOL = "<img src=x onerror=alert('live')>"
@@ -31,7 +31,7 @@ def append_saga(dashboard: Dashboard, name: str, tool: str = "live.note") -> Non
 
 
 def test_a_record_appended_by_another_process_shows_within_a_second(
-    dashboard: Dashboard, guarded: tuple[Page, Guard]
+    dashboard: Dashboard, guarded: tuple[Page, Guard], snap: Snap
 ) -> None:
     page, _ = guarded
     dashboard.login(page)
@@ -47,6 +47,7 @@ def test_a_record_appended_by_another_process_shows_within_a_second(
     assert "saga.begin" in kinds
     assert "saga.end" in kinds
     assert page.locator("main img").count() == 0
+    snap(page, "live-log")
 
 
 def events(lines: Iterator[str], count: int) -> list[tuple[str, dict[str, object]]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 from agent_saga import AgentKit, SagaRolledBack
-from browser_kit import Dashboard, Guard
+from browser_kit import Dashboard, Guard, Snap
 from playwright.sync_api import Dialog, Page, expect
 
 HOSTILE_TOOL = "<img src=x onerror=alert(1)>"
@@ -62,12 +62,13 @@ def test_the_login_link_sets_a_strict_http_only_cookie_and_works_once(
 
 
 def test_the_printed_link_logs_in_and_a_pasted_token_does_too(
-    dashboard: Dashboard, guarded: tuple[Page, Guard]
+    dashboard: Dashboard, guarded: tuple[Page, Guard], snap: Snap
 ) -> None:
     page, _ = guarded
     assert dashboard.first_link.startswith(f"{dashboard.url}/ui/login?token=asl_")
     page.goto(f"{dashboard.url}/ui/sagas")
     assert page.url == f"{dashboard.url}/ui/login"  # no session yet
+    snap(page, "login")
     token = dashboard.login_link("bob", "auditor").split("token=")[1]
     page.get_by_label("Token").fill(token)
     page.get_by_role("button", name="Log in").click()
@@ -79,7 +80,7 @@ def test_the_printed_link_logs_in_and_a_pasted_token_does_too(
 
 
 def test_the_list_shows_filters_and_pages_the_sagas(
-    dashboard: Dashboard, guarded: tuple[Page, Guard]
+    dashboard: Dashboard, guarded: tuple[Page, Guard], snap: Snap
 ) -> None:
     page, _ = guarded
 
@@ -103,6 +104,7 @@ def test_the_list_shows_filters_and_pages_the_sagas(
     wait_listed(page, dashboard, "list-broken")
     rows = page.locator("#sagas tbody tr")
     expect(rows).to_have_count(50)
+    snap(page, "sagas")
     first = rows.first.inner_text()
     assert "list-broken" in first
     assert "rolled_back" in first
@@ -123,7 +125,7 @@ def test_the_list_shows_filters_and_pages_the_sagas(
 
 
 def test_a_rolled_back_saga_shows_each_step_and_its_compensations_newest_first(
-    dashboard: Dashboard, guarded: tuple[Page, Guard]
+    dashboard: Dashboard, guarded: tuple[Page, Guard], snap: Snap
 ) -> None:
     page, _ = guarded
 
@@ -144,6 +146,7 @@ def test_a_rolled_back_saga_shows_each_step_and_its_compensations_newest_first(
     wait_listed(page, dashboard, "timeline-rollback")
     page.get_by_role("link", name="timeline-rollback").click()
     expect(page.locator("#saga-status")).to_have_text("rolled_back")
+    snap(page, "saga-timeline")
     tools = page.locator("#steps .tool").all_inner_texts()
     assert tools == ["tl.reserve", "tl.charge", "tl.ship"]
     outcomes = page.locator("#steps .compensation").all_inner_texts()
