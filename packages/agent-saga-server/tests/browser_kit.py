@@ -4,11 +4,14 @@ and a running ``agent-saga ui``."""
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from agent_saga import IRREVERSIBLE, AgentKit, RequireApproval, ToolCall
 from playwright.sync_api import ConsoleMessage, Page, Request
 
 LOCAL = ("127.0.0.1", "localhost")
@@ -74,10 +77,15 @@ class Dashboard:
         finally:
             db.close()
 
-    def login_as_approver(self, page: Page, subject: str) -> None:
+    @property
+    def named_url(self) -> str:
+        """The base URL by host name (``localhost``), which passkeys need."""
+        return self.url.replace("127.0.0.1", "localhost")
+
+    def login_as_approver(self, page: Page, subject: str, base: str | None = None) -> None:
         """Log in as a fleet's approver does: an approver token pasted in the login form
         (agents learn who may approve from the approver tokens that exist)."""
-        page.goto(f"{self.url}/ui/login")
+        page.goto(f"{base or self.url}/ui/login")
         page.get_by_label("Token").fill(issue_token(self.home, "approver", subject))
         page.get_by_role("button", name="Log in").click()
         assert urlsplit(page.url).path == "/ui/sagas", page.url
@@ -98,3 +106,49 @@ def issue_token(home: Path, scope: str, subject: str) -> str:
         return text
     finally:
         db.close()
+
+
+CARD = "4111-0000-7777-9999"
+MARKUP = "<img src=x onerror=alert(1)>"
+
+
+class WiresNeedAPerson:
+    name = "wires_need_a_person"
+
+    def evaluate(self, call: ToolCall) -> RequireApproval:
+        return RequireApproval(self.name, "a wire leaves the bank for good")
+
+
+def start_agent(
+    dashboard: Dashboard, home: Path, origin: str
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """An agent on the dashboard's control plane whose one wire waits for an approval."""
+    token = issue_token(dashboard.home, "agent", origin)
+    kit = AgentKit(home=home, server=dashboard.url, token=token, rules=[WiresNeedAPerson()])
+    seen: dict[str, Any] = {"wires": 0, "error": None, "kit": kit}
+
+    @kit.tool(name="bank.wire", semantics=IRREVERSIBLE, redact=["card"])
+    def wire(to: str, amount: int, card: str) -> str:
+        seen["wires"] += 1
+        return f"{amount} to {to}"
+
+    def agent() -> None:
+        try:
+            with kit.transaction("payout"):
+                wire(to=MARKUP, amount=9000, card=CARD)
+        except Exception as exc:  # a denial ends the saga; the test reads which
+            seen["error"] = type(exc).__name__
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    return thread, seen
+
+
+def wait_for_request(page: Page, dashboard: Dashboard, origin: str, base: str | None = None) -> Any:
+    section = page.locator(".approval", has=page.locator(".requester", has_text=origin))
+    for _ in range(100):
+        page.goto(f"{base or dashboard.url}/ui/approvals")
+        if section.count():
+            return section
+        page.wait_for_timeout(150)
+    raise AssertionError(f"no request from {origin} reached the queue")

@@ -3,58 +3,19 @@ an approver approves or denies it from the page, and the step runs exactly once 
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Any
 
-from agent_saga import IRREVERSIBLE, AgentKit, RequireApproval, ToolCall
-from browser_kit import Dashboard, Guard, Snap, issue_token
+from browser_kit import (
+    CARD,
+    MARKUP,
+    Dashboard,
+    Guard,
+    Snap,
+    issue_token,
+    start_agent,
+    wait_for_request,
+)
 from playwright.sync_api import Dialog, Page, expect
-
-CARD = "4111-0000-7777-9999"
-MARKUP = "<img src=x onerror=alert(1)>"
-
-
-class WiresNeedAPerson:
-    name = "wires_need_a_person"
-
-    def evaluate(self, call: ToolCall) -> RequireApproval:
-        return RequireApproval(self.name, "a wire leaves the bank for good")
-
-
-def start_agent(
-    dashboard: Dashboard, home: Path, origin: str
-) -> tuple[threading.Thread, dict[str, Any]]:
-    """An agent on the dashboard's control plane whose one wire waits for an approval."""
-    token = issue_token(dashboard.home, "agent", origin)
-    kit = AgentKit(home=home, server=dashboard.url, token=token, rules=[WiresNeedAPerson()])
-    seen: dict[str, Any] = {"wires": 0, "error": None, "kit": kit}
-
-    @kit.tool(name="bank.wire", semantics=IRREVERSIBLE, redact=["card"])
-    def wire(to: str, amount: int, card: str) -> str:
-        seen["wires"] += 1
-        return f"{amount} to {to}"
-
-    def agent() -> None:
-        try:
-            with kit.transaction("payout"):
-                wire(to=MARKUP, amount=9000, card=CARD)
-        except Exception as exc:  # a denial ends the saga; the test reads which
-            seen["error"] = type(exc).__name__
-
-    thread = threading.Thread(target=agent)
-    thread.start()
-    return thread, seen
-
-
-def wait_for_request(page: Page, dashboard: Dashboard, origin: str) -> Any:
-    section = page.locator(".approval", has=page.locator(".requester", has_text=origin))
-    for _ in range(100):
-        page.goto(f"{dashboard.url}/ui/approvals")
-        if section.count():
-            return section
-        page.wait_for_timeout(150)
-    raise AssertionError(f"no request from {origin} reached the queue")
 
 
 def test_an_approver_approves_from_the_queue_and_the_step_runs_once(

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from ..store.db import Database
-from . import approvals, control, live, login, sagas, sessions
+from . import approvals, control, live, login, passkey_routes, passkeys, sagas, sessions
 from .web import HERE, PREFIX, DashboardConfig, NeedsLogin, allowed_host, redirect
 
 
@@ -21,12 +21,13 @@ def mount(app: FastAPI, db: Database, hosts: set[str] | None = None) -> Dashboar
     """Serve the dashboard from ``app`` over ``db``; returns its configuration (whose
     ``hosts`` a caller may extend before serving)."""
     sessions.create_tables(db)
+    passkeys.create_tables(db)
     config = DashboardConfig(db)
     if hosts:
         config.hosts |= hosts
     app.state.dashboard = config
     router = APIRouter(prefix=PREFIX, dependencies=[Depends(allowed_host)], include_in_schema=False)
-    for module in (login, sagas, approvals, control, live):
+    for module in (login, sagas, approvals, control, live, passkey_routes):
         router.include_router(module.pages)
     app.include_router(router)
     static = StaticFiles(directory=HERE / "static")

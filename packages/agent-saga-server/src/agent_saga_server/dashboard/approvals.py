@@ -17,6 +17,7 @@ from fastapi import APIRouter, Form, HTTPException, Path, Query
 from fastapi.responses import Response
 
 from ..store import approvals as approval_store
+from .passkeys import credentials
 from .web import Config, FormViewer, PageViewer, redirect, render
 
 pages = APIRouter()
@@ -34,6 +35,7 @@ def _queue(config: Config, viewer: PageViewer, status: int = 200, **extra: objec
     pending = approval_store.list_approvals(config.db, "pending", None, 200, None)
     return render(
         "approvals.html", viewer, status, pending=pending, at=at,
+        has_passkey=bool(credentials(config.db, viewer.subject)),
         shown=lambda value: json.dumps(value, indent=1, sort_keys=True), **extra,
     )  # fmt: skip
 
