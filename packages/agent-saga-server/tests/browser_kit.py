@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agent_saga import IRREVERSIBLE, AgentKit, RequireApproval, ToolCall
-from playwright.sync_api import ConsoleMessage, Page, Request
+from playwright.sync_api import ConsoleMessage, Dialog, Page, Request
 
 LOCAL = ("127.0.0.1", "localhost")
 Snap = Callable[[Page, str], Path]
@@ -33,6 +33,8 @@ class Guard:
 
     foreign: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    """Alerts and prompts a page opened (hostile content that ran would open one)."""
     expected: list[str] = field(default_factory=list)
     """Substrings of console errors a test expects (a 401 page logs one)."""
 
@@ -44,6 +46,10 @@ class Guard:
         if message.type == "error" and not any(e in message.text for e in self.expected):
             self.errors.append(message.text)
 
+    def on_dialog(self, dialog: Dialog) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
     def on_page_error(self, error: Exception) -> None:
         self.errors.append(f"uncaught: {error}")
 
@@ -53,6 +59,7 @@ def guard_page(page: Page) -> Guard:
     page.on("request", guard.on_request)
     page.on("console", guard.on_console)
     page.on("pageerror", guard.on_page_error)
+    page.on("dialog", guard.on_dialog)
     page.route(lambda url: not is_local(url), lambda route: route.abort())
     return guard
 

@@ -3,8 +3,9 @@
 127.0.0.1, and a guarded page.
 
 Every page a test gets through ``guarded`` fails the test, at teardown, if the browser sent a
-request to any host but 127.0.0.1 or localhost (such a request is also aborted), or if the page
-logged a console error or threw (a Content-Security-Policy violation is one).
+request to any host but 127.0.0.1 or localhost (such a request is also aborted), if the page
+logged a console error or threw (a Content-Security-Policy violation is one), or if it opened
+a dialog (the ``alert`` hostile content would run).
 
 Without chromium the browser tests are skipped, except under CI (``CI`` set), where they fail.
 """
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from browser_kit import Dashboard, Guard, guard_page
 from plane_testkit import AGENT_SAGA, server_environment
+from plane_testkit import _stop as stop_server
 from playwright.sync_api import Page
 
 CHROMIUM = os.environ.get("AGENT_SAGA_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -59,6 +61,7 @@ def guarded(page: Page) -> Iterator[tuple[Page, Guard]]:
     yield page, guard
     assert guard.foreign == [], f"requests left 127.0.0.1: {guard.foreign}"
     assert guard.errors == [], f"console errors: {guard.errors}"
+    assert guard.dialogs == [], f"dialogs opened: {guard.dialogs}"
 
 
 @pytest.fixture(scope="session")
@@ -103,12 +106,5 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
         url = first.split()[3].removesuffix("/ui/")
         yield Dashboard(url, home, second.split()[-1], process)
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(15)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop_server(process)
         errors.close()

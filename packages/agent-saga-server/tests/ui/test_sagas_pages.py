@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from agent_saga import AgentKit, SagaRolledBack
 from browser_kit import Dashboard, Guard, Snap
-from playwright.sync_api import Dialog, Page, expect
+from playwright.sync_api import Page, expect
 
 HOSTILE_TOOL = "<img src=x onerror=alert(1)>"
 HOSTILE_SAGA = "<script>alert('saga')</script>"
@@ -162,13 +162,6 @@ def test_hostile_saga_and_tool_names_render_as_text(
     dashboard: Dashboard, guarded: tuple[Page, Guard]
 ) -> None:
     page, _ = guarded
-    dialogs: list[str] = []
-
-    def on_dialog(dialog: Dialog) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    page.on("dialog", on_dialog)
 
     def saga(kit: AgentKit) -> None:
         hostile = kit.tool(name=HOSTILE_TOOL, compensate=lambda order: None)(echo)
@@ -185,7 +178,6 @@ def test_hostile_saga_and_tool_names_render_as_text(
     expect(page.locator("#steps .tool")).to_have_text(HOSTILE_TOOL)
     assert "<b onmouseover=alert(2)>bold</b>" in page.locator("#steps pre").inner_text()
     assert page.locator("main img, main b, main script").count() == 0
-    assert dialogs == []
 
 
 def test_a_foreign_host_a_missing_cookie_and_a_missing_csrf_token_are_refused(
@@ -194,6 +186,9 @@ def test_a_foreign_host_a_missing_cookie_and_a_missing_csrf_token_are_refused(
     with httpx.Client(base_url=dashboard.url, trust_env=False) as client:
         foreign = client.get("/ui/sagas", headers={"host": "rebound.example:80"})
         assert foreign.status_code == 421
+        script = client.get("/ui/static/dashboard.js", headers={"host": "rebound.example"})
+        assert script.status_code == 421
+        assert client.get("/ui/static/dashboard.js").status_code == 200
         assert client.get("/ui/sagas").headers["location"] == "/ui/login"
         assert client.post("/ui/logout", data={"csrf": "x"}).status_code == 401
     dashboard.login(page)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import getpass
 import re
-import socket
 
 import click
 from agent_saga.cli import current_settings
@@ -44,6 +43,7 @@ def ui(host: str, port: int, subject: str | None, allowed_host: tuple[str, ...])
     from ..api.app import create_app
     from ..client.http import ServerClient
     from ..client.shipper import Shipper
+    from ..listen import listen
     from ..store.db import open_database
     from ..store.tokens import issue, revoke
     from .sessions import mint_login
@@ -51,16 +51,7 @@ def ui(host: str, port: int, subject: str | None, allowed_host: tuple[str, ...])
     home = current_settings().home
     db = open_database(None, home)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
-        base = (
-            f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{sock.getsockname()[1]}"
-        )
+        sock, base = listen(host, port)
         app = create_app(db)
         app.state.dashboard.hosts |= {h.lower() for h in allowed_host}
         token = mint_login(db, subject or _viewer_name(), "admin")
