@@ -37,12 +37,13 @@ def test_a_record_appended_by_another_process_shows_within_a_second(
     dashboard.login(page)
     page.get_by_role("link", name="Live log").click()
     expect(page.locator("#live-state")).to_have_text("following the log")
-    started = time.monotonic()
     append_saga(dashboard, "live-one", tool=HOSTILE_TOOL)
-    rows = page.locator("#live-log tr", has_text=HOSTILE_TOOL)
+    appended = time.monotonic()  # the saga's records are in the home's log now
+    rows = page.locator("#live-log tr", has_text="saga.end")
     expect(rows.first).to_be_visible(timeout=5000)
-    elapsed = time.monotonic() - started
-    assert elapsed < 1.0 + 0.5, elapsed  # the agent's own commit and fsyncs take part of it
+    elapsed = time.monotonic() - appended
+    assert elapsed < 1.0, elapsed  # shipped, stored, streamed and shown within a second
+    assert HOSTILE_TOOL in page.locator("#live-log").inner_text()  # shown as text
     kinds = page.locator("#live-log tr td:nth-child(3)").all_inner_texts()
     assert "saga.begin" in kinds
     assert "saga.end" in kinds
