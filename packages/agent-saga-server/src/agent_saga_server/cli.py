@@ -12,13 +12,13 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
 import click
 from agent_saga.cli import current_settings
 
+from .listen import listen
 from .settings import ServerSettings
 
 
@@ -103,22 +103,12 @@ def serve(host: str, port: int, store: str | None, schema: str, settings: Server
 
     db = _open(store, schema)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # IPPROTO_TCP named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say so,
-        # and a keep-alive answer written in two parts would wait for a delayed ACK (40 ms)
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
-        bound = sock.getsockname()[1]
-        shown = f"[{host}]" if family == socket.AF_INET6 else host
-        lines = [f"agent-saga control plane on http://{shown}:{bound} ({db.kind}: {db.where})"]
+        sock, base = listen(host, port)
+        lines = [f"agent-saga control plane on {base} ({db.kind}: {db.where})"]
         admin = first_admin(db)
         if admin is not None:
             lines.append(f"admin token (shown once, keep it safe): {admin}")
-        lines.append(f"API docs: http://{shown}:{bound}/docs")
+        lines.append(f"API docs: {base}/docs")
         print("\n".join(lines), flush=True)  # read by whoever started the server
         config = uvicorn.Config(
             create_app(db, settings),

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._version import __version__
+from ..dashboard import mount as mount_dashboard
 from ..settings import ServerSettings
 from ..store.db import Database, DatabaseUnavailable
 from . import (
@@ -71,6 +72,7 @@ def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
         routes_audit,
     ):  # fmt: skip
         app.include_router(module.api)
+    mount_dashboard(app, db)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(DatabaseUnavailable, _database_down)

@@ -1,0 +1,136 @@
+"""The live log: new records of every origin, pushed to the browser over Server-Sent Events.
+
+The stream follows the tail of the stored log. Each round it reads the ``origins`` table (one
+row per origin, its last ``seq``) and, for an origin that moved, only the records after the
+position it had sent (``WHERE origin = ? AND seq > ?``, the primary key's order); it never
+re-reads a log. A round that finds nothing sleeps :data:`POLL` seconds, so a record stored by
+ingest reaches the page well within a second.
+
+Each event's id is the stream's whole position, ``origin=seq`` pairs joined by ``;``. A browser
+that reconnects sends it back as ``Last-Event-ID`` and the stream resumes right after the last
+record it delivered, for every origin (origins that appeared since are sent from their first
+record). Without one the stream starts at the tail: only records stored from then on. The
+position grows with the number of origins (about 20 bytes each); a ``Last-Event-ID`` over
+:data:`MAX_POSITION` characters, or one that does not parse, starts at the tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from ..store.db import Database
+from ..store.tokens import NAME
+from .sessions import Viewer
+from .web import Config, PageViewer, api_viewer, page_headers, render
+
+pages = APIRouter()
+POLL = 0.1
+BATCH = 200
+KEEPALIVE = 15.0
+MAX_POSITION = 16 * 1024
+_PAIR = re.compile(rf"({NAME.pattern})=(0|[1-9][0-9]{{0,18}})")
+
+
+def parse_position(text: str | None) -> dict[str, int] | None:
+    """The position a ``Last-Event-ID`` names, or ``None`` (absent, too long or malformed)."""
+    if not text or len(text) > MAX_POSITION:
+        return None
+    position: dict[str, int] = {}
+    for pair in text.split(";"):
+        found = _PAIR.fullmatch(pair)
+        if found is None:
+            return None
+        position[found.group(1)] = int(found.group(2))
+    return position
+
+
+def format_position(position: dict[str, int]) -> str:
+    return ";".join(f"{origin}={seq}" for origin, seq in sorted(position.items()))
+
+
+def tails(db: Database) -> dict[str, int]:
+    """Every origin's last stored ``seq``."""
+    with db.transaction(write=False) as tx:
+        return {str(o): int(s) for o, s in tx.all("SELECT origin, last_seq FROM origins")}
+
+
+def records_after(db: Database, origin: str, seq: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` records of ``origin`` after ``seq``, in order, as the page shows them."""
+    with db.transaction(write=False) as tx:
+        rows = tx.all(
+            "SELECT seq, ts, kind, saga, data FROM records WHERE origin = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?",
+            (origin, seq, limit),
+        )
+    out = []
+    for s, ts, kind, saga, data in rows:
+        fields = json.loads(data)
+        tool = fields.get("tool") if isinstance(fields, dict) else None
+        out.append(
+            {"origin": origin, "seq": int(s), "ts": int(ts), "kind": str(kind),
+             "saga": saga, "tool": tool if isinstance(tool, str) else None}
+        )  # fmt: skip
+    return out
+
+
+def next_events(db: Database, position: dict[str, int]) -> list[dict[str, Any]]:
+    """The records stored after ``position`` (at most :data:`BATCH` per origin), advancing it."""
+    found: list[dict[str, Any]] = []
+    for origin, last in tails(db).items():
+        sent = position.setdefault(origin, 0)
+        if last > sent:
+            batch = records_after(db, origin, sent, BATCH)
+            if batch:
+                position[origin] = batch[-1]["seq"]
+                found.extend(batch)
+    return found
+
+
+async def follow(request: Request, db: Database, position: dict[str, int]) -> AsyncIterator[str]:
+    """The SSE stream from ``position`` on, until the browser goes away."""
+    yield "retry: 1000\n\n"
+    quiet = 0.0
+    while not await request.is_disconnected():
+        events = await run_in_threadpool(next_events, db, position)
+        for event in events:
+            pos = dict(position)  # the position right after this record
+            pos[event["origin"]] = event["seq"]
+            yield f"id: {format_position(pos)}\nevent: record\ndata: {json.dumps(event)}\n\n"
+        if events:
+            quiet = 0.0
+            continue
+        await asyncio.sleep(POLL)
+        quiet += POLL
+        if quiet >= KEEPALIVE:
+            quiet = 0.0
+            yield ": keep-alive\n\n"
+
+
+@pages.get("/live")
+def live_page(viewer: PageViewer) -> Response:
+    return render("live.html", viewer)
+
+
+@pages.get("/live/stream")
+async def live_stream(
+    request: Request, config: Config, _: Annotated[Viewer, Depends(api_viewer)]
+) -> Response:
+    """The live log's event stream (``text/event-stream``), resumable by ``Last-Event-ID``."""
+    position = parse_position(request.headers.get("last-event-id"))
+    if position is None:
+        position = await run_in_threadpool(tails, config.db)
+    headers = {**page_headers(), "x-accel-buffering": "no"}
+    return StreamingResponse(
+        follow(request, config.db, position), media_type="text/event-stream", headers=headers
+    )
+
+
+__all__ = ["format_position", "next_events", "pages", "parse_position", "tails"]

@@ -1,0 +1,259 @@
+"""Approvers' passkeys (WebAuthn, py_webauthn): registration, and approvals signed by them.
+
+* **Registration**: the server hands out a one-time challenge, the browser's authenticator
+  makes a credential (ES256 or Ed25519), and :func:`register` verifies it (origin, RP id,
+  challenge) and keeps its public key under the session's subject.
+* **A passkey vote**: the challenge *commits to the decision*: ``SHA-256`` of the canonical
+  JSON of (request id, saga, step, action digest, decision, nonce). :func:`verify_vote`
+  recomputes it from the request as the server holds it *now*, so an assertion made for other
+  arguments (another digest), another request or the other decision does not verify; the
+  challenge is spent by the first verification (a replayed assertion is refused) and expires
+  after five minutes. The verified assertion is kept with its challenge row, so it can be
+  checked again offline with the registered public key.
+
+Every challenge and credential lives in the control plane's database (any replica verifies).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from webauthn import (
+    generate_authentication_options,
+    generate_registration_options,
+    options_to_json,
+    verify_authentication_response,
+    verify_registration_response,
+)
+from webauthn.helpers.exceptions import InvalidAuthenticationResponse, InvalidRegistrationResponse
+from webauthn.helpers.structs import (
+    AuthenticatorSelectionCriteria,
+    PublicKeyCredentialDescriptor,
+    ResidentKeyRequirement,
+    UserVerificationRequirement,
+)
+
+from ..store.approvals import ApprovalRow
+from ..store.db import Database
+
+CHALLENGE_TTL = 300.0
+RP_NAME = "agent-saga dashboard"
+TABLES = (
+    "CREATE TABLE IF NOT EXISTS ui_passkeys (credential_id TEXT PRIMARY KEY, "
+    "subject TEXT NOT NULL, public_key TEXT NOT NULL, sign_count BIGINT NOT NULL, "
+    "created_at DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ui_challenges (id TEXT PRIMARY KEY, subject TEXT NOT NULL, "
+    "purpose TEXT NOT NULL, challenge TEXT NOT NULL, request_id TEXT, decision TEXT, "
+    "nonce TEXT, expires_at DOUBLE PRECISION NOT NULL, used_at DOUBLE PRECISION, "
+    "assertion TEXT)",
+)
+
+
+class PasskeyRefused(Exception):
+    """A registration or a passkey vote that does not verify (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Where:
+    """The page's origin and relying-party id (its host name: passkeys need a name, not an
+    IP address)."""
+
+    origin: str
+    rp_id: str
+
+
+def create_tables(db: Database) -> None:
+    with db.transaction() as tx:
+        for statement in TABLES:
+            tx.execute(statement)
+
+
+def commitment(request: ApprovalRow, decision: str, nonce: str) -> bytes:
+    """What an approval's passkey signs: SHA-256 over the canonical JSON of the request id,
+    saga, step, action digest, decision and nonce."""
+    bound = {
+        "request": request.id, "saga": request.saga, "step": request.ordinal,
+        "digest": request.digest, "decision": decision, "nonce": nonce,
+    }  # fmt: skip
+    text = json.dumps(bound, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _challenge(
+    db: Database, subject: str, purpose: str, challenge: bytes, bound: tuple[Any, ...]
+) -> str:
+    ident = secrets.token_hex(12)
+    with db.transaction() as tx:
+        tx.execute(
+            "INSERT INTO ui_challenges (id, subject, purpose, challenge, request_id, decision, "
+            "nonce, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (ident, subject, purpose, challenge.hex(), *bound, time.time() + CHALLENGE_TTL),
+        )
+    return ident
+
+
+def _spend(db: Database, ident: str, subject: str, purpose: str) -> tuple[Any, ...]:
+    """Mark a challenge used; its row. Refused when unknown, another's, expired or used."""
+    with db.transaction() as tx:
+        row = tx.one(
+            "SELECT subject, purpose, challenge, request_id, decision, nonce, expires_at, "  # noqa: S608
+            "used_at FROM ui_challenges WHERE id = ?" + tx.lock_rows(),
+            (ident,),
+        )
+        if row is None or row[0] != subject or row[1] != purpose:
+            raise PasskeyRefused("no such challenge for this session")
+        if row[7] is not None:
+            raise PasskeyRefused("this challenge was already used (a replayed assertion)")
+        if time.time() >= float(row[6]):
+            raise PasskeyRefused("the challenge has expired; try again")
+        tx.execute("UPDATE ui_challenges SET used_at = ? WHERE id = ?", (time.time(), ident))
+    return tuple(row)
+
+
+def credentials(db: Database, subject: str) -> list[tuple[str, str, int]]:
+    """The subject's passkeys: (credential id, public key hex, sign count)."""
+    with db.transaction(write=False) as tx:
+        rows = tx.all(
+            "SELECT credential_id, public_key, sign_count FROM ui_passkeys WHERE subject = ? "
+            "ORDER BY created_at",
+            (subject,),
+        )
+    return [(str(c), str(k), int(n)) for c, k, n in rows]
+
+
+def _descriptors(db: Database, subject: str) -> list[PublicKeyCredentialDescriptor]:
+    return [
+        PublicKeyCredentialDescriptor(id=bytes.fromhex(c)) for c, _, _ in credentials(db, subject)
+    ]
+
+
+def registration_options(db: Database, where: Where, subject: str) -> dict[str, Any]:
+    options = generate_registration_options(
+        rp_id=where.rp_id, rp_name=RP_NAME, user_name=subject,
+        user_id=hashlib.sha256(subject.encode()).digest(),
+        exclude_credentials=_descriptors(db, subject),
+        authenticator_selection=AuthenticatorSelectionCriteria(
+            resident_key=ResidentKeyRequirement.PREFERRED,
+            user_verification=UserVerificationRequirement.REQUIRED,
+        ),
+    )  # fmt: skip
+    ident = _challenge(db, subject, "register", options.challenge, (None, None, None))
+    return {"challenge_id": ident, "options": json.loads(options_to_json(options))}
+
+
+def register(db: Database, where: Where, subject: str, ident: str, credential: Any) -> str:
+    """Verify a new credential against its challenge and keep it; its id (hex).
+
+    Raises:
+        PasskeyRefused: the challenge or the credential does not verify.
+    """
+    row = _spend(db, ident, subject, "register")
+    try:
+        verified = verify_registration_response(
+            credential=credential, expected_challenge=bytes.fromhex(row[2]),
+            expected_rp_id=where.rp_id, expected_origin=where.origin,
+            require_user_verification=True,
+        )  # fmt: skip
+    except (InvalidRegistrationResponse, ValueError, KeyError, TypeError) as exc:
+        raise PasskeyRefused(f"the passkey did not verify: {exc}"[:300]) from None
+    credential_id = verified.credential_id.hex()
+    with db.transaction() as tx:
+        tx.execute(
+            "INSERT INTO ui_passkeys (credential_id, subject, public_key, sign_count, "
+            "created_at) VALUES (?, ?, ?, ?, ?)",
+            (credential_id, subject, verified.credential_public_key.hex(),
+             verified.sign_count, time.time()),
+        )  # fmt: skip
+    return credential_id
+
+
+def vote_options(
+    db: Database, where: Where, subject: str, request: ApprovalRow, decision: str
+) -> dict[str, Any]:
+    """Options for an assertion whose challenge commits to ``decision`` on ``request``.
+
+    Raises:
+        PasskeyRefused: the subject has no passkey.
+    """
+    allowed = _descriptors(db, subject)
+    if not allowed:
+        raise PasskeyRefused(f"{subject} has no passkey; register one first")
+    nonce = secrets.token_hex(16)
+    challenge = commitment(request, decision, nonce)
+    options = generate_authentication_options(
+        rp_id=where.rp_id, challenge=challenge, allow_credentials=allowed,
+        user_verification=UserVerificationRequirement.REQUIRED,
+    )  # fmt: skip
+    ident = _challenge(db, subject, "approve", challenge, (request.id, decision, nonce))
+    return {"challenge_id": ident, "options": json.loads(options_to_json(options))}
+
+
+def verify_vote(
+    db: Database, where: Where, subject: str, request: ApprovalRow, ident: str, credential: Any
+) -> str:
+    """Verify a passkey vote on ``request`` as the server holds it now; the decision it signed.
+
+    Raises:
+        PasskeyRefused: another request, another action digest, a spent or expired challenge,
+            a credential that is not the subject's, or a signature that does not verify.
+    """
+    row = _spend(db, ident, subject, "approve")
+    _, _, signed, request_id, decision, nonce, _, _ = row
+    if request_id != request.id:
+        raise PasskeyRefused("the assertion was made for another approval request")
+    if commitment(request, str(decision), str(nonce)).hex() != signed:
+        raise PasskeyRefused("the request changed since the passkey was asked (other arguments)")
+    raw_id = credential.get("rawId") if isinstance(credential, dict) else None
+    known = {c: (k, n) for c, k, n in credentials(db, subject)}
+    try:
+        credential_id = _b64url(str(raw_id)).hex()
+    except ValueError:
+        raise PasskeyRefused("the assertion names no credential") from None
+    if credential_id not in known:
+        raise PasskeyRefused(f"the credential is not one of {subject}'s passkeys")
+    public_key, count = known[credential_id]
+    try:
+        verified = verify_authentication_response(
+            credential=credential, expected_challenge=bytes.fromhex(signed),
+            expected_rp_id=where.rp_id, expected_origin=where.origin,
+            credential_public_key=bytes.fromhex(public_key),
+            credential_current_sign_count=count, require_user_verification=True,
+        )  # fmt: skip
+    except (InvalidAuthenticationResponse, ValueError, KeyError, TypeError) as exc:
+        raise PasskeyRefused(f"the passkey assertion did not verify: {exc}"[:300]) from None
+    with db.transaction() as tx:
+        tx.execute(
+            "UPDATE ui_passkeys SET sign_count = ? WHERE credential_id = ?",
+            (verified.new_sign_count, credential_id),
+        )
+        tx.execute(
+            "UPDATE ui_challenges SET assertion = ? WHERE id = ?",
+            (json.dumps(credential, sort_keys=True), ident),
+        )
+    return str(decision)
+
+
+def _b64url(text: str) -> bytes:
+    import base64
+
+    if not text or len(text) > 1400:
+        raise ValueError("no credential id")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+__all__ = [
+    "PasskeyRefused",
+    "Where",
+    "commitment",
+    "create_tables",
+    "credentials",
+    "register",
+    "registration_options",
+    "verify_vote",
+    "vote_options",
+]

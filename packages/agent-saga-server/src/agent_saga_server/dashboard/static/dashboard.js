@@ -1,0 +1,96 @@
+// The dashboard's only script (served from this origin; the page's CSP allows no other).
+// Log data is only ever set as text (textContent), never parsed as HTML.
+"use strict";
+
+const LIVE_ROWS = 500;
+
+function followLiveLog(state, body) {
+  const source = new EventSource(state.dataset.stream);
+  source.addEventListener("open", () => { state.textContent = "following the log"; });
+  source.addEventListener("error", () => { state.textContent = "reconnecting…"; });
+  source.addEventListener("record", (event) => {
+    const record = JSON.parse(event.data);
+    const row = document.createElement("tr");
+    row.className = "record";
+    for (const value of [record.origin, record.seq, record.kind, record.saga, record.tool]) {
+      const cell = document.createElement("td");
+      cell.textContent = value === null || value === undefined ? "" : String(value);
+      row.appendChild(cell);
+    }
+    body.prepend(row);
+    while (body.rows.length > LIVE_ROWS) {
+      body.deleteRow(body.rows.length - 1);
+    }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const state = document.getElementById("live-state");
+  const body = document.getElementById("live-log");
+  if (state && body) {
+    followLiveLog(state, body);
+  }
+});
+
+// Passkeys: the server's options go to the authenticator as they are (parse*FromJSON), and
+// its answer goes back as JSON (toJSON); the server verifies everything.
+async function postJSON(url, csrf, body) {
+  const answer = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+    body: JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  const data = await answer.json();
+  if (!answer.ok) {
+    throw new Error(data.detail || `refused (${answer.status})`);
+  }
+  return data;
+}
+
+async function registerPasskey(button, state) {
+  const csrf = button.dataset.csrf;
+  try {
+    const offer = await postJSON(button.dataset.options, csrf, {});
+    const options = PublicKeyCredential.parseCreationOptionsFromJSON(offer.options);
+    const credential = await navigator.credentials.create({ publicKey: options });
+    await postJSON(button.dataset.submit, csrf, {
+      challenge_id: offer.challenge_id, credential: credential.toJSON(),
+    });
+    state.textContent = "Passkey registered.";
+    window.location.reload();
+  } catch (error) {
+    state.textContent = `No passkey registered: ${error.message}`;
+  }
+}
+
+async function voteWithPasskey(button) {
+  const section = button.closest("section");
+  const state = section.querySelector(".passkey-state");
+  const note = section.querySelector("input[name=note]");
+  const csrf = button.dataset.csrf;
+  try {
+    const offer = await postJSON(`${button.dataset.base}/passkey-options`, csrf, {
+      decision: button.dataset.decision,
+    });
+    const options = PublicKeyCredential.parseRequestOptionsFromJSON(offer.options);
+    const credential = await navigator.credentials.get({ publicKey: options });
+    const done = await postJSON(`${button.dataset.base}/passkey`, csrf, {
+      challenge_id: offer.challenge_id, credential: credential.toJSON(), note: note.value,
+    });
+    window.location.assign(done.next);
+  } catch (error) {
+    state.textContent = `Not recorded: ${error.message}`;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const register = document.getElementById("register-passkey");
+  if (register) {
+    const state = document.getElementById("passkey-state");
+    register.addEventListener("click", () => registerPasskey(register, state));
+  }
+  for (const button of document.querySelectorAll("button.passkey-vote")) {
+    button.addEventListener("click", () => voteWithPasskey(button));
+  }
+});

@@ -1,0 +1,110 @@
+"""Browser fixtures: Debian's chromium driven by Playwright (pytest-playwright's fixtures, with
+``executable_path`` set: no browser is downloaded), a real ``agent-saga ui`` process on
+127.0.0.1, and a guarded page.
+
+Every page a test gets through ``guarded`` fails the test, at teardown, if the browser sent a
+request to any host but 127.0.0.1 or localhost (such a request is also aborted), if the page
+logged a console error or threw (a Content-Security-Policy violation is one), or if it opened
+a dialog (the ``alert`` hostile content would run).
+
+Without chromium the browser tests are skipped, except under CI (``CI`` set), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser_kit import Dashboard, Guard, guard_page
+from plane_testkit import AGENT_SAGA, server_environment
+from plane_testkit import _stop as stop_server
+from playwright.sync_api import Page
+
+CHROMIUM = os.environ.get("AGENT_SAGA_TEST_CHROMIUM", "/usr/bin/chromium")
+ARTEFACTS = os.environ.get("AGENT_SAGA_TEST_ARTEFACTS")
+"""Read at import: each test runs in a cleaned environment (``conftest._isolated``)."""
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    found = shutil.which(CHROMIUM)
+    if found is None:
+        message = f"chromium is not installed at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(chromium_executable: str) -> dict[str, Any]:
+    """pytest-playwright's launch arguments: the system's chromium, headless."""
+    return {"executable_path": chromium_executable, "headless": True}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args() -> dict[str, Any]:
+    """Every test's browser context: no base URL (pytest-playwright's ``base_url`` fixture,
+    defined on a plugin object, trips pytest 9's fixture teardown checks)."""
+    return {"viewport": {"width": 1280, "height": 900}}
+
+
+@pytest.fixture
+def guarded(page: Page) -> Iterator[tuple[Page, Guard]]:
+    """pytest-playwright's page, guarded (see the module docstring)."""
+    guard = guard_page(page)
+    yield page, guard
+    assert guard.foreign == [], f"requests left 127.0.0.1: {guard.foreign}"
+    assert guard.errors == [], f"console errors: {guard.errors}"
+    assert guard.dialogs == [], f"dialogs opened: {guard.dialogs}"
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where page screenshots go: ``$AGENT_SAGA_TEST_ARTEFACTS/ui`` when that is set (a test
+    artefacts folder, never committed), else the session's temporary directory."""
+    if ARTEFACTS:
+        folder = Path(ARTEFACTS) / "ui"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def snap(screenshots: Path) -> Callable[[Page, str], Path]:
+    """Save a screenshot of a page under :func:`screenshots`, as ``NAME.png``."""
+
+    def take(page: Page, name: str) -> Path:
+        path = screenshots / f"{name}.png"
+        page.screenshot(path=path, full_page=True)
+        assert path.stat().st_size > 1000
+        return path
+
+    return take
+
+
+@pytest.fixture(scope="session")
+def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """``agent-saga --home HOME ui --port 0``, read until it prints its login link."""
+    home = tmp_path_factory.mktemp("ui-home")
+    errors = (home / "ui.err").open("w")
+    process = subprocess.Popen(
+        [AGENT_SAGA, "--home", str(home), "ui", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=errors, text=True, env=server_environment(), cwd=home,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        first, second = process.stdout.readline(), process.stdout.readline()
+        if not first.startswith("agent-saga dashboard on "):
+            process.wait(30)
+            raise RuntimeError(f"ui did not start: {first!r} {(home / 'ui.err').read_text()}")
+        url = first.split()[3].removesuffix("/ui/")
+        yield Dashboard(url, home, second.split()[-1], process)
+    finally:
+        stop_server(process)
+        errors.close()

@@ -1,0 +1,120 @@
+"""Passkey approvals in chromium with a virtual authenticator (CDP ``WebAuthn``): an approver
+registers a passkey and approves an agent's IRREVERSIBLE step with it, and the step runs once;
+a replayed assertion, and an assertion made for another request (other arguments), are refused.
+The page is on ``http://localhost`` (WebAuthn needs a host name)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from browser_kit import Dashboard, Guard, issue_token, start_agent, wait_for_request
+from playwright.sync_api import Page, expect
+
+SIGN = """async ([base, csrf, decision]) => {
+  const post = async (url, body) => {
+    const answer = await fetch(url, {method: "POST", body: JSON.stringify(body),
+      headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf}});
+    return [answer.status, await answer.json()];
+  };
+  const [, offer] = await post(`${base}/passkey-options`, {decision});
+  const options = PublicKeyCredential.parseRequestOptionsFromJSON(offer.options);
+  const credential = await navigator.credentials.get({publicKey: options});
+  return {challenge_id: offer.challenge_id, credential: credential.toJSON()};
+}"""
+POST = """async ([url, csrf, body]) => {
+  const answer = await fetch(url, {method: "POST", body: JSON.stringify(body),
+    headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf}});
+  return [answer.status, await answer.json()];
+}"""
+
+
+def add_authenticator(page: Page) -> None:
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("WebAuthn.enable", {"enableUI": False})
+    options = {
+        "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
+        "hasUserVerification": True, "isUserVerified": True,
+        "automaticPresenceSimulation": True,
+    }  # fmt: skip
+    cdp.send("WebAuthn.addVirtualAuthenticator", {"options": options})
+
+
+def register_passkey(page: Page, dashboard: Dashboard, subject: str) -> None:
+    dashboard.login_as_approver(page, subject, base=dashboard.named_url)
+    add_authenticator(page)
+    page.get_by_role("link", name="Passkeys").click()
+    page.get_by_role("button", name="Register a passkey").click()
+    expect(page.locator("#passkeys li")).to_contain_text("used", timeout=15_000)
+
+
+def pending_request(dashboard: Dashboard, origin: str, amount: int) -> str:
+    """An approval request created through the API as an agent would (no agent waits)."""
+    request_id = f"apr-{secrets.token_hex(8)}"
+    body = {
+        "id": request_id, "saga": f"saga-{amount}", "ordinal": 1, "tool": "bank.wire",
+        "semantics": "irreversible", "digest": f"{amount:064x}", "args": {"amount": amount},
+        "rule": "irreversible", "reason": "r", "approvers": ["*"], "quorum": 1,
+        "expires_at": time.time() + 600,
+    }  # fmt: skip
+    token = issue_token(dashboard.home, "agent", origin)
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=dashboard.url, headers=headers, trust_env=False) as client:
+        assert client.post("/v1/approvals", json=body).status_code == 201
+    return request_id
+
+
+def test_an_approver_registers_a_passkey_and_approves_with_it(
+    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path
+) -> None:
+    page, _ = guarded
+    register_passkey(page, dashboard, "pat")
+    thread, seen = start_agent(dashboard, tmp_path / "agent", "wire-passkey")
+    try:
+        page.goto(f"{dashboard.named_url}/ui/approvals")
+        request = wait_for_request(page, dashboard, "wire-passkey", base=dashboard.named_url)
+        request.get_by_label("Note").fill("signed with my passkey")
+        request.get_by_role("button", name="Approve with passkey").click()
+        expect(page.locator("#decided")).to_contain_text("is now approved")
+        thread.join(20)
+        assert seen["wires"] == 1
+        assert seen["error"] is None
+    finally:
+        thread.join(20)
+        seen["kit"].close()
+
+
+def test_a_replayed_assertion_and_one_for_other_arguments_are_refused(
+    dashboard: Dashboard, guarded: tuple[Page, Guard]
+) -> None:
+    page, guard = guarded
+    guard.expected.append("status of 403")
+    register_passkey(page, dashboard, "quinn")
+    small = pending_request(dashboard, "passkey-replay", 10)
+    large = pending_request(dashboard, "passkey-replay", 99_000)
+    page.goto(f"{dashboard.named_url}/ui/approvals")
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    base = f"{dashboard.named_url}/ui/approvals"
+    signed: dict[str, Any] = page.evaluate(SIGN, [f"{base}/{small}", csrf, "approve"])
+    status, answer = page.evaluate(POST, [f"{base}/{large}/passkey", csrf, signed])
+    assert status == 403
+    assert "another approval request" in answer["detail"]
+    status, answer = page.evaluate(POST, [f"{base}/{small}/passkey", csrf, signed])
+    assert status == 403  # a challenge presented once, even misdirected, is spent
+    assert "already used" in answer["detail"]
+    signed = page.evaluate(SIGN, [f"{base}/{small}", csrf, "approve"])
+    status, answer = page.evaluate(POST, [f"{base}/{small}/passkey", csrf, signed])
+    assert (status, answer["status"]) == (200, "approved")
+    status, answer = page.evaluate(POST, [f"{base}/{small}/passkey", csrf, signed])
+    assert status == 403
+    assert "already used" in answer["detail"]
+    with httpx.Client(base_url=dashboard.url, trust_env=False) as client:
+        admin = {"Authorization": f"Bearer {issue_token(dashboard.home, 'admin', 'root')}"}
+        votes = client.get(f"/v1/approvals/{small}", headers=admin).json()["votes"]
+        untouched = client.get(f"/v1/approvals/{large}", headers=admin).json()
+    assert [v["approver"] for v in votes] == ["quinn"]
+    assert untouched["status"] == "pending"
+    assert untouched["votes"] == []
