@@ -83,6 +83,8 @@ class Saga(SagaState):
 
     def commit(self) -> None:
         """Write the terminal ``committed`` record durably."""
+        if self.ahead is not None:
+            self.ahead.discard(committed=True)
         self.status = SagaStatus.COMMITTED
         try:
             self.log(
@@ -369,12 +371,16 @@ class Saga(SagaState):
         A failing compensation is recorded and the rest still run; the saga then ends
         ``needs_human``. With ``terminal``, the saga's end record is durable on return.
         """
+        if terminal and self.ahead is not None:
+            self.ahead.discard(committed=False)
         return roll_back(self, cause, savepoint, terminal)
 
     async def arollback(
         self, cause: BaseException, *, savepoint: int | None = None, terminal: bool = True
     ) -> RollbackReport:
         """:meth:`rollback` for async transactions: async compensators are awaited."""
+        if terminal and self.ahead is not None:
+            self.ahead.discard(committed=False)
         return await aroll_back(self, cause, savepoint, terminal)
 
 

@@ -14,6 +14,7 @@ import threading
 from .._log.codec import CodecError, JSONValue
 from .._log.fit import problem, shrink_to_fit
 from .._log.records import Entry, Kind, SagaStatus
+from .ahead import AheadCalls
 from .events import Dispatch
 from .report import CompensationFailure
 from .runtime import Runtime
@@ -52,6 +53,8 @@ class SagaState:
         self.fast_path = runtime.fast_path
         self.events: Dispatch | None = runtime.observers.active()
         """The saga's observers, fixed when it starts; ``None`` (no cost) when there are none."""
+        self.ahead: AheadCalls | None = None
+        """Steps run ahead of confirmation (see ``ahead.py``); ``None`` when there are none."""
 
     def log(
         self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False

@@ -21,6 +21,7 @@ from typing import Any
 
 from .._log.codec import JSONValue
 from .._log.records import Kind, Record, SagaStatus
+from .ahead import ahead_note
 from .views import (
     AmbiguousSagaError,
     CompensationState,
@@ -292,11 +293,24 @@ class _SagaBuilder:
                 landed = data.get("landed")
                 answer = "cannot_tell" if landed is None else "landed" if landed else "not_landed"
                 self._update(record, probe=answer)
+            case (
+                Kind.SPECULATION_ISSUED
+                | Kind.SPECULATION_REDEEMED
+                | Kind.SPECULATION_REFUSED
+                | Kind.SPECULATION_DISCARDED
+            ):
+                self._speculation(record)
             case Kind.SAGA_END:
                 self._end(record, rollback)
             case _:
                 if record.kind not in self.unknown:
                     self.unknown.append(record.kind)
+
+    def _speculation(self, record: Record) -> None:
+        ordinal = _int(record.data, "ordinal")
+        if ordinal is not None:  # else a lease refused before it named a step of this saga
+            before = self.steps[ordinal].speculation if ordinal in self.steps else None
+            self._update(record, speculation=ahead_note(record, before))
 
     def _end(self, record: Record, rollback: _RollbackDraft | None) -> None:
         self.ended = record.ts

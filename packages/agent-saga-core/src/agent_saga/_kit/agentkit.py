@@ -26,6 +26,8 @@ from .._log.filestore import FileLogStore
 from .._log.records import Entry, Kind, Semantics
 from .._log.store import LogStore, VerifyReport
 from .manifest import Status, guarantees, status
+from .mesh import MeshMethods
+from .speculation import SpeculationMethods
 from .stores import configured_approvals, default_switch, open_store
 from .version import __version__
 
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class AgentKit:
+class AgentKit(SpeculationMethods, MeshMethods):
     """Store, gate, kill switch and compensators in one object.
 
     With no arguments the log is the durable file store under the agent-saga home
@@ -97,6 +99,7 @@ class AgentKit:
     ) -> None:
         self.home: Path = resolve_home(home)
         self.name = name or str(self.home)
+        self._chain_key = chain_key
         clock = clock or SystemClock()
         opened = open_store(store, self.home, chain_key)
         if approvals is None:

@@ -77,6 +77,13 @@ class Kind(enum.StrEnum):
     KEY_REVOKED = "approver.key_revoked"
     REDACTION = "log.redaction"
     """Records masked after they were written (see :mod:`agent_saga._log.redaction`)."""
+    SPECULATION_ISSUED = "speculation.issued"
+    """A REVERSIBLE step ran ahead of confirmation under a lease (see ``_speculate``)."""
+    SPECULATION_REDEEMED = "speculation.redeemed"
+    SPECULATION_REFUSED = "speculation.refused"
+    SPECULATION_DISCARDED = "speculation.discarded"
+    MESH_SEEN = "mesh.seen"
+    """What a device had seen of the other origins of its mesh when it synced (see ``_mesh``)."""
 
 
 class SagaStatus(enum.StrEnum):

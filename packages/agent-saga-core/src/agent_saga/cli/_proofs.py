@@ -17,6 +17,7 @@ import click
 from .._history.build import resolve_saga_id
 from .._history.views import SagaLookupError
 from .._log.chain import HASH_MISMATCH
+from .._mesh.layout import is_mesh
 from ..proofs._audit import (
     LogSnapshot,
     certify,
@@ -35,6 +36,7 @@ from ..proofs._redact import redact_path
 from ..proofs._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import reading, require_home, require_log
+from ._mesh import fleet_budgets
 from ._settings import KEY_SOURCES, current_settings
 
 KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
@@ -174,11 +176,29 @@ def verify_proof(bundle: Path, key: str) -> None:
     default=None,
     help="Write the signed certificate (JSON) here.",
 )
-def certify_command(out: Path | None) -> None:
-    """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL."""
+@click.option(
+    "--budget",
+    "budgets",
+    multiple=True,
+    help="A merged log only: a fleet budget NAME=LIMIT[:AMOUNT[:TOOL,...]] (repeatable).",
+)
+def certify_command(out: Path | None, budgets: tuple[str, ...]) -> None:
+    """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL.
+
+    On a mesh directory (--home naming one): every origin against its own key, every saga of
+    the merged view, and the conflicts between origins.
+    """
     settings = current_settings()
-    with reading(settings, hold_lock=False) as source:
-        cert, findings = certify(settings.home, source)
+    if is_mesh(settings.home):
+        from .._mesh.certify import certify_merged
+
+        limits = fleet_budgets(budgets)
+        cert, findings = certify_merged(settings.home, budgets=limits, key=settings.chain_key())
+    elif budgets:
+        raise BadInputError("--budget applies to a merged log (a mesh directory)")
+    else:
+        with reading(settings, hold_lock=False) as source:
+            cert, findings = certify(settings.home, source)
     for finding in findings:
         where = f" saga {finding.saga}" if finding.saga else ""
         step = f" step {finding.ordinal} ({finding.tool})" if finding.ordinal is not None else ""

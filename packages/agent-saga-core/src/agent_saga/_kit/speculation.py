@@ -1,0 +1,84 @@
+"""The kit's side of predictive pre-execution: ``speculate``, ``aspeculate``, ``redeem``,
+``aredeem`` (see :mod:`agent_saga._speculate.ledger` for what they guarantee).
+
+Lease keys and redeemed leases live in the home (``keys/leases/``, ``speculation/spent/``) for
+a kit on a durable store, and in the process for a kit on the memory store. The speculation
+modules load on first use, so ``import agent_saga`` stays light.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._engine.runtime import Runtime
+
+if TYPE_CHECKING:
+    from .._speculate.lease import Lease
+    from .._speculate.ledger import Speculation
+
+
+class SpeculationMethods:
+    """Mixed into :class:`~agent_saga.AgentKit`."""
+
+    runtime: Runtime
+    home: Path
+    _speculation: Speculation | None = None
+
+    @property
+    def speculation(self) -> Speculation:
+        """This kit's lease keys, redeemed leases and lease lifetime (``ttl``, seconds)."""
+        if self._speculation is None:
+            from .._speculate.keys import FileLeaseKeys, MemoryLeaseKeys
+            from .._speculate.ledger import Speculation
+            from .._speculate.spent import FileSpentLeases, MemorySpentLeases
+
+            if self.runtime.store.describe().get("durable"):
+                self._speculation = Speculation(
+                    self.runtime, FileLeaseKeys(self.home), FileSpentLeases(self.home)
+                )
+            else:
+                self._speculation = Speculation(
+                    self.runtime, MemoryLeaseKeys(), MemorySpentLeases()
+                )
+        return self._speculation
+
+    def speculate(self, tool: Any, /, *args: Any, **kwargs: Any) -> Lease:
+        """Run a sync REVERSIBLE tool now, ahead of the model's confirmation; its lease.
+
+        The step is gated and logged like any step of the current transaction. The confirmed
+        call (the tool called again with the same arguments in the same transaction, or
+        :meth:`redeem` with the lease) gets its result once, while the lease holds
+        (``kit.speculation.ttl`` seconds, 60 by default); a step never redeemed is undone
+        when the transaction ends.
+
+        Raises:
+            SpeculationError: the tool is not REVERSIBLE (or not a tool, or async), there is
+                no transaction of this kit, or its arguments cannot be bound by a lease.
+        """
+        from .._speculate.run import speculate
+
+        return speculate(self.speculation, tool, args, kwargs)
+
+    async def aspeculate(self, tool: Any, /, *args: Any, **kwargs: Any) -> Lease:
+        """:meth:`speculate` for an async tool."""
+        from .._speculate.run import aspeculate
+
+        return await aspeculate(self.speculation, tool, args, kwargs)
+
+    def redeem(self, lease: object, tool: Any, /, *args: Any, **kwargs: Any) -> Any:
+        """Make the confirmed call of a sync tool, presenting ``lease``.
+
+        Returns the speculated result when the lease holds for exactly this call (same saga,
+        tool and arguments, unexpired, never redeemed); otherwise the call runs normally and
+        the reason is logged (``speculation.refused``).
+        """
+        from .._speculate.run import redeem
+
+        return redeem(self.speculation, lease, tool, args, kwargs)
+
+    async def aredeem(self, lease: object, tool: Any, /, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`redeem` for an async tool."""
+        from .._speculate.run import aredeem
+
+        return await aredeem(self.speculation, lease, tool, args, kwargs)
