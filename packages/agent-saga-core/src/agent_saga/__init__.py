@@ -34,6 +34,7 @@ from ._errors import (
     GateRefused,
     HaltedError,
     LogError,
+    SpeculationError,
     StoreFailedError,
 )
 from ._gate.budget import Budget
@@ -77,6 +78,11 @@ if TYPE_CHECKING:
         find_saga,
     )
     from ._history.recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
+    from ._mesh.certify import certify_merged
+    from ._mesh.conflicts import FleetBudget
+    from ._mesh.merge import merge_logs
+    from ._mesh.view import merged_view
+    from ._speculate.lease import Lease
     from .proofs._redact import RedactionReport, redact_path
 
 # Loaded on first use: reading history and recovering are not needed to run transactions, and
@@ -101,6 +107,11 @@ _LAZY = {
     "VoteResult": "_approvals.votes",
     "action_digest": "_approvals.request",
     "submit_vote": "_approvals.votes",
+    "FleetBudget": "_mesh.conflicts",
+    "certify_merged": "_mesh.certify",
+    "merge_logs": "_mesh.merge",
+    "merged_view": "_mesh.view",
+    "Lease": "_speculate.lease",
 }
 
 
@@ -148,6 +159,7 @@ __all__ = [
     "FileBudgetStore",
     "FileKillSwitch",
     "FileLogStore",
+    "FleetBudget",
     "Gate",
     "GateRefused",
     "HaltState",
@@ -155,6 +167,7 @@ __all__ = [
     "IRREVERSIBLE",
     "KillSwitch",
     "Kind",
+    "Lease",
     "LogError",
     "LogStore",
     "MaxValue",
@@ -187,6 +200,7 @@ __all__ = [
     "SelfHealingLoop",
     "Semantics",
     "SequentialIds",
+    "SpeculationError",
     "Status",
     "StepOutcome",
     "StepRecovery",
@@ -204,12 +218,15 @@ __all__ = [
     "__version__",
     "action_digest",
     "build_history",
+    "certify_merged",
     "compensator",
     "current_saga",
     "declarations_for",
     "default_kit",
     "find_saga",
     "idempotency_key",
+    "merge_logs",
+    "merged_view",
     "read_log",
     "recover",
     "redact_path",

@@ -1,9 +1,11 @@
 """What the log says happened, and finishing what a dead process left undone.
 
-Owns: read-only views of sagas rebuilt from records (``views``, ``build``), recovery of
+Owns: read-only views of sagas rebuilt from records (``views``, ``build``, ``ahead`` for steps
+run ahead of confirmation), recovery of
 abandoned sagas (``recovery``) and settling the budget reservations they left (``budgets``).
 
-May import: the foundation modules, ``_log``, ``_postgres``, ``_gate`` and ``_engine``.
+May import: the foundation modules, ``_log``, ``_postgres``, ``_gate``, ``_engine`` and
+``_speculate``.
 
 Entry points: :func:`~agent_saga._history.build.build_history`,
 :func:`~agent_saga._history.recovery.recover`.

@@ -26,7 +26,7 @@ from .._log.filestore import FileLogStore
 from .._log.records import Entry, Kind, Semantics
 from .._log.store import LogStore, VerifyReport
 from .manifest import Status, guarantees, status
-from .mesh import MeshMethods
+from .mesh import MESH_AFTER, MESH_NOT_CLAIMED, MeshMethods
 from .speculation import SpeculationMethods
 from .stores import configured_approvals, default_switch, open_store
 from .version import __version__
@@ -277,6 +277,10 @@ class AgentKit(SpeculationMethods, MeshMethods):
         manifest["checkpoints"] = (
             None if self.checkpointer is None else self.checkpointer.describe()
         )
+        before, not_claimed = self.speculation_manifest()
+        manifest["enforced_before_effect"].extend(before)
+        manifest["guaranteed_after"].append(MESH_AFTER)
+        manifest["not_claimed"].extend([*not_claimed, *MESH_NOT_CLAIMED])
         return manifest
 
     def checkpoint(self) -> Checkpoint:

@@ -16,6 +16,25 @@ if TYPE_CHECKING:
     from ..proofs._checkpoint import Checkpoint
 
 
+MESH_AFTER = (
+    "merging devices' logs (agent-saga merge, kit.sync) keeps every record its origin's key "
+    "signed, in any merge order, and rejects with the reason what does not verify; conflicts "
+    "between devices (a double compensation, an effect after a fleet halt, a fleet budget "
+    "overspent, a device that signed two histories) are listed by certify, never resolved"
+)
+MESH_NOT_CLAIMED = (
+    "between devices that had not seen each other's records, the merged order is that of "
+    "their clocks: a device whose clock is wrong moves its records among the others' (never "
+    "before records it had seen)",
+    "without a list of trusted origin keys (--trust), merge accepts any origin whose log and "
+    "checkpoints agree with its own key: a made-up device is merged as a new origin (never as "
+    "an existing one)",
+    "a device's records after its latest checkpoint are merged only once it signs another "
+    "(kit.sync and the kit's close do)",
+    "devices sync through files; each merge reads every origin's log in full",
+)
+
+
 class MeshMethods:
     """Mixed into :class:`~agent_saga.AgentKit`."""
 

@@ -18,6 +18,26 @@ if TYPE_CHECKING:
     from .._speculate.ledger import Speculation
 
 
+SPECULATION_BEFORE = (
+    "a step run ahead of confirmation (speculate) is REVERSIBLE only, gated and logged like any "
+    "step; its result counts once, for the same saga, tool and arguments before its lease "
+    "expires (HMAC-SHA-256 under a key id, keys rotated); anything else is refused with the "
+    "reason logged, and the call runs normally"
+)
+SPECULATION_NOT_CLAIMED = (
+    "a step run ahead of confirmation takes effect before the model confirms it; one never "
+    "redeemed is undone when its saga ends, but not after a crash (like any REVERSIBLE step)",
+    "a result run ahead is held by its process: a lease presented after a restart, or in "
+    "another process, yields nothing (its redemption mark still makes it single-use)",
+    "only a call of the @tool function itself (or kit.redeem) takes a result run ahead: a "
+    "call through a framework adapter's seam (ToolCallGuard) runs normally",
+)
+MEMORY_LEASES = (
+    "leases of a kit on the memory store are single-use within its process only: their keys "
+    "and redemption marks are not on disk"
+)
+
+
 class SpeculationMethods:
     """Mixed into :class:`~agent_saga.AgentKit`."""
 
@@ -42,6 +62,13 @@ class SpeculationMethods:
                     self.runtime, MemoryLeaseKeys(), MemorySpentLeases()
                 )
         return self._speculation
+
+    def speculation_manifest(self) -> tuple[list[str], list[str]]:
+        """What the manifest says of speculation: (enforced before an effect, not claimed)."""
+        not_claimed = list(SPECULATION_NOT_CLAIMED)
+        if not self.runtime.store.describe().get("durable"):
+            not_claimed.append(MEMORY_LEASES)
+        return [SPECULATION_BEFORE], not_claimed
 
     def speculate(self, tool: Any, /, *args: Any, **kwargs: Any) -> Lease:
         """Run a sync REVERSIBLE tool now, ahead of the model's confirmation; its lease.

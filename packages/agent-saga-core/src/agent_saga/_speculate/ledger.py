@@ -128,6 +128,8 @@ class SagaLeases:
         if not fresh:
             return self._refuse(tool, claims, "already redeemed")
         entry.closed = True
+        with self._lock:  # spent now: a later presentation is refused by its mark
+            self._ahead.pop(claims.nonce, None)
         data: dict[str, JSONValue] = {
             "ordinal": claims.ordinal,
             "tool": tool,
