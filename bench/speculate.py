@@ -130,7 +130,7 @@ def durable_costs(n: int) -> tuple[list[int], list[int]]:
     """Timings of a durable redemption's mark, and of a bare create + fsync + dir fsync."""
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
-        kit, _, read = _kit(home, "file")
+        kit, _, _ = _kit(home, "file")
         floor_dir = home / "floor"
         floor_dir.mkdir()
         counter = iter(range(10**9))

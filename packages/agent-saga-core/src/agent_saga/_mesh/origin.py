@@ -26,7 +26,12 @@ from .._log.chain import HASH_MISMATCH, MAX_RECORD_BYTES, Chain
 from .._log.files import LOG_NAME
 from .._log.read import iter_log
 from .._log.records import Record
-from ..proofs._checkpoint import Checkpoint, CheckpointError, open_checkpoint
+from ..proofs._checkpoint import (
+    MAX_CHECKPOINT_BYTES,
+    Checkpoint,
+    CheckpointError,
+    open_checkpoint,
+)
 from ..proofs._logtree import record_leaf
 from ..proofs._note import NoteVerifier
 from ..proofs._tree import MerkleTree
@@ -162,12 +167,14 @@ def _checkpoints(
 
 def read_notes(directory: Path) -> list[tuple[Path, str]]:
     """The checkpoint notes of ``directory`` as text (read before its log: see
-    :func:`check_branch`); unreadable ones are left out (they cover nothing)."""
+    :func:`check_branch`); a file that vanished is left out."""
     notes = []
     for path in note_files(directory):
         try:
-            notes.append((path, path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError):
+            with path.open("rb") as handle:  # bounded: a longer note is refused as too large
+                raw = handle.read(MAX_CHECKPOINT_BYTES + 1)
+            notes.append((path, raw.decode("utf-8", "replace")))  # bad bytes fail its check
+        except OSError:
             continue
     return notes
 
