@@ -438,38 +438,43 @@ def test_another_process_decides_through_the_cli(home: Path, tmp_path: Path, dec
         "WIRES": str(wires),
         "APPROVER": cli_identity(),
         "USD": "77",
-        "EXPIRES": "1.5" if decision == "expire" else "600",
+        # long enough for a loaded machine's CLI listing to see the request before it expires
+        "EXPIRES": "6" if decision == "expire" else "600",
     }
-    agent = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", AGENT], env=env, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        request_id = None
-        deadline = time.monotonic() + 30
-        while request_id is None and time.monotonic() < deadline:
-            listed = subprocess.run(
-                [CLI, "approvals"],
-                env=env, capture_output=True, text=True, check=False,  # 2 until the home exists
-            )  # fmt: skip
-            found = [w for w in listed.stdout.split() if w.startswith("apr-")]
-            request_id = found[0] if found else None
-            time.sleep(0.05)
-        assert request_id is not None
-        if decision != "expire":
-            done = subprocess.run(
-                [CLI, decision, request_id, "--note", "checked"],
-                env=env, capture_output=True, text=True, check=False,
-            )  # fmt: skip
-            assert done.returncode == 0, done.stderr + done.stdout
-        out, _ = agent.communicate(timeout=30)
-        if decision == "expire":  # too late now: the CLI is told so, and it is logged
-            late = subprocess.run(
-                [CLI, "approve", request_id], env=env, capture_output=True, text=True, check=False
-            )
-            assert late.returncode == 1
-            assert "already decided: expired" in late.stdout
-    finally:
-        agent.kill()
+    ) as agent:  # on leaving: its pipe closed, the process reaped
+        try:
+            request_id = None
+            deadline = time.monotonic() + 30
+            while request_id is None and time.monotonic() < deadline:
+                listed = subprocess.run(
+                    [CLI, "approvals"],
+                    env=env, capture_output=True, text=True, check=False,  # 2 until the home exists
+                )  # fmt: skip
+                found = [w for w in listed.stdout.split() if w.startswith("apr-")]
+                request_id = found[0] if found else None
+                time.sleep(0.05)
+            assert request_id is not None
+            if decision != "expire":
+                done = subprocess.run(
+                    [CLI, decision, request_id, "--note", "checked"],
+                    env=env, capture_output=True, text=True, check=False,
+                )  # fmt: skip
+                assert done.returncode == 0, done.stderr + done.stdout
+            out, _ = agent.communicate(timeout=30)
+            if decision == "expire":  # too late now: the CLI is told so, and it is logged
+                late = subprocess.run(
+                    [CLI, "approve", request_id],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                assert late.returncode == 1
+                assert "already decided: expired" in late.stdout
+        finally:
+            agent.kill()  # a no-op once it has finished
     if decision == "approve":
         assert out.strip() == "committed"
         assert wires.read_text() == "wire-77\n"  # exactly once

@@ -145,17 +145,26 @@ def _start_phoenix(executable: str, workdir: Path) -> PhoenixServer:
 _PHOENIX: dict[str, PhoenixServer] = {}
 
 
+def _phoenix_executable() -> str | None:
+    executable = os.environ.get(PHOENIX)
+    return executable if executable and Path(executable).is_file() else None
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _phoenix_started_early(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     """Starts Phoenix at the first test of this package when a selected test needs it, so it
-    warms up while the others run; stops it at the end of the session."""
-    executable = os.environ.get(PHOENIX)
+    warms up while the others run; stops it at the end of the session.
+
+    Under pytest-xdist every worker collects every test and cannot know which one it will run,
+    so a worker starts Phoenix only when a test asks for it (the other worker goes on meanwhile).
+    """
+    executable = _phoenix_executable()
     wanted = any(
         PHOENIX_FIXTURE in getattr(item, "fixturenames", ()) for item in request.session.items
     )
-    if wanted and executable and Path(executable).is_file():
+    if wanted and executable and "PYTEST_XDIST_WORKER" not in os.environ:
         _PHOENIX["server"] = _start_phoenix(executable, tmp_path_factory.mktemp("phoenix"))
     yield
     server = _PHOENIX.pop("server", None)
@@ -164,9 +173,12 @@ def _phoenix_started_early(
 
 
 @pytest.fixture(scope="session")
-def phoenix_server() -> str:
+def phoenix_server(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The URL of the session's Phoenix, ready (its OTLP/HTTP endpoint is ``<url>/v1/traces``).
     Missing: the test skips, or fails when ``CI`` is set."""
+    executable = _phoenix_executable()
+    if "server" not in _PHOENIX and executable:
+        _PHOENIX["server"] = _start_phoenix(executable, tmp_path_factory.mktemp("phoenix"))
     server = _PHOENIX.get("server")
     if server is None:
         message = f"Phoenix is not installed: set {PHOENIX} to arize-phoenix 20.x's `phoenix`"

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,25 @@ def require(binary: str) -> str:
     return found
 
 
+GIT_HERMETIC = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+"""No user or system git configuration (a developer's ``commit.gpgsign``, hooks, aliases)."""
+
+
+def git_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` without any ``GIT_*`` variable, and with :data:`GIT_HERMETIC`."""
+    kept = {name: value for name, value in base.items() if not name.startswith("GIT_")}
+    return {**kept, **GIT_HERMETIC}
+
+
 @pytest.fixture(autouse=True)
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test has its own agent-saga home, fake AWS credentials and no AWS profile, and
-    fails on any connection beyond 127.0.0.1."""
+    """Every test has its own agent-saga home, fake AWS credentials and no AWS profile, no
+    git variable or git configuration of the shell it runs in, and fails on any connection
+    beyond 127.0.0.1."""
+    for name in [name for name in os.environ if name.startswith("GIT_")]:
+        monkeypatch.delenv(name)
+    for name, value in GIT_HERMETIC.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("AGENT_SAGA_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AGENT_SAGA_STORE", raising=False)
     for name, value in FAKE_AWS.items():
@@ -136,7 +151,7 @@ def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
         process = subprocess.Popen(
             [sys.executable, str(HERE / "hosting_stand_in.py"), "--fd", str(listening.fileno())],
             pass_fds=[listening.fileno()],
-            env={**os.environ, "STAND_IN_TOKEN": TOKEN},
+            env={**git_environment(os.environ), "STAND_IN_TOKEN": TOKEN},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -210,7 +225,7 @@ def git(cwd: Path, *args: str) -> str:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, **GIT_IDENTITY, "LC_ALL": "C"},
+        env={**git_environment(os.environ), **GIT_IDENTITY, "LC_ALL": "C"},
     )
     return done.stdout.strip()
 
@@ -249,6 +264,28 @@ class GitWorld:
 
     def gitlab(self) -> GitLabHosting:
         return GitLabHosting(self.name, token=TOKEN, url=self.stand_in.url)
+
+    def merge_as_someone_else(self, number: int) -> str:
+        """Merge pull request ``number`` as a person would, in the host's interface (no key in
+        the message); the merge commit."""
+        from github import Auth, Github
+
+        client = Github(base_url=self.stand_in.url, auth=Auth.Token(TOKEN), retry=None, lazy=True)
+        status = client.get_repo(self.name).get_pull(number).merge(merge_method="merge")
+        assert status.merged
+        return str(status.sha)
+
+    def push_as_someone_else(self, branch: str, path: str, text: str) -> str:
+        """A colleague's commit on top of the remote's ``branch``, pushed; its sha."""
+        other = self.clone.parent / f"colleague-{branch}"
+        if not other.exists():
+            git(self.clone.parent, "clone", "--quiet", "-b", branch, str(self.bare), str(other))
+        git(other, "pull", "--quiet", "--ff-only", "origin", branch)
+        (other / path).write_text(text)
+        git(other, "add", path)
+        git(other, "commit", "--quiet", "-m", f"Colleague's {path}")
+        git(other, "push", "--quiet", "origin", branch)
+        return git(other, "rev-parse", "HEAD")
 
     def remote_branches(self) -> dict[str, str]:
         out = git(self.bare, "for-each-ref", "--format=%(refname:strip=2) %(objectname)")

@@ -142,7 +142,14 @@ async def github_merge(request: Request) -> Response:
             return github_error(405, "Pull Request is not mergeable")
         if body.get("sha") and body["sha"] != branch_sha(repo, pull.head):
             return github_error(409, "Head branch was modified. Review and try the merge again.")
-        sha = merge(repo, pull)
+        # GitHub's commit_title replaces the first line, commit_message the lines after it.
+        owner = repo.name.split("/")[0]
+        title = (
+            body.get("commit_title")
+            or f"Merge pull request #{pull.number} from {owner}/{pull.head}"
+        )
+        detail = body.get("commit_message")
+        sha = merge(repo, pull, f"{title}\n\n{pull.title if detail is None else detail}\n")
         if sha is None:
             return github_error(405, "Pull Request is not mergeable")
         pull.state, pull.merge_sha = "merged", sha

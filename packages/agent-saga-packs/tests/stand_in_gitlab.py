@@ -139,7 +139,10 @@ async def gitlab_merge(request: Request) -> Response:
             return gitlab_error(405, "405 Method Not Allowed")
         if body.get("sha") and body["sha"] != branch_sha(repo, pull.head):
             return gitlab_error(409, "SHA does not match HEAD of source branch")
-        sha = merge(repo, pull)
+        message = body.get("merge_commit_message") or (
+            f"Merge branch '{pull.head}' into '{pull.base}'\n\n{pull.title}\n"
+        )
+        sha = merge(repo, pull, str(message))
         if sha is None:
             return gitlab_error(406, "Branch cannot be merged")
         pull.state, pull.merge_sha = "merged", sha

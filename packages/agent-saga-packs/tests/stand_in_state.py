@@ -65,15 +65,18 @@ def branch_sha(repo: Repository, branch: str) -> str | None:
     return done.stdout.strip() or None
 
 
-def merge(repo: Repository, pull: Pull) -> str | None:
-    """Merge head into base in the bare repository; the merge commit, or None on a conflict."""
+def merge(repo: Repository, pull: Pull, message: str | None = None) -> str | None:
+    """Merge head into base in the bare repository; the merge commit, or None on a conflict.
+
+    ``message`` is the whole commit message (the host's default when ``None``)."""
     base, head = branch_sha(repo, pull.base), branch_sha(repo, pull.head)
     if base is None or head is None:
         return None
     tree = git(repo, "merge-tree", "--write-tree", base, head)
     if tree.returncode != 0:
         return None
-    message = f"Merge pull request #{pull.number} from {pull.head}\n\n{pull.title}\n"
+    if message is None:
+        message = f"Merge pull request #{pull.number} from {pull.head}\n\n{pull.title}\n"
     commit = git(repo, "commit-tree", tree.stdout.split()[0], "-p", base, "-p", head, "-m", message)
     sha = commit.stdout.strip()
     if git(repo, "update-ref", f"refs/heads/{pull.base}", sha, base).returncode != 0:

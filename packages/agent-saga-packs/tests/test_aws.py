@@ -6,11 +6,24 @@ list-roles), never from the pack's own bookkeeping.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
+import warnings
 from typing import TYPE_CHECKING
 
 import pytest
 from agent_saga import AgentKit, CompensatorRegistry, GateRefused, SagaRolledBack, SagaStatus
-from agent_saga_packs.aws import TAG, AwsClients, AwsError, AwsPack, aws_rules
+from agent_saga_packs.aws import (
+    SAGA_TAG,
+    TAG,
+    AwsClients,
+    AwsError,
+    AwsPack,
+    attach_saga_tag,
+    aws_rules,
+)
 from pytest_agent_saga import ChaosRunner
 
 if TYPE_CHECKING:
@@ -19,6 +32,7 @@ if TYPE_CHECKING:
     from conftest import AwsWorld
 
 AMI = "ami-12c6146b"
+OTHER_SAGA = "f" * 32  # the mark of another saga
 
 
 def kit_for(tmp_path: Path, **options: object) -> AgentKit:
@@ -102,9 +116,18 @@ def test_every_resource_carries_the_step_that_made_it(aws: AwsWorld, tmp_path: P
     bucket_tags = s3.get_bucket_tagging(Bucket=f"{aws.prefix}artifacts")["TagSet"]
     assert {"Key": TAG, "Value": keys["aws.s3.create_bucket"]} in bucket_tags
     head = s3.head_object(Bucket=f"{aws.prefix}artifacts", Key="releases/app-1.4.tar.gz")
-    assert head["Metadata"] == {"agent-saga-key": keys["aws.s3.put_object"]}
-    role_tags = iam.list_role_tags(RoleName=f"{aws.prefix}web")["Tags"]
-    assert {"Key": TAG, "Value": keys["aws.iam.create_role"]} in role_tags
+    mark = head["Metadata"]["agent-saga-saga"]  # the saga's mark, the same on everything
+    assert head["Metadata"] == {
+        "agent-saga-key": keys["aws.s3.put_object"],
+        "agent-saga-saga": mark,
+    }
+    assert len(mark) == 32
+    assert {"Key": SAGA_TAG, "Value": mark} in bucket_tags
+    role_tags = {
+        t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName=f"{aws.prefix}web")["Tags"]
+    }
+    assert role_tags[TAG] == keys["aws.iam.create_role"]
+    assert role_tags[SAGA_TAG] == role_tags[attach_saga_tag(READ_POLICY)] == mark
 
 
 def test_a_retried_call_makes_one_resource(aws: AwsWorld, tmp_path: Path) -> None:
@@ -139,7 +162,7 @@ def test_nothing_it_did_not_make_is_taken_over_or_deleted(aws: AwsWorld, tmp_pat
     s3.put_object(Bucket=f"{aws.prefix}ours", Key="report.csv", Body=b"a,b")  # someone else's
     with pytest.raises(AwsError, match="already exists"):
         pack.buckets.put(f"{aws.prefix}ours", "report.csv", "x", "text/plain", "key-3")
-    with pytest.raises(AwsError, match="not written by agent-saga"):
+    with pytest.raises(AwsError, match=r"1 object\(s\) not written by this saga \(first: rep"):
         pack.buckets.delete(f"{aws.prefix}ours", "key-2")
     with pytest.raises(AwsError, match="not the bucket this step created"):
         pack.buckets.delete(theirs, "key-1")
@@ -157,8 +180,73 @@ def test_an_object_someone_else_added_leaves_the_saga_to_a_human(
             aws.clients.s3.put_object(Bucket=bucket, Key="audit.log", Body=b"kept")
             raise RuntimeError("stop")
     assert failed.value.report.status is SagaStatus.NEEDS_HUMAN
-    assert "not written by agent-saga" in str(failed.value.report.failed[0].error)
+    assert "1 object(s) not written by this saga (first: audit.log); left in place" in str(
+        failed.value.report.failed[0].error
+    )
     assert aws.buckets() == {bucket: ["audit.log"]}
+
+
+def test_an_object_another_saga_wrote_keeps_the_bucket(aws: AwsWorld, tmp_path: Path) -> None:
+    bucket = f"{aws.prefix}shared"
+    with kit_for(tmp_path) as kit:
+        pack = AwsPack(kit, aws.clients)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("deploy"):
+            pack.create_bucket(bucket)
+            # Another agent's committed step writes into the new bucket meanwhile.
+            pack.buckets.put(bucket, "theirs.tar.gz", "theirs", "application/gzip", "as1-theirs",
+                             OTHER_SAGA)  # fmt: skip
+            raise RuntimeError("stop")
+    assert failed.value.report.status is SagaStatus.NEEDS_HUMAN
+    assert "1 object(s) not written by this saga (first: theirs.tar.gz); left in place" in str(
+        failed.value.report.failed[0].error
+    )
+    assert aws.buckets() == {bucket: ["theirs.tar.gz"]}
+
+
+def test_a_policy_another_saga_attached_keeps_the_role(aws: AwsWorld, tmp_path: Path) -> None:
+    role = f"{aws.prefix}shared"
+    with kit_for(tmp_path) as kit:
+        pack = AwsPack(kit, aws.clients)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("deploy"):
+            pack.create_role(role, TRUST_EC2)
+            pack.roles.attach(role, READ_POLICY, "as1-theirs", OTHER_SAGA)  # another agent's
+            raise RuntimeError("stop")
+    assert failed.value.report.status is SagaStatus.NEEDS_HUMAN
+    assert f"{READ_POLICY} was attached by someone else or another saga; left in place" in str(
+        failed.value.report.failed[0].error
+    )
+    assert aws.roles() == {role: [READ_POLICY]}
+
+
+def test_a_policy_attached_again_by_another_step_is_not_detached(
+    aws: AwsWorld, tmp_path: Path
+) -> None:
+    role = f"{aws.prefix}theirs"
+    iam = aws.clients.iam
+    iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(TRUST_EC2))
+    with kit_for(tmp_path) as kit:
+        pack = AwsPack(kit, aws.clients)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("grant"):
+            assert pack.attach_role_policy(role, READ_POLICY)["attached"] is True
+            iam.detach_role_policy(RoleName=role, PolicyArn=READ_POLICY)  # a person takes it off
+            pack.roles.attach(role, READ_POLICY, "as1-theirs")  # another step puts it back
+            raise RuntimeError("stop")
+    assert failed.value.report.status is SagaStatus.ROLLED_BACK
+    assert aws.roles() == {role: [READ_POLICY]}
+    assert pack.roles.attached_by(role, READ_POLICY, "as1-theirs")
+
+
+def test_administrator_policies_are_refused_in_every_partition(
+    aws: AwsWorld, tmp_path: Path
+) -> None:
+    with kit_for(tmp_path, rules=aws_rules()) as kit:
+        pack = AwsPack(kit, aws.clients)
+        with kit.transaction("grab"):
+            for partition in ("aws", "aws-cn", "aws-us-gov"):
+                for policy in ("AdministratorAccess", "IAMFullAccess"):
+                    arn = f"arn:{partition}:iam::aws:policy/{policy}"
+                    with pytest.raises(GateRefused, match="is on the deny list"):
+                        pack.attach_role_policy(f"{aws.prefix}r", arn)
 
 
 def test_probes_describe_what_landed(aws: AwsWorld, tmp_path: Path) -> None:
@@ -197,6 +285,36 @@ def test_clients_are_not_shared_with_a_forked_child(aws: AwsWorld) -> None:
     assert clients.s3 is parent
     assert clients.session() is clients.session()
     assert repr(clients).startswith("AwsClients(region='us-east-1'")
+
+
+def test_a_child_forked_while_a_thread_builds_the_session_builds_its_own() -> None:
+    """A thread holds the session lock (building the session) when the process forks: the
+    child must not inherit the held lock, or its first client waits forever."""
+    import boto3
+
+    parent, building, release = os.getpid(), threading.Event(), threading.Event()
+
+    def slow_session() -> boto3.Session:
+        if os.getpid() == parent:
+            building.set()
+            release.wait(10)
+        return boto3.Session(region_name="us-east-1")
+
+    clients = AwsClients(session=slow_session)
+    builder = threading.Thread(target=clients.session)
+    builder.start()
+    assert building.wait(10)
+    with warnings.catch_warnings():  # forking with a thread running is the point here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns into pytest
+        signal.alarm(5)  # a deadlock ends the child with SIGALRM
+        code = 0 if clients.session().region_name == "us-east-1" else 1
+        os._exit(code)
+    release.set()
+    builder.join(10)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_every_fault_point_of_a_deployment(

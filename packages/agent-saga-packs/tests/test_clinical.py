@@ -30,7 +30,7 @@ from pytest_agent_saga import ChaosRunner
 if TYPE_CHECKING:
     from pathlib import Path
 
-LIMITS = {"gentamicin": (20.0, 500.0), "paracetamol": (100.0, 1_000.0)}
+LIMITS = {"gentamicin": (20.0, 500.0), "paracetamol": (100.0, 1_000.0), "morphine": (0.1, 50.0)}
 
 
 @pytest.fixture
@@ -105,10 +105,7 @@ REFUSALS = [
         call("Morphine", 0.06, "g"),
         "Morphine 0.06 g = 60 mg is above the limit of 50 mg for Morphine (0.1-50 mg)",
     ),
-    (
-        call("fentanyl", 60_000, "mcg"),
-        "fentanyl 60000 mcg = 60 mg is above the limit of 50 mg for fentanyl (0.1-50 mg)",
-    ),
+    (call("fentanyl", 50, "mcg"), "fentanyl: no dose range is configured for this drug"),
     (
         call("gentamicin", 7, "mg/kg", 80),
         "gentamicin 7 mg/kg x 80 kg = 560 mg is above the limit of 500 mg for gentamicin "
@@ -132,9 +129,36 @@ def test_refusals_name_the_drug_the_dose_and_the_limit(order: ToolCall, reason: 
     assert reason in decision.reason  # type: ignore[union-attr]
 
 
+UNKNOWN_DRUGS = [
+    "Morphine.",  # a stray full stop
+    "m\u043erphine",  # a Cyrillic o
+    "morphine\u200b",  # a zero-width space
+    "fentanyl",  # a microgram-dose drug nobody listed
+    "ketamine",
+]
+
+
+@pytest.mark.parametrize("drug", UNKNOWN_DRUGS)
+def test_a_drug_not_in_the_table_is_refused_by_default(drug: str, orders: SQLiteOrderBook) -> None:
+    order = call(drug, 0.2)
+    by_default = DoseRange({"morphine": (0.1, 50)}).evaluate(order)
+    assert by_default.reason == f"{drug}: no dose range is configured for this drug"  # type: ignore[union-attr]
+    rules = order_rules({"morphine": (0.1, 50)}, recent_orders=orders.recent_orders)
+    assert [rule.evaluate(order).rank for rule in rules] == [2, 0]
+
+
+def test_drug_names_compare_case_folded_and_nfkc_normalised() -> None:
+    table = DoseRange({"Morphine": (0.1, 50), "\uff27entamicin": (20, 500)})  # a full-width G
+    assert table.evaluate(call(" MORPHINE ", 10)).rank == 0
+    assert table.evaluate(call("\uff4dorphine", 10)).rank == 0  # a full-width m
+    assert table.evaluate(call("gentamicin", 100)).rank == 0
+    assert table.evaluate(call("GENTAMICIN", 600)).rank == 2
+    assert "gentamicin 20-500 mg" in table.describe()
+
+
 def test_doses_within_range_pass_and_unlisted_drugs_can_be_refused() -> None:
     assert DoseRange(LIMITS).evaluate(call("gentamicin", 5, "mg/kg", 80)).rank == 0
-    assert DoseRange().evaluate(call("morphine", 5000, "mcg")).rank == 0
+    assert DoseRange(default=(0.1, 50)).evaluate(call("morphine", 5000, "mcg")).rank == 0
     strict = DoseRange({"morphine": DoseLimit(0.5, 20)}, default=None)
     refused = strict.evaluate(call("ketamine", 5))
     assert refused.reason == "ketamine: no dose range is configured for this drug"  # type: ignore[union-attr]
@@ -186,6 +210,19 @@ def test_a_second_order_of_the_same_drug_is_refused_until_the_window_passes(
         ("p-105", "paracetamol"),
         ("p-104", "paracetamol"),
     ]
+
+
+def test_a_name_the_dose_table_takes_for_a_listed_drug_is_that_drug_for_duplicates(
+    ward: tuple[AgentKit, ClinicalPack], orders: SQLiteOrderBook
+) -> None:
+    kit, pack = ward
+    with kit, kit.transaction("round"):
+        pack.order("p-104", "paracetamol", 1, "g")
+        for written in ("\uff50aracetamol", "PARACETAMO\uff2c"):  # full-width p, full-width L
+            with pytest.raises(GateRefused) as refused:
+                pack.order("p-104", written, 500, "mg")
+            assert refused.value.rule == "duplicate_order"
+    assert orders.active() == [("p-104", "paracetamol", 1000.0)]
 
 
 def test_a_cancelled_order_is_not_a_duplicate(

@@ -7,6 +7,7 @@ pack's bookkeeping.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from typing import TYPE_CHECKING, Any
 
@@ -206,12 +207,13 @@ def test_retried_calls_with_the_same_key_act_once(git_world: GitWorld, tmp_path:
     again = pack._commit("fix-version", {"app.py": "VERSION = 2\n"}, "Bump to 2",
                          idempotency_key=keys["git.commit"])  # fmt: skip
     assert again["sha"] == git_world.repo.branches()["fix-version"]
-    pack._push("fix-version", idempotency_key=keys["git.push"])
+    pushed = pack._push("fix-version", idempotency_key=keys["git.push"])
     reopened = pack._open_pr(
         "fix-version", "main", "Bump to 2", idempotency_key=keys["git.open_pr"]
     )
     assert reopened["number"] == 1
-    assert pack._merge_pr(1)["number"] == 1
+    again_merged = pack._merge_pr(1, pushed["sha"], idempotency_key=keys["git.merge_pr"])
+    assert again_merged["number"] == 1
     assert git_world.world() == first
     assert len(git_world.stand_in.pulls(git_world.name)) == 1
 
@@ -230,7 +232,7 @@ def test_probes_find_each_effect_by_its_key(git_world: GitWorld, tmp_path: Path)
     assert pack._commit_landed("fix-version", keys["git.commit"])["parent"] == git_world.initial  # type: ignore[index]
     assert pack._push_landed("fix-version", keys["git.push"])["previous"] is None  # type: ignore[index]
     assert pack._pr_landed("fix-version", keys["git.open_pr"])["number"] == 1  # type: ignore[index]
-    assert pack._merge_landed(1) == merged
+    assert pack._merge_landed(1, keys["git.merge_pr"]) == merged
     for probe in (pack._branch_landed, pack._commit_landed, pack._push_landed, pack._pr_landed):
         assert probe("fix-version", "as1-other-key") is False
     assert marker(keys["git.open_pr"]) in git_world.github().get(1)["body"]
@@ -245,6 +247,35 @@ def test_protected_branches_are_refused_by_the_gate(git_world: GitWorld, tmp_pat
             with pytest.raises(GateRefused, match="protected_branches"):
                 pack.push("main")
     assert git_world.remote_branches()["main"] == git_world.initial
+
+
+@pytest.mark.parametrize("path", ["a/.git/config", ".GIT/config", "src/.Git/hooks/post-merge"])
+def test_a_path_through_any_git_directory_is_refused_not_dropped(
+    git_world: GitWorld, path: str
+) -> None:
+    repo = git_world.repo
+    with pytest.raises(GitError, match=rf"^commit: '{re.escape(path)}' is inside \.git$"):
+        repo.commit_files("main", {path: "x", "ok.txt": "y"}, "sneak", "k")
+    assert repo.branches()["main"] == git_world.initial
+
+
+def test_a_branch_another_saga_committed_on_is_left_in_place(
+    git_world: GitWorld, tmp_path: Path
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = GitPack(kit, git_world.repo)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("t"):
+            pack.branch("shared", "main")
+            # Another agent's committed step adds its commit to the new branch meanwhile.
+            theirs, _ = git_world.repo.commit_files(
+                "shared", {"b.txt": "B"}, "B", "as1-theirs", "f" * 32
+            )
+            raise RuntimeError("stop")
+    assert failed.value.report.status is SagaStatus.NEEDS_HUMAN
+    error = str(failed.value.report.failed[0].error)
+    assert "delete branch shared: it moved to" in error
+    assert "not only by this saga; left in place" in error
+    assert git_world.repo.branches()["shared"] == theirs
 
 
 def test_one_line_errors(git_world: GitWorld, stand_in_url: str) -> None:
@@ -262,6 +293,11 @@ def test_one_line_errors(git_world: GitWorld, stand_in_url: str) -> None:
     assert "stand-in-token" not in repr(git_world.gitlab())
     with pytest.raises(GitError, match=r"^git rev-parse: .*nowhere is not a directory$"):
         LocalRepository(git_world.clone.parent / "nowhere").git_dir()
+    with pytest.raises(GitError, match=r"^git log: no answer within 1e-06 s$"):
+        LocalRepository(git_world.clone, timeout=1e-6).run("log")
+    missing = git_world.clone.parent / "no-git-here"
+    with pytest.raises(GitError, match=r"^git rev-parse: cannot run '.*no-git-here': No such"):
+        LocalRepository(git_world.clone, git=str(missing)).git_dir()
 
 
 def test_every_fault_point_of_shipping_a_change(
@@ -294,7 +330,7 @@ def test_a_merge_happens_only_at_the_head_the_agent_saw(
             pull = pack.open_pr("fix", "main", "Three")
     hosting = git_world.github() if host == "github" else git_world.gitlab()
     with pytest.raises(HostingError, match=f"^{host}: merge .*: 409 "):
-        hosting.merge(pull["number"], "0" * 40)
+        hosting.merge(pull["number"], "0" * 40, "Agent-Saga-Key: as1-test")
     assert pack.pr_is_open(pull["number"])
     assert git_world.remote_branches()["main"] == git_world.initial
 
@@ -309,3 +345,115 @@ def test_a_branch_someone_checked_out_is_not_deleted(git_world: GitWorld, tmp_pa
     assert failed.value.report.status is SagaStatus.NEEDS_HUMAN
     assert "it is checked out in" in str(failed.value.report.failed[0].error)
     assert git_world.repo.checked_out() == "work"
+
+
+def test_a_hooks_git_environment_does_not_send_commands_to_another_repository(
+    git_world: GitWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(other)], check=True)
+    with monkeypatch.context() as hook:  # what git exports to a hook it runs
+        hook.setenv("GIT_DIR", str(other))
+        hook.setenv("GIT_WORK_TREE", str(tmp_path))
+        hook.setenv("GIT_INDEX_FILE", str(tmp_path / "hook-index"))
+        with kit_for(tmp_path) as kit:
+            pack = GitPack(kit, git_world.repo)
+            with kit.transaction("from a hook"):
+                pack.branch("feature", "main")
+                done = pack.commit("feature", {"a.txt": "one\n"}, "One")
+                pack.push("feature")
+    refs = subprocess.run(
+        ["git", "--git-dir", str(other), "for-each-ref"], capture_output=True, text=True, check=True
+    )
+    assert refs.stdout == ""
+    assert git_world.remote_branches()["feature"] == done["sha"]
+    assert git_world.repo.branches()["feature"] == done["sha"]
+    assert not (tmp_path / "hook-index").exists()
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_merge_someone_else_made_is_not_taken_as_the_steps_nor_reverted(
+    git_world: GitWorld, tmp_path: Path, host: str
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit, host)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("ship"):
+            pack.branch("fix", "main")
+            pack.commit("fix", {"app.py": "VERSION = 3\n"}, "Three")
+            pack.push("fix")
+            pull = pack.open_pr("fix", "main", "Three")
+            theirs = git_world.merge_as_someone_else(pull["number"])
+            pack.merge_pr(pull["number"])
+            raise RuntimeError("not reached: the merge is not this step's")
+        key = next(str(r.data["idempotency_key"]) for r in kit.store.records()
+                   if r.kind == "step.intent" and r.data["tool"] == "git.merge_pr")  # fmt: skip
+    report = failed.value.report
+    assert "git.merge_pr" not in [step.tool for step in report.compensated]
+    assert f"merged as {theirs[:12]} without this step's key" in str(failed.value)
+    # The person's merge stays: no revert on main.
+    assert git_world.remote_branches()["main"] == theirs
+    assert git_world.remote_file("main", "app.py") == "VERSION = 3\n"
+    assert pack._merge_landed(pull["number"], key) is False
+
+
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("given", [False, True], ids=["clone-branch", "head_sha"])
+def test_a_merge_happens_only_at_the_commit_the_saga_pushed(
+    git_world: GitWorld, tmp_path: Path, host: str, given: bool
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit, host)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("ship"):
+            pack.branch("fix", "main")
+            pack.commit("fix", {"app.py": "VERSION = 3\n"}, "Three")
+            pushed = pack.push("fix")
+            pull = pack.open_pr("fix", "main", "Three")
+            moved = git_world.push_as_someone_else("fix", "extra.txt", "not reviewed\n")
+            if given:
+                pack.merge_pr(pull["number"], pushed["sha"])
+            else:
+                pack.merge_pr(pull["number"])
+    whose = "the given head_sha" if given else "the clone's branch"
+    assert f"its head is at {moved[:12]}, not at {pushed['sha'][:12]} ({whose})" in str(
+        failed.value
+    )
+    assert git_world.remote_branches()["main"] == git_world.initial
+    assert git_world.remote_file("main", "extra.txt") is None
+    assert [p["state"] for p in git_world.stand_in.pulls(git_world.name)] == ["closed"]
+
+
+def test_a_pull_request_from_a_branch_the_clone_lacks_is_not_merged_blind(
+    git_world: GitWorld, tmp_path: Path
+) -> None:
+    git_world.repo.run("push", "--quiet", "origin", "main:refs/heads/theirs")
+    git_world.push_as_someone_else("theirs", "theirs.txt", "theirs\n")
+    number = git_world.github().open("theirs", "main", "Theirs", "")["number"]
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit)
+        with pytest.raises(SagaRolledBack) as failed, kit.transaction("merge"):
+            pack.merge_pr(number)
+    assert "the clone has no branch 'theirs' to compare its head with; pass head_sha" in str(
+        failed.value
+    )
+    assert git_world.remote_branches()["main"] == git_world.initial
+    assert [p["state"] for p in git_world.stand_in.pulls(git_world.name)] == ["open"]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_the_merge_commit_carries_the_steps_key(
+    git_world: GitWorld, tmp_path: Path, host: str
+) -> None:
+    with kit_for(tmp_path) as kit:
+        pack = pack_for(git_world, kit, host)
+        with kit.transaction("ship"):
+            merged = ship(pack)
+        key = next(str(r.data["idempotency_key"]) for r in kit.store.records()
+                   if r.kind == "step.intent" and r.data["tool"] == "git.merge_pr")  # fmt: skip
+    message = subprocess.run(
+        ["git", "log", "-1", "--format=%B", merged["merge_sha"]],
+        cwd=git_world.bare, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert f"Agent-Saga-Key: {key}" in message.splitlines()
+    assert message.startswith("Merge ")
+    assert pack._merge_landed(merged["number"], key) == merged
+    assert pack._merge_landed(merged["number"], "as1-another-step") is False

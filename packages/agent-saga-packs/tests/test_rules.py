@@ -44,6 +44,14 @@ def test_the_same_fields_within_the_window_are_refused() -> None:
     assert later.evaluate(call(to="ACME", amount=100)).rank == 0
 
 
+def test_text_compares_nfkc_normalised_and_case_folded() -> None:
+    log = Log({"id": "w1", "to": "ACME GmbH", "amount": 100, "at": 950.0})
+    rule = DuplicateWithin(("to", "amount"), 100, recent=log, clock=lambda: 1_000.0)
+    assert rule.evaluate(call(to="\uff21\uff23\uff2d\uff25 GMBH", amount=100)).rank == 2
+    assert rule.evaluate(call(to="ACME GMBH", amount=100)).rank == 2
+    assert rule.evaluate(call(to="ACNE GMBH", amount=100)).rank == 0
+
+
 def test_it_fails_closed() -> None:
     def broken(since: float) -> list[dict[str, Any]]:
         raise ConnectionError("ledger unreachable")

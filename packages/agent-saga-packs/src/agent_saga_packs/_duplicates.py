@@ -9,6 +9,7 @@ recent effects and compares the fields that make two effects the same.
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -24,10 +25,19 @@ _MISSING = object()
 _SHOWN = 60
 
 
+def text_key(text: str) -> str:
+    """``text`` as rules compare it: NFKC-normalised, case-folded, stripped.
+
+    Full-width letters and ligatures compare equal to plain ones (``\uff50aracetamol`` is
+    ``paracetamol``); a letter from another script that merely looks the same does not."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return unicodedata.normalize("NFKC", folded).strip()
+
+
 def _normal(value: object) -> object:
-    """Strings compare stripped and case-folded, numbers by value (``100 == 100.0``)."""
+    """Strings compare as :func:`text_key`, numbers by value (``100 == 100.0``)."""
     if isinstance(value, str):
-        return value.strip().casefold()
+        return text_key(value)
     if finite_number(value):
         return float(value)  # type: ignore[arg-type]
     return value
@@ -48,7 +58,8 @@ class DuplicateWithin:
     The earlier effects come from ``recent(since)``, the system of record's own list, not from
     a memory of calls this rule let through. So a call that a later rule refused, or whose
     saga was rolled back (a cancelled order is not listed), does not count; effects made by
-    other processes and before a restart do.
+    other processes and before a restart do. Text compares after :func:`text_key` (NFKC,
+    case-folded, stripped), numbers by value.
 
     Fails closed: a call missing one of the fields, or a lookup that raises, is refused.
     Not atomic: two agents making the same call at the same instant can both pass (the

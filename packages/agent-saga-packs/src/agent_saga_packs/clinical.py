@@ -2,8 +2,9 @@
 
 * :class:`DoseRange` normalises a dose to milligrams before comparing it with the drug's range:
   ``g``, ``mg``, ``ug`` / ``mcg`` / ``µg``, and per-kilogram doses (``mg/kg``, ``ug/kg``,
-  ``mcg/kg``, ``g/kg``) multiplied by the patient's weight. A refusal names the drug, the dose
-  as written and in milligrams, and the limit. The core's ``Range`` compares one number with
+  ``mcg/kg``, ``g/kg``) multiplied by the patient's weight. A drug not in its table is refused
+  (unless a default range is given). A refusal names the drug, the dose as written and in
+  milligrams, and the limit. The core's ``Range`` compares one number with
   fixed bounds; it cannot convert units or look up a range per drug, hence this rule.
 * :class:`~agent_saga_packs.DuplicateWithin` refuses a second active order of the same drug for
   the same patient within a window (from the order system's own list: a cancelled order does
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent_saga import COMPENSABLE, Allow, Decision, Deny, Rule, ToolCall
 
 from ._declare import Declarer
-from ._duplicates import DuplicateWithin
+from ._duplicates import DuplicateWithin, text_key
 from ._scope import describe_scope, finite_number, in_scope, tool_scope
 
 if TYPE_CHECKING:
@@ -80,17 +81,29 @@ def _mg(value: float) -> str:
     return f"{value:.6g} mg"
 
 
+def drug_key(name: str) -> str:
+    """``name`` as the dose table compares it: NFKC-normalised, case-folded, stripped.
+
+    Full-width letters and a ligature compare equal to plain ones; anything else that differs
+    (a stray full stop, a Cyrillic letter that looks Latin, an invisible character) does not,
+    so such a name finds no range and the order is refused. The duplicate-order check
+    compares names the same way, so a name the table takes for a listed drug is that drug.
+    """
+    return text_key(name)
+
+
 class DoseRange:
     """Refuse an order whose dose, converted to milligrams, is outside the drug's range.
 
-    ``DoseRange({"morphine": (0.1, 50)})`` with the default range (0.1-50 mg) for drugs not
-    listed; ``default=None`` refuses drugs not listed. Drug names compare case-insensitively.
-    A dose that is missing, not a finite number, in an unknown unit, or per kilogram without
-    a weight is refused.
+    ``DoseRange({"morphine": (0.1, 50)})`` allows only the drugs it lists: any other name
+    (misspelled, or a drug nobody gave a range, such as a microgram-dose opioid) is refused.
+    A ``default`` range applies to every unlisted name instead; opt in to it knowingly. Drug
+    names compare after :func:`drug_key` (NFKC, case-folded). A dose that is missing, not a
+    finite number, in an unknown unit, or per kilogram without a weight is refused.
 
     Args:
         limits: drug name -> ``(low_mg, high_mg)`` or a :class:`DoseLimit`.
-        default: the range for drugs not in ``limits`` (``None``: refuse them).
+        default: the range for drugs not in ``limits`` (``None``, the default: refuse them).
         tools: the ordering tools this rule applies to.
         drug, dose, unit, weight: the argument paths of the call.
     """
@@ -101,7 +114,7 @@ class DoseRange:
         self,
         limits: Mapping[str, tuple[float, float] | DoseLimit] | None = None,
         *,
-        default: tuple[float, float] | DoseLimit | None = (0.1, 50.0),
+        default: tuple[float, float] | DoseLimit | None = None,
         tools: Iterable[str] | str | None = "clinical.order",
         drug: str = "drug",
         dose: str = "dose",
@@ -109,16 +122,20 @@ class DoseRange:
         weight: str = "weight_kg",
         name: str = "dose_range",
     ) -> None:
-        self.limits = {
-            str(d).strip().casefold(): _limit(bounds) for d, bounds in (limits or {}).items()
-        }
+        self.limits: dict[str, DoseLimit] = {}
+        for drug_name, bounds in (limits or {}).items():
+            key = drug_key(str(drug_name))
+            if key in self.limits:
+                raise ValueError(f"dose table: {drug_name!r} names a drug listed twice")
+            self.limits[key] = _limit(bounds)
         self.default = None if default is None else _limit(default)
         self.tools = tool_scope(tools)
         self.paths = (drug, dose, unit, weight)
         self.name = name
 
     def limit_for(self, drug: str) -> DoseLimit | None:
-        return self.limits.get(drug.strip().casefold(), self.default)
+        """The drug's range (``default`` for a name not in the table, ``None``: refuse)."""
+        return self.limits.get(drug_key(drug), self.default)
 
     def evaluate(self, call: ToolCall) -> Decision:
         if not in_scope(self.tools, call.tool):
@@ -249,12 +266,15 @@ def order_rules(
     limits: Mapping[str, tuple[float, float] | DoseLimit] | None = None,
     *,
     recent_orders: Callable[[float], Iterable[Mapping[str, Any]]],
-    default: tuple[float, float] | DoseLimit | None = (0.1, 50.0),
+    default: tuple[float, float] | DoseLimit | None = None,
     duplicate_window: float = 6 * 3_600.0,
     clock: Callable[[], float] | None = None,
     tool: str = "clinical.order",
 ) -> list[Rule]:
-    """:class:`DoseRange` and duplicate-order detection (same patient and drug) for ``tool``."""
+    """:class:`DoseRange` and duplicate-order detection (same patient and drug) for ``tool``.
+
+    A drug not in ``limits`` is refused unless ``default`` gives a range for every such drug.
+    """
     extra = {} if clock is None else {"clock": clock}
     return [
         DoseRange(limits, default=default, tools=tool),
@@ -279,5 +299,6 @@ __all__ = [
     "DuplicateWithin",
     "OrderSystem",
     "dose_in_mg",
+    "drug_key",
     "order_rules",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,10 @@ TAG = "agent-saga:idempotency-key"
 """The tag (EC2, S3 bucket, IAM role) that names the step that made a resource."""
 METADATA = "agent-saga-key"
 """The S3 object metadata entry (``x-amz-meta-agent-saga-key``) that does the same."""
+SAGA_TAG = "agent-saga:saga"
+"""The tag (S3 bucket, IAM role) with the mark of the saga that made it."""
+SAGA_METADATA = "agent-saga-saga"
+"""The S3 object metadata entry with the mark of the saga that wrote it."""
 
 
 class AwsError(Exception):
@@ -66,6 +72,7 @@ class AwsClients:
         self._make_session = session
         self._session: boto3.Session | None = None
         self._session_lock = threading.Lock()
+        _ALIVE.add(self)
         self._options = client_options
         self._ec2: PerProcess[EC2Client] = PerProcess(lambda: self._client("ec2"))
         self._s3: PerProcess[S3Client] = PerProcess(lambda: self._client("s3"))
@@ -76,7 +83,10 @@ class AwsClients:
 
     def session(self) -> boto3.Session:
         """The boto3 session, built once. Sessions hold credentials and loaded service models,
-        no connection, so a forked child may reuse its parent's; clients are per process."""
+        no connection, so a forked child may reuse its parent's; clients are per process.
+
+        The lock that guards the building is replaced in a forked child (a thread of the
+        parent may have held it at the fork, and that thread does not exist in the child)."""
         with self._session_lock:
             if self._session is None:
                 import boto3
@@ -109,3 +119,15 @@ class AwsClients:
     def region_name(self) -> str:
         """The region the clients use."""
         return str(self.s3.meta.region_name)
+
+
+_ALIVE: weakref.WeakSet[AwsClients] = weakref.WeakSet()
+"""Every :class:`AwsClients` of this process, for :func:`_renew_locks_in_child`."""
+
+
+def _renew_locks_in_child() -> None:
+    for clients in list(_ALIVE):
+        clients._session_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_locks_in_child)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agent_saga import COMPENSABLE, AllowValues, DenyValues, RateLimit, Rule
 
 from .._declare import Declarer
+from .._saga_mark import saga_mark
 from ._clients import TAG, AwsClients
 from ._ec2 import Instances
 from ._iam import Roles
@@ -24,10 +25,14 @@ from ._s3 import Buckets
 if TYPE_CHECKING:
     from agent_saga import AgentKit
 
-ADMIN_POLICIES = (
-    "arn:aws:iam::aws:policy/AdministratorAccess",
-    "arn:aws:iam::aws:policy/IAMFullAccess",
+_PARTITIONS = ("aws", "aws-cn", "aws-us-gov", "aws-iso", "aws-iso-b", "aws-iso-e", "aws-iso-f")
+"""AWS partitions: the same managed policy has one ARN in each."""
+ADMIN_POLICIES = tuple(
+    f"arn:{partition}:iam::aws:policy/{policy}"
+    for partition in _PARTITIONS
+    for policy in ("AdministratorAccess", "IAMFullAccess")
 )
+"""Managed policies that make a role an administrator, in every partition."""
 
 
 class AwsPack:
@@ -113,7 +118,8 @@ class AwsPack:
 
     def _create_bucket(self, bucket: str, *, idempotency_key: str) -> dict[str, Any]:
         """Create S3 bucket ``bucket`` (refused if it exists)."""
-        return {**self.buckets.create(bucket, idempotency_key), "made_by": idempotency_key}
+        made = self.buckets.create(bucket, idempotency_key, saga_mark())
+        return {**made, "made_by": idempotency_key}
 
     def _bucket_landed(self, bucket: str, idempotency_key: str) -> dict[str, Any] | bool | None:
         if not self.buckets.exists(bucket):
@@ -137,7 +143,9 @@ class AwsPack:
         idempotency_key: str,
     ) -> dict[str, Any]:
         """Write a new object ``object_key`` in ``bucket`` (refused if it exists)."""
-        written = self.buckets.put(bucket, object_key, body, content_type, idempotency_key)
+        written = self.buckets.put(
+            bucket, object_key, body, content_type, idempotency_key, saga_mark()
+        )
         return {**written, "made_by": idempotency_key}
 
     def _object_landed(
@@ -165,7 +173,7 @@ class AwsPack:
         idempotency_key: str,
     ) -> dict[str, Any]:
         """Create IAM role ``role_name`` with the trust policy ``trust_policy``."""
-        made = self.roles.create(role_name, trust_policy, description, idempotency_key)
+        made = self.roles.create(role_name, trust_policy, description, idempotency_key, saga_mark())
         return {**made, "made_by": idempotency_key}
 
     def _role_landed(self, role_name: str, idempotency_key: str) -> dict[str, Any] | bool:
@@ -179,18 +187,24 @@ class AwsPack:
 
     def _attach(self, role_name: str, policy_arn: str, *, idempotency_key: str) -> dict[str, Any]:
         """Attach managed policy ``policy_arn`` to role ``role_name``."""
-        return self.roles.attach(role_name, policy_arn, idempotency_key)
+        return self.roles.attach(role_name, policy_arn, idempotency_key, saga_mark())
 
     def _attach_landed(
         self, role_name: str, policy_arn: str, idempotency_key: str
     ) -> dict[str, Any] | bool:
         if not self.roles.attached_by(role_name, policy_arn, idempotency_key):
             return False
-        return {"role_name": role_name, "policy_arn": policy_arn, "attached": True}
+        return {"role_name": role_name, "policy_arn": policy_arn, "attached": True,
+                "made_by": idempotency_key}  # fmt: skip
 
     def _detach(self, result: Mapping[str, Any]) -> None:
         if result.get("attached"):
-            self.roles.detach(str(result["role_name"]), str(result["policy_arn"]))
+            made_by = result.get("made_by")  # absent in results logged before it was recorded
+            self.roles.detach(
+                str(result["role_name"]),
+                str(result["policy_arn"]),
+                None if made_by is None else str(made_by),
+            )
 
 
 def aws_rules(

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._clients import METADATA, TAG, AwsClients, AwsError, error_code, one_line
+from ._clients import (
+    METADATA,
+    SAGA_METADATA,
+    SAGA_TAG,
+    TAG,
+    AwsClients,
+    AwsError,
+    error_code,
+    one_line,
+)
 
 MISSING = ("404", "NoSuchBucket", "NoSuchKey", "NotFound")
 
@@ -36,9 +45,9 @@ class Buckets:
             raise one_line(f"s3 get-bucket-tagging {bucket}", failure) from None
         return next((tag["Value"] for tag in tags if tag["Key"] == TAG), None)
 
-    def create(self, bucket: str, key: str) -> dict[str, Any]:
-        """Create ``bucket`` and tag it with ``key``; a bucket that already exists is refused,
-        unless this step made it (a retry)."""
+    def create(self, bucket: str, key: str, saga: str | None = None) -> dict[str, Any]:
+        """Create ``bucket`` and tag it with ``key`` (and the saga's mark); a bucket that
+        already exists is refused, unless this step made it (a retry)."""
         result = {"bucket": bucket, "region": self.clients.region_name}
         if self.exists(bucket):
             if self.made_by(bucket) == key:
@@ -53,7 +62,10 @@ class Buckets:
                     Bucket=bucket,
                     CreateBucketConfiguration={"LocationConstraint": result["region"]},  # type: ignore[typeddict-item]
                 )
-            s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": TAG, "Value": key}]})
+            tags = [{"Key": TAG, "Value": key}]
+            if saga is not None:
+                tags.append({"Key": SAGA_TAG, "Value": saga})
+            s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": tags})  # type: ignore[typeddict-item]
         except Exception as failure:
             raise one_line(f"s3 create-bucket {bucket}", failure) from None
         return result
@@ -61,8 +73,9 @@ class Buckets:
     def delete(self, bucket: str, key: str) -> None:
         """Delete ``bucket`` if it is the one the step with ``key`` made (gone: done).
 
-        Objects still in it are deleted first if agent-saga steps wrote every one of them
-        (their own undo failed or never ran); an object anyone else wrote keeps the bucket.
+        Objects still in it that carry the bucket's saga mark are deleted first (the saga's own,
+        whose undo failed or never ran). An object anyone else wrote, another saga's included,
+        keeps the bucket in place.
         """
         try:
             tags = self.clients.s3.get_bucket_tagging(Bucket=bucket)["TagSet"]
@@ -72,17 +85,23 @@ class Buckets:
             if error_code(failure) != "NoSuchTagSet":
                 raise one_line(f"s3 get-bucket-tagging {bucket}", failure) from None
             tags = []
-        if next((t["Value"] for t in tags if t["Key"] == TAG), None) != key:
+        found = {t["Key"]: t["Value"] for t in tags}
+        if found.get(TAG) != key:
             raise AwsError(f"s3 delete-bucket {bucket}: not the bucket this step created")
-        makers = {name: (self.head(bucket, name) or {}).get("key") for name in self.objects(bucket)}
-        foreign = sorted(name for name, maker in makers.items() if maker is None)
+        saga = found.get(SAGA_TAG)
+        heads = {name: self.head(bucket, name) or {} for name in self.objects(bucket)}
+        foreign = sorted(
+            name
+            for name, head in heads.items()
+            if saga is None or head.get("saga") != saga or head.get("key") is None
+        )
         if foreign:
             raise AwsError(
                 f"s3 delete-bucket {bucket}: it holds {len(foreign)} object(s) not written by "
-                f"agent-saga (first: {foreign[0]}); left in place"
+                f"this saga (first: {foreign[0]}); left in place"
             )
-        for name, maker in makers.items():
-            self.delete_object(bucket, name, str(maker))
+        for name, head in heads.items():
+            self.delete_object(bucket, name, str(head["key"]))
         try:
             self.clients.s3.delete_bucket(Bucket=bucket)
         except Exception as failure:
@@ -104,21 +123,30 @@ class Buckets:
             "etag": found.get("ETag"),
             "version_id": found.get("VersionId"),
             "key": found.get("Metadata", {}).get(METADATA),
+            "saga": found.get("Metadata", {}).get(SAGA_METADATA),
         }
 
     def put(
-        self, bucket: str, object_key: str, body: str, content_type: str, key: str
+        self,
+        bucket: str,
+        object_key: str,
+        body: str,
+        content_type: str,
+        key: str,
+        saga: str | None = None,
     ) -> dict[str, Any]:
-        """Create the object (never overwrite: ``If-None-Match: *``) with ``key`` in its
-        metadata. An object already there is refused, unless this step wrote it (a retry)."""
+        """Create the object (never overwrite: ``If-None-Match: *``) with ``key`` (and the
+        saga's mark) in its metadata. An object already there is refused, unless this step
+        wrote it (a retry)."""
         result: dict[str, Any] = {"bucket": bucket, "object_key": object_key}
+        metadata = {METADATA: key} if saga is None else {METADATA: key, SAGA_METADATA: saga}
         try:
             written = self.clients.s3.put_object(
                 Bucket=bucket,
                 Key=object_key,
                 Body=body.encode(),
                 ContentType=content_type,
-                Metadata={METADATA: key},
+                Metadata=metadata,
                 IfNoneMatch="*",
             )
         except Exception as failure:

@@ -79,10 +79,13 @@ class GitHubHosting:
 
         return self._call(f"close pull request #{number}", close)
 
-    def merge(self, number: int, head_sha: str) -> PullRequest:
+    def merge(self, number: int, head_sha: str, trailer: str) -> PullRequest:
         def merge(repo: Repository) -> PullRequest:
             pull = repo.get_pull(number)
-            status = pull.merge(merge_method="merge", sha=head_sha)
+            # GitHub's title stays its own ("Merge pull request #N from ..."); the message
+            # body is the pull request's title and the trailer.
+            message = f"{pull.title}\n\n{trailer}"
+            status = pull.merge(commit_message=message, merge_method="merge", sha=head_sha)
             if not status.merged:
                 raise HostingError(f"github: merge pull request #{number}: {status.message}")
             return {**_pull(repo.get_pull(number)), "merge_sha": status.sha}

@@ -80,10 +80,14 @@ class GitLabHosting:
 
         return self._call(f"close merge request !{number}", close)
 
-    def merge(self, number: int, head_sha: str) -> PullRequest:
+    def merge(self, number: int, head_sha: str, trailer: str) -> PullRequest:
         def merge(project: Project) -> PullRequest:
             request = project.mergerequests.get(number)
-            request.merge(sha=head_sha)
+            message = (
+                f"Merge branch '{request.source_branch}' into '{request.target_branch}'\n\n"
+                f"{request.title}\n\n{trailer}"
+            )  # GitLab's default message, with the trailer
+            request.merge(merge_commit_message=message, sha=head_sha)
             merged = _request(request)
             if merged["state"] != "merged":
                 raise HostingError(f"gitlab: merge merge request !{number}: {merged['state']}")

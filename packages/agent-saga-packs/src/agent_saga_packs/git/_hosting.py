@@ -37,7 +37,8 @@ class Hosting(Protocol):
         """Close an open pull request without merging it."""
         ...
 
-    def merge(self, number: int, head_sha: str) -> PullRequest:
-        """Merge with a merge commit, only if ``head`` is still at ``head_sha``; returns the
-        merged pull request (with ``merge_sha``)."""
+    def merge(self, number: int, head_sha: str, trailer: str) -> PullRequest:
+        """Merge with a merge commit, only if ``head`` is still at ``head_sha``; the merge
+        commit's message ends with the line ``trailer``. Returns the merged pull request (with
+        ``merge_sha``)."""
         ...

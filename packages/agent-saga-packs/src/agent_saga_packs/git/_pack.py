@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from agent_saga import COMPENSABLE, DenyValues, Rule
 
 from .._declare import Declarer
+from .._saga_mark import saga_mark
 from ._hosting import Hosting, HostingError
-from ._repo import GitError, LocalRepository, key_digest
+from ._repo import TRAILER, GitError, LocalRepository, key_digest
 
 if TYPE_CHECKING:
     from agent_saga import AgentKit
@@ -36,7 +37,10 @@ class GitPack:
 
     Declared on ``kit`` (or process-wide when ``kit`` is ``None``), named under ``prefix``:
     ``branch(branch, start="HEAD")``, ``commit(branch, files, message)``, ``push(branch)``,
-    ``open_pr(head, base, title, body="")`` and ``merge_pr(number)``.
+    ``open_pr(head, base, title, body="")`` and ``merge_pr(number, head_sha=None)``, which
+    merges only while the pull request's head is at ``head_sha`` or, by default, at the tip of
+    the clone's branch of the same name: what is merged is what the saga pushed, never a
+    commit someone added to the branch since.
     """
 
     def __init__(
@@ -110,7 +114,7 @@ class GitPack:
             raise GitError(f"branch: {start!r} names no commit")
         if self.repo.rev(f"refs/heads/{branch}") is not None:
             raise GitError(f"branch: {branch!r} already exists")
-        self.repo.create_branch(branch, sha, idempotency_key)
+        self.repo.create_branch(branch, sha, idempotency_key, saga_mark())
         return {"branch": branch, "sha": sha}
 
     def _branch_landed(self, branch: str, idempotency_key: str) -> dict[str, Any] | bool:
@@ -122,12 +126,15 @@ class GitPack:
         now = self.repo.rev(f"refs/heads/{branch}")
         if now is None:
             return
-        # It may carry commits whose own undo failed; those are agent-saga's too. Anything
-        # someone else did to the branch keeps it in place.
-        if now != created_at and not self.repo.moved_only_by_agent_saga(branch):
+        # It may carry commits of this saga whose own undo failed; those go with it. A commit
+        # of anyone else, another saga's included, keeps it in place.
+        saga = self.repo.branch_saga(branch)
+        if now != created_at and (
+            saga is None or not self.repo.only_commits_of_saga(created_at, now, saga)
+        ):
             raise GitError(
                 f"delete branch {branch}: it moved to {now[:12]} since it was created at "
-                f"{created_at[:12]}, not only by agent-saga; left in place"
+                f"{created_at[:12]}, not only by this saga; left in place"
             )
         if self.repo.checked_out() == branch:
             raise GitError(f"delete branch {branch}: it is checked out in {self.repo.workdir}")
@@ -141,7 +148,7 @@ class GitPack:
         """Commit ``files`` (path -> text; ``None`` removes the path) on local ``branch``."""
         found = self.repo.find_commit(branch, idempotency_key)
         if found is None:
-            found = self.repo.commit_files(branch, files, message, idempotency_key)
+            found = self.repo.commit_files(branch, files, message, idempotency_key, saga_mark())
         sha, parent = found
         return {"branch": branch, "sha": sha, "parent": parent}
 
@@ -223,23 +230,59 @@ class GitPack:
         if host.get(number)["state"] == "open":
             host.close(number)
 
-    def _merge_pr(self, number: int) -> dict[str, Any]:
-        """Merge pull request ``number`` with a merge commit."""
+    def _merge_pr(
+        self, number: int, head_sha: str | None = None, *, idempotency_key: str
+    ) -> dict[str, Any]:
+        """Merge pull request ``number`` with a merge commit whose message carries the step's
+        key, only while the pull request's head is at ``head_sha``; by default, at the tip of
+        the clone's branch of the same name (what the saga committed and pushed from here).
+
+        A pull request merged by anyone else, or whose head moved, is refused: the
+        compensation reverts only a merge that carries this step's key."""
         host = self._host()
         pull = host.get(number)
+        if pull["state"] == "merged":
+            # A retry finds its own merge; anyone else's merge is not this step's effect, and
+            # taking it would make the compensation revert their work.
+            mine = self._merged_by(pull, idempotency_key)
+            if mine:
+                return _merge_summary(pull)
+            why = "without this step's key" if mine is False else f"not on {pull['base']}"
+            raise HostingError(
+                f"{host.name}: merge #{number}: it was merged as {str(pull['merge_sha'])[:12]} "
+                f"{why}; not taken as this step's merge"
+            )
         if pull["state"] == "closed":
             raise HostingError(f"{host.name}: merge #{number}: the pull request is closed")
-        if pull["state"] != "merged":
-            pull = host.merge(number, str(pull["head_sha"]))
-        return {"number": number, "base": pull["base"], "merge_sha": pull["merge_sha"]}
+        expected, whose = head_sha, "the given head_sha"
+        if expected is None:
+            expected, whose = self.repo.rev(f"refs/heads/{pull['head']}"), "the clone's branch"
+            if expected is None:
+                raise HostingError(
+                    f"{host.name}: merge #{number}: the clone has no branch {pull['head']!r} "
+                    "to compare its head with; pass head_sha"
+                )
+        if pull["head_sha"] != expected:
+            raise HostingError(
+                f"{host.name}: merge #{number}: its head is at {str(pull['head_sha'])[:12]}, "
+                f"not at {expected[:12]} ({whose}); not merged"
+            )
+        merged = host.merge(number, expected, f"{TRAILER}: {idempotency_key}")
+        return _merge_summary(merged)
 
-    def _merge_landed(self, number: int) -> dict[str, Any] | bool:
+    def _merged_by(self, pull: Mapping[str, Any], key: str) -> bool | None:
+        """Was ``pull`` merged by the step with ``key`` (its merge commit carries the key)?
+        ``None``: the merge commit cannot be read (not on the base branch)."""
+        merge_sha = pull.get("merge_sha")
+        if pull.get("state") != "merged" or not merge_sha:
+            return False
+        self.repo.fetch(str(pull["base"]))
+        return self.repo.carries_key(str(merge_sha), key)
+
+    def _merge_landed(self, number: int, idempotency_key: str) -> dict[str, Any] | bool | None:
         pull = self._host().get(number)
-        if pull["state"] != "merged" or not pull["merge_sha"]:
-            return False
-        if not self.merge_is_on_branch(str(pull["merge_sha"]), str(pull["base"])):
-            return False
-        return {"number": number, "base": pull["base"], "merge_sha": pull["merge_sha"]}
+        mine = self._merged_by(pull, idempotency_key)
+        return _merge_summary(pull) if mine else mine
 
     def _revert_merge(self, result: Mapping[str, Any], idempotency_key: str) -> None:
         self.repo.revert_merge(str(result["base"]), str(result["merge_sha"]), idempotency_key)
@@ -247,6 +290,10 @@ class GitPack:
 
 def _summary(pull: Mapping[str, Any]) -> dict[str, Any]:
     return {key: pull[key] for key in ("number", "url", "head", "base")}
+
+
+def _merge_summary(pull: Mapping[str, Any]) -> dict[str, Any]:
+    return {"number": pull["number"], "base": pull["base"], "merge_sha": pull["merge_sha"]}
 
 
 def git_rules(

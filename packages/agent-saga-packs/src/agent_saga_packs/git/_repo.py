@@ -18,10 +18,22 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 TRAILER = "Agent-Saga-Key"
+SAGA_TRAILER = "Agent-Saga-Saga"
+"""The commit trailer with the mark of the saga whose step made the commit."""
 REFLOG_PREFIX = "agent-saga "
 SCAN_DEPTH = 50
 """First-parent commits searched for a step's own commit (retries come right after it)."""
 ZERO = "0" * 40
+REPOSITORY_LOCATING_VARIABLES = frozenset({
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_CONFIG", "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_PARAMETERS", "GIT_DIR", "GIT_GRAFT_FILE", "GIT_IMPLICIT_WORK_TREE",
+    "GIT_INDEX_FILE", "GIT_INTERNAL_SUPER_PREFIX", "GIT_NAMESPACE", "GIT_NO_REPLACE_OBJECTS",
+    "GIT_OBJECT_DIRECTORY", "GIT_PREFIX", "GIT_REPLACE_REF_BASE", "GIT_SHALLOW_FILE",
+    "GIT_WORK_TREE",
+})  # fmt: skip
+"""What ``git rev-parse --local-env-vars`` lists (and ``GIT_NAMESPACE``): variables that point
+git at a repository, an index or a config. Git exports several of them to the hooks it runs;
+inherited by the commands here, they would act on that other repository, not the clone."""
 
 
 class GitError(Exception):
@@ -68,21 +80,36 @@ class LocalRepository:
         cwd: Path | None = None,
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``git args`` in the clone; raises :class:`GitError` (one line) when it fails."""
-        full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
+        """Run ``git args`` in the clone; raises :class:`GitError` (one line) when it fails,
+        takes longer than ``timeout`` or cannot be started.
+
+        The process environment is passed on without the variables that locate a repository
+        (:data:`REPOSITORY_LOCATING_VARIABLES`), so git finds the clone from ``cwd`` alone;
+        ``env`` is applied on top (the private index of a commit)."""
+        inherited = {
+            name: value
+            for name, value in os.environ.items()
+            if name not in REPOSITORY_LOCATING_VARIABLES
+        }
+        full_env = {**inherited, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
         where = cwd or self.workdir
         if not where.is_dir():
             raise GitError(f"git {args[0]}: {where} is not a directory")
-        done = subprocess.run(
-            [self.git, *args],
-            cwd=where,
-            input=input,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=self.timeout,
-            check=False,
-        )
+        try:
+            done = subprocess.run(
+                [self.git, *args],
+                cwd=where,
+                input=input,
+                env=full_env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise GitError(f"git {args[0]}: no answer within {self.timeout:g} s") from None
+        except OSError as failed:  # no such executable, not allowed to run it
+            raise GitError(f"git {args[0]}: cannot run {self.git!r}: {failed.strerror}") from None
         if check and done.returncode != 0:
             lines = (done.stderr.strip() or done.stdout.strip() or "failed").splitlines()
             raise GitError(f"git {args[0]}: {lines[-1]}")
@@ -115,34 +142,46 @@ class LocalRepository:
 
     # -- local branches ------------------------------------------------------------------------
 
-    def create_branch(self, branch: str, sha: str, key: str) -> None:
-        """Create ``refs/heads/<branch>`` at ``sha``; fails if it exists (no overwrite)."""
+    def create_branch(self, branch: str, sha: str, key: str, saga: str | None = None) -> None:
+        """Create ``refs/heads/<branch>`` at ``sha``; fails if it exists (no overwrite). The
+        reflog entry names the step's ``key`` and the saga's mark."""
+        message = REFLOG_PREFIX + key + ("" if saga is None else f" saga:{saga}")
         self.run(
-            "update-ref", "--create-reflog", "-m", REFLOG_PREFIX + key,
-            f"refs/heads/{branch}", sha, ZERO,
+            "update-ref", "--create-reflog", "-m", message, f"refs/heads/{branch}", sha, ZERO,
         )  # fmt: skip
 
-    def branch_created_by(self, branch: str, key: str) -> str | None:
-        """The commit the branch was created at, if the call with ``key`` created it."""
+    def _creation(self, branch: str) -> tuple[str, list[str]] | None:
+        """The branch's oldest reflog entry (its creation): the commit and the words of its
+        message."""
         done = self.run("reflog", "show", "--format=%H %gs", f"refs/heads/{branch}", check=False)
         lines = done.stdout.splitlines()
         if done.returncode != 0 or not lines:
             return None
-        sha, _, message = lines[-1].partition(" ")  # the oldest entry: the creation
-        return sha if message == REFLOG_PREFIX + key else None
+        sha, _, message = lines[-1].partition(" ")
+        return sha, message.split(" ")
 
-    def moved_only_by_agent_saga(self, branch: str) -> bool:
-        """Was every change of the branch since its creation made by an agent-saga tool?
+    def branch_created_by(self, branch: str, key: str) -> str | None:
+        """The commit the branch was created at, if the call with ``key`` created it."""
+        found = self._creation(branch)
+        if found is None or found[1][:2] != [REFLOG_PREFIX.strip(), key]:
+            return None
+        return found[0]
 
-        (Each of them leaves an ``agent-saga <key>`` reflog entry; ``git commit``, a merge or
-        a reset by anyone else leaves its own.)"""
-        done = self.run("reflog", "show", "--format=%gs", f"refs/heads/{branch}", check=False)
-        lines = done.stdout.splitlines()
-        return (
-            done.returncode == 0
-            and bool(lines)
-            and all(line.startswith(REFLOG_PREFIX) for line in lines)
-        )
+    def branch_saga(self, branch: str) -> str | None:
+        """The mark of the saga whose step created the branch (``None``: none recorded)."""
+        found = self._creation(branch)
+        words = [] if found is None or found[1][:1] != [REFLOG_PREFIX.strip()] else found[1]
+        return next((w.removeprefix("saga:") for w in words if w.startswith("saga:")), None)
+
+    def only_commits_of_saga(self, since: str, tip: str, saga: str) -> bool:
+        """Does ``tip`` descend from ``since`` through commits that all carry the trailer
+        ``Agent-Saga-Saga: <saga>`` (commits of that saga's steps, nobody else's)?"""
+        if not self.is_ancestor(since, tip):
+            return False
+        done = self.run("log", "--format=%B%x01", f"{since}..{tip}", "--")
+        wanted = f"{SAGA_TRAILER}: {saga}"
+        bodies = [body for body in done.stdout.split("\x01") if body.strip()]
+        return all(wanted in body.splitlines() for body in bodies)
 
     def move_branch(self, branch: str, new: str | None, expected: str, key: str) -> None:
         """Point the branch at ``new`` (``None``: delete it) only if it is at ``expected``."""
@@ -170,12 +209,18 @@ class LocalRepository:
         return None
 
     def commit_files(
-        self, branch: str, files: Mapping[str, str | None], message: str, key: str
+        self,
+        branch: str,
+        files: Mapping[str, str | None],
+        message: str,
+        key: str,
+        saga: str | None = None,
     ) -> tuple[str, str]:
         """Commit ``files`` (path -> text, ``None`` removes the path) on top of ``branch``.
 
         Returns ``(commit, parent)``. The branch moves only if it is still at ``parent``; the
-        message ends with the trailer ``Agent-Saga-Key: <key>``.
+        message ends with the trailer ``Agent-Saga-Key: <key>`` (and ``Agent-Saga-Saga:
+        <saga>`` when given).
         """
         parent = self.rev(f"refs/heads/{branch}")
         if parent is None:
@@ -196,7 +241,8 @@ class LocalRepository:
             tree = self.run("write-tree", env=env).stdout.strip()
         finally:
             index.unlink(missing_ok=True)
-        full = f"{message.rstrip()}\n\n{TRAILER}: {key}\n"
+        trailers = f"{TRAILER}: {key}\n" + ("" if saga is None else f"{SAGA_TRAILER}: {saga}\n")
+        full = f"{message.rstrip()}\n\n{trailers}"
         sha = self.run("commit-tree", tree, "-p", parent, input=full).stdout.strip()
         self.move_branch(branch, sha, parent, key)
         return sha, parent
@@ -223,6 +269,14 @@ class LocalRepository:
             return None
         self.run("fetch", "--quiet", "--no-tags", self.remote, f"+refs/heads/{branch}:{tracking}")
         return self.rev(tracking)
+
+    def carries_key(self, commit: str, key: str) -> bool | None:
+        """Does ``commit``'s message have the line ``Agent-Saga-Key: <key>``? ``None`` when the
+        clone does not have the commit (fetch the branch it is on first)."""
+        done = self.run("log", "-1", "--format=%B", f"{commit}^{{commit}}", "--", check=False)
+        if done.returncode != 0:
+            return None
+        return f"{TRAILER}: {key}" in done.stdout.splitlines()
 
     def is_ancestor(self, commit: str, of: str) -> bool:
         return self.run("merge-base", "--is-ancestor", commit, of, check=False).returncode == 0
@@ -286,12 +340,14 @@ class LocalRepository:
 
 
 def _safe_path(path: str) -> str:
-    """A repository-relative path, refused when it could leave the tree or touch ``.git``."""
+    """A repository-relative path, refused when it could leave the tree or names a ``.git``
+    directory at any depth, in any case."""
     pure = PurePosixPath(path)
     if any(ord(char) < 32 for char in path):
         raise GitError(f"commit: {path!r} contains a control character")
     if not path or pure.is_absolute() or ".." in pure.parts or "\\" in path:
         raise GitError(f"commit: {path!r} is not a relative path inside the repository")
-    if pure.parts[0] == ".git":
+    if any(part.casefold().rstrip(". ") == ".git" for part in pure.parts):
+        # git ignores such a path ("Ignoring path"): the commit would leave it out silently.
         raise GitError(f"commit: {path!r} is inside .git")
     return pure.as_posix()
