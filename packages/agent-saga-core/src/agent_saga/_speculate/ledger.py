@@ -127,9 +127,8 @@ class SagaLeases:
             return self._refuse(tool, claims, f"cannot mark it redeemed durably: {exc}")
         if not fresh:
             return self._refuse(tool, claims, "already redeemed")
-        entry.closed = True
-        with self._lock:  # spent now: a later presentation is refused by its mark
-            self._ahead.pop(claims.nonce, None)
+        if not self._take(entry):  # the saga ended meanwhile, in another thread
+            return self._refuse(tool, claims, "its step was discarded or undone")
         data: dict[str, JSONValue] = {
             "ordinal": claims.ordinal,
             "tool": tool,
@@ -137,6 +136,14 @@ class SagaLeases:
         }
         self.saga.log(Kind.SPECULATION_REDEEMED, data, durable=False)
         return Claimed(entry.result)
+
+    def _take(self, entry: _Ahead) -> bool:
+        """Close ``entry`` for its redemption; ``False`` when it was closed already."""
+        with self._lock:  # spent now: a later presentation is refused by its mark
+            was_open = not entry.closed
+            entry.closed = True
+            self._ahead.pop(entry.claims.nonce, None)
+        return was_open
 
     def _refuse(self, tool: str, claims: LeaseClaims | None, reason: str) -> Claimed | None:
         """Log why a lease yields nothing; the call then runs normally (returns ``None``)."""
