@@ -116,7 +116,12 @@ def agent(kit: AgentKit, ack_fd: int, seed: int, lease_ttl: float) -> None:
                         raise RuntimeError("agent gave up")
             os.write(ack_fd, f"{saga.id} committed\n".encode())
         except SagaRolledBack as exc:
-            os.write(ack_fd, f"{exc.saga_id} {exc.report.status.value}\n".encode())
+            # A rollback whose log writes failed (on PostgreSQL: this child's ownership expired
+            # under load and another process fenced it) reports needs_human with the log errors:
+            # its outcome is not durable, so it is no acknowledgement. The checks below still
+            # require the saga settled by whoever took it over.
+            if not exc.report.log_errors:
+                os.write(ack_fd, f"{exc.saga_id} {exc.report.status.value}\n".encode())
 
 
 def spawn(

@@ -261,3 +261,28 @@ def test_replay_shows_a_step_run_ahead(home: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "ran ahead of confirmation" in result.output
     assert "redeemed by the confirmed call" in result.output
+
+
+def test_a_suspended_saga_discards_what_ran_ahead(kit: AgentKit) -> None:
+    """A result run ahead lives in its process: suspending the saga undoes it, and the resumed
+    saga runs the confirmed call normally."""
+    calls: list[str] = []
+    undone: list[str] = []
+
+    @kit.compensator("test_speculate.forget")
+    def forget(sku: str) -> None:
+        undone.append(sku)
+
+    @kit.tool(name="prices.named", semantics=REVERSIBLE, compensate="test_speculate.forget")
+    def lookup(sku: str) -> str:
+        calls.append(sku)
+        return sku
+
+    with kit.transaction("wait for the model") as saga:
+        lease = kit.speculate(lookup, sku="A1")
+        saga.suspend()
+    assert undone == ["A1"]
+    with kit.transaction(resume=saga.id):
+        assert kit.redeem(lease, lookup, sku="A1") == "A1"
+    assert calls == ["A1", "A1"]
+    assert _reasons(kit) == ["no result is held for it in this process"]

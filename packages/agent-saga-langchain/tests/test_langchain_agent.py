@@ -20,6 +20,7 @@ from agent_saga_langchain import (
 from agent_saga_langchain.testing import ScriptedChat, agent_loop, call
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import ensure_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 
 
@@ -29,6 +30,8 @@ class Travel:
     def __init__(self) -> None:
         self.ledger = Ledger()
         ledger = self.ledger
+        self.book_metadata: dict[str, Any] = {}
+        seen = self.book_metadata
 
         @tool
         def charge(amount: int, card: str) -> str:
@@ -40,6 +43,7 @@ class Travel:
         def book(hotel: str) -> str:
             """Book a room."""
             ledger.record("book")
+            seen.update(ensure_config().get("metadata") or {})
             return "bk_1"
 
         def send(to: str) -> str:
@@ -139,7 +143,9 @@ def test_sync_run_rolls_back_in_reverse_and_the_model_saw_the_error(kit: AgentKi
     saga_id = raised.value.saga_id
     assert all(meta[SAGA_ID_KEY] == saga_id for _, meta in recorder.tool_starts)
     assert all(f"saga:{saga_id}" in tags for tags in recorder.tags)
-    assert [meta["saga_step"] for _, meta in recorder.tool_starts] == [1, 2, 3]
+    # Runs a tool body starts see its step (the step begins after LangChain's validation).
+    assert travel.book_metadata["saga_step"] == 2
+    assert travel.book_metadata["idempotency_key"].startswith("as1-")
     assert recorder.model_metadata[0][SAGA_ID_KEY] == saga_id
 
 

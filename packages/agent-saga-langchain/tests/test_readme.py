@@ -10,4 +10,4 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_readme_example_runs() -> None:
-    assert run_markdown_examples(README) == 1
+    assert run_markdown_examples(README) == 3

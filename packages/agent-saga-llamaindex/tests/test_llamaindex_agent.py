@@ -247,17 +247,24 @@ class Lookup(BaseTool):
                 raw_output=None,
                 is_error=True,
             )
-        return ToolOutput(content="found", tool_name="lookup", raw_input={}, raw_output="found")
+        return ToolOutput(
+            content="found", tool_name="lookup", raw_input={}, raw_output={"found": input}
+        )
 
 
 def test_other_tools_are_proxied_and_an_error_output_is_a_failure(kit: AgentKit) -> None:
-    ok = saga_tool(Lookup(fail=False), semantics="reversible")
+    got: list[Any] = []
+    ok = saga_tool(Lookup(fail=False), compensate=lambda result: got.append(result))  # noqa: PLW0108
     bad = saga_tool(Lookup(fail=True), semantics="reversible")
     assert isinstance(ok, SagaToolProxy)
     with pytest.raises(SagaRolledBack) as raised, kit.transaction():
         assert ok.call(input="x").content == "found"
         assert bad.call(input="y").is_error
     assert str(raised.value.cause) == "lookup failed"
+    # The compensator and the log get the tool's own value, not the text shown to the model.
+    assert got == [{"found": "x"}]
+    done = [r.data["result"] for r in kit.store.records() if r.kind == "step.done"]
+    assert done == [{"found": "x"}]
 
 
 def test_on_refusal_rollback_aborts_the_transaction(kit: AgentKit) -> None:

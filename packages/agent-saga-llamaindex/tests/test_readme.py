@@ -12,4 +12,4 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 @pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning:inspect")
 def test_readme_example_runs() -> None:
-    assert run_markdown_examples(README) == 1
+    assert run_markdown_examples(README) == 3

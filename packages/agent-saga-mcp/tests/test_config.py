@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_saga import CompensatorRegistry
+from agent_saga import AgentKit, CompensatorRegistry, RefusedCall
 from agent_saga_mcp import ConfigError, build_routes, load_config
-from agent_saga_mcp._gateway import GUARD_TAKES_REDACT, guards_for
+from agent_saga_mcp._gateway import guards_for
 from agent_saga_mcp._saga_tools import NAMES
 from mcp import types
 
@@ -281,7 +281,7 @@ def test_exposed_names_may_not_collide(tmp_path: Path) -> None:
     )
 
 
-def test_redaction_needs_the_core_to_mask_before_logging(tmp_path: Path) -> None:
+def test_redacted_paths_are_masked_before_the_gateway_logs_a_call(tmp_path: Path) -> None:
     config = _load(tmp_path, HEAD + '[upstreams.issues.tools.charge]\nredact = ["card.cvv"]\n')
     routes = build_routes(config, {"issues": ISSUES}, NAMES)
 
@@ -289,14 +289,23 @@ def test_redaction_needs_the_core_to_mask_before_logging(tmp_path: Path) -> None
         async def call(self, upstream: str, tool: str, arguments: Any) -> types.CallToolResult:
             raise AssertionError("not called")
 
-    if GUARD_TAKES_REDACT:
-        guards = guards_for(config, routes, NoUpstream(), CompensatorRegistry())
-        assert guards["charge"].spec.redact == (("card", "cvv"),)
-        return
-    with pytest.raises(ConfigError) as caught:
-        guards_for(config, routes, NoUpstream(), CompensatorRegistry())
-    assert caught.value.line == 4
-    assert "redact needs ToolCallGuard(redact=...)" in caught.value.message
+    guards = guards_for(config, routes, NoUpstream(), CompensatorRegistry())
+    assert guards["charge"].spec.redact == (("card", "cvv"),)
+    sent: list[Any] = []
+    arguments = {"amount": 5, "card": {"cvv": "321", "number": "4111"}, "key": "k"}
+    with AgentKit(home=tmp_path / "home") as kit:
+        with kit.transaction():  # IRREVERSIBLE without approvers: refused, and logged
+            out = guards["charge"].run(arguments, sent.append)
+        assert isinstance(out, RefusedCall)
+        records = list(kit.store.records())
+    [refused] = [r.data for r in records if r.kind == "gate.refused"]
+    assert refused["args"] == {
+        "amount": 5,
+        "card": {"cvv": {"$redacted": "write"}, "number": "4111"},
+        "key": "k",
+    }
+    assert "321" not in "".join(str(r.data) for r in records)
+    assert sent == []
 
 
 def test_a_tool_without_a_declaration_is_irreversible(tmp_path: Path) -> None:

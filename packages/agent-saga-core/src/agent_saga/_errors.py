@@ -45,6 +45,16 @@ class HaltedError(GateRefused):
         self.args = (f"{tool}: halted: {reason}",)
 
 
+class SagaEndedError(AgentSagaError):
+    """A step was asked of a saga that has ended or was suspended (a run that outlived its
+    transaction); nothing was logged and the tool body did not run."""
+
+
+class ResumeError(AgentSagaError):
+    """A saga cannot be resumed: it does not exist, has ended, is running elsewhere, has expired,
+    or holds a step whose compensation only its first process could run."""
+
+
 class LogError(AgentSagaError):
     """Base class of write-ahead log failures."""
 

@@ -9,6 +9,9 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
 SAGA_ID_KEY = "saga_id"
 """The run-metadata key that carries the saga id (also a ``saga:<id>`` tag)."""
+THREAD_SAGA_KEY = "agent_saga_id"
+"""The ``configurable`` key of a LangGraph thread's config that carries its saga id; a
+checkpointer saves it in each checkpoint's metadata, so a later request finds it by thread."""
 
 
 def saga_config(saga_id: str, config: RunnableConfig | None = None) -> RunnableConfig:
@@ -55,3 +58,23 @@ async def ainvoke_in_saga(
     transaction = kit.transaction(name) if kit is not None else saga_scope(name)
     async with transaction as saga:
         return await runnable.ainvoke(input, saga_config(saga.id, config))
+
+
+def thread_config(saga_id: str, config: RunnableConfig | None = None) -> RunnableConfig:
+    """A LangGraph thread's ``config`` carrying the saga id (see :func:`saga_config`), also in
+    ``config["configurable"]["agent_saga_id"]``, which the graph's checkpointer saves in the
+    metadata of every checkpoint of the thread (a copy; ``config`` is not modified)."""
+    merged = saga_config(saga_id, config)
+    merged["configurable"] = {**(merged.get("configurable") or {}), THREAD_SAGA_KEY: saga_id}
+    return merged
+
+
+def saga_of_thread(graph: Any, config: RunnableConfig) -> str | None:
+    """The saga id saved with the latest checkpoint of ``config``'s thread (``None``: none).
+
+    ``graph`` is a compiled LangGraph graph with a checkpointer (``graph.get_state``). Use it to
+    resume a suspended saga in a later request: ``kit.transaction(resume=saga_of_thread(...))``.
+    """
+    snapshot = graph.get_state(config)
+    value = (getattr(snapshot, "metadata", None) or {}).get(THREAD_SAGA_KEY)
+    return value if isinstance(value, str) else None

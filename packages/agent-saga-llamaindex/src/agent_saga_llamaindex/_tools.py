@@ -6,6 +6,12 @@ tool is wrapped by a proxy with the same metadata. Agents turn a tool's exceptio
 output for the model; the step is recorded as failed first, which dooms the saga. A tool that
 waits for a human (``ctx.wait_for_event``) raises ``WaitingForEvent`` and is re-run from the top
 when the answer arrives: that is a pause, not a failure, and the re-run is the same step.
+
+Only the model's arguments (the fields of the tool's schema) are gated and logged: the
+``Context`` and ``partial_params`` (an API key bound to the tool) never are. A call whose
+arguments do not bind to the function (the model left one out, or made one up) fails with a
+``TypeError`` before the step begins, as the unwrapped function would: the model is told and
+the saga goes on.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from llama_index.core.tools import BaseTool, FunctionTool, ToolMetadata, ToolOut
 from llama_index.core.tools.types import AsyncBaseTool, adapt_to_async_tool
 from workflows.runtime.types.results import WaitingForEvent
 
+KEY = "idempotency_key"
 PAUSES: tuple[type[BaseException], ...] = (WaitingForEvent,)
 """How a workflow suspends a step that waits for an event (it re-runs the step later)."""
 
@@ -40,6 +47,8 @@ def saga_tool(
     compensate: object = None,
     probe: Callable[..., Any] | None = None,
     on_refusal: OnRefusal = "continue",
+    idempotent: bool = False,
+    redact: Iterable[str] = (),
 ) -> AsyncBaseTool:
     """Wrap ``tool`` so that each call inside a transaction is a gated, logged, undoable step.
 
@@ -47,15 +56,23 @@ def saga_tool(
     tools as a proxy with the same metadata. A gate refusal reaches the model as the tool's error
     output and the body does not run; ``on_refusal="rollback"`` also rolls the transaction back
     when it ends. Outside any transaction the tool runs untouched.
+
+    ``semantics``, ``compensate``, ``probe`` and ``redact`` are as for :func:`agent_saga.tool`.
+    ``idempotent``: a failed call may be retried (by the model) as the same step with the same
+    key; implied for a function with an ``idempotency_key`` parameter, which then receives the
+    step's key whatever the model sent.
     """
+    takes_key = isinstance(tool, FunctionTool) and KEY in inspect.signature(tool.real_fn).parameters
     guard = ToolCallGuard(
         tool.metadata.get_name(),
         semantics=semantics,
         compensate=compensate,
         probe=probe,
-        parameters=_parameters(tool.metadata),
+        parameters=[*_parameters(tool.metadata), *([KEY] if takes_key else [])],
         on_refusal=on_refusal,
         pauses=PAUSES,
+        idempotent=idempotent,
+        redact=redact,
     )
     if isinstance(tool, FunctionTool):
         return _rebuild(tool, guard)
@@ -68,7 +85,8 @@ def saga_tools(
     *,
     on_refusal: OnRefusal = "continue",
 ) -> list[AsyncBaseTool]:
-    """Wrap several tools; ``declarations`` maps a tool's name to its semantics/compensation.
+    """Wrap several tools; ``declarations`` maps a tool's name to its declaration
+    (``semantics``, ``compensate``, ``probe``, ``idempotent``, ``redact``).
 
     A tool with no declaration is IRREVERSIBLE (it needs an approval), as with ``@tool``.
     """
@@ -79,25 +97,33 @@ def saga_tools(
 
 def _rebuild(tool: FunctionTool, guard: ToolCallGuard) -> FunctionTool:
     signature = inspect.signature(tool.real_fn)
-    context_param = tool.ctx_param_name
+    name = tool.metadata.get_name()
+    model = [p for p in _parameters(tool.metadata) if p != KEY]
+    takes_key = KEY in signature.parameters
 
     def arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        named = dict(signature.bind_partial(*args, **kwargs).arguments)
-        named.pop(context_param or "", None)
-        return named
+        """The model's arguments; raises ``TypeError`` before any step when they do not bind."""
+        try:
+            named = signature.bind(*args, **{KEY: "", **kwargs} if takes_key else kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{name}: {exc}") from None
+        return {k: v for k, v in named.arguments.items() if k in model}
+
+    def keyed(kwargs: dict[str, Any], step: StepRef | None) -> dict[str, Any]:
+        return {**kwargs, KEY: step.idempotency_key} if takes_key and step else kwargs
 
     def refused(refusal: RefusedCall) -> Any:
         raise refusal.error()  # the agent hands the model its text as the tool's error output
 
     @functools.wraps(tool.real_fn)
     def sync_fn(*args: Any, **kwargs: Any) -> Any:
-        out = guard.run(arguments(args, kwargs), lambda step: tool.fn(*args, **kwargs))
+        out = guard.run(arguments(args, kwargs), lambda step: tool.fn(*args, **keyed(kwargs, step)))
         return refused(out) if isinstance(out, RefusedCall) else out
 
     @functools.wraps(tool.real_fn)
     async def async_fn(*args: Any, **kwargs: Any) -> Any:
         async def effect(step: StepRef | None) -> Any:
-            return await tool.async_fn(*args, **kwargs)
+            return await tool.async_fn(*args, **keyed(kwargs, step))
 
         out = await guard.arun(arguments(args, kwargs), effect)
         return refused(out) if isinstance(out, RefusedCall) else out

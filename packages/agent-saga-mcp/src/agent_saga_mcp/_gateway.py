@@ -17,7 +17,6 @@ logged. What the core decides reaches the client as tool results:
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,9 +45,6 @@ from ._session import SagaSlot, SessionSagas, StepNote
 from ._upstream import UpstreamCaller
 from ._version import __version__
 
-GUARD_TAKES_REDACT = "redact" in inspect.signature(ToolCallGuard).parameters
-"""Whether the installed core's ToolCallGuard masks declared paths before logging."""
-
 _STDIO = "stdio"
 
 
@@ -64,8 +60,7 @@ def guards_for(
 ) -> dict[str, ToolCallGuard]:
     """One guard per exposed tool; compensators and probes registered in ``registry``.
 
-    Raises:
-        ConfigError: a declaration asks for redaction and the core cannot do it.
+    A declaration's ``redact`` paths are masked by the guard before anything is logged.
     """
     names = register_compensators(
         config.declarations(),
@@ -76,15 +71,6 @@ def guards_for(
     guards: dict[str, ToolCallGuard] = {}
     for name, route in routes.items():
         decl = route.decl
-        extra: dict[str, Any] = {}
-        if decl is not None and decl.redact:
-            if not GUARD_TAKES_REDACT:
-                raise config.error(
-                    (*decl.where, "redact"),
-                    f"{name}: redact needs ToolCallGuard(redact=...), which the installed "
-                    "agent-saga does not have",
-                )
-            extra["redact"] = decl.redact
         probe = probe_for(decl, decl.probe, upstreams) if decl and decl.probe else None
         guards[name] = ToolCallGuard(
             name,
@@ -93,7 +79,7 @@ def guards_for(
             probe=probe,
             parameters=route.parameters,
             registry=registry,
-            **extra,
+            redact=decl.redact if decl is not None else (),
         )
     return guards
 
@@ -300,4 +286,4 @@ def _error_of(result: types.CallToolResult) -> BaseException | None:
     return ToolFailed(text_of(result)) if result.is_error else None
 
 
-__all__ = ["GUARD_TAKES_REDACT", "Gateway", "StepFailed", "guards_for"]
+__all__ = ["Gateway", "StepFailed", "guards_for"]

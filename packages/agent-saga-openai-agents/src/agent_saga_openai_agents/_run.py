@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agent_saga import AgentKit, saga_scope
-from agents import Agent, RunConfig, Runner, RunResult
+from agent_saga import AgentKit, Saga, saga_scope
+from agents import Agent, RunConfig, Runner, RunResult, RunState
 
 SAGA_ID_KEY = "saga_id"
 """The trace-metadata key that carries the saga id (the trace's ``group_id`` is the saga id)."""
@@ -41,3 +41,30 @@ async def run_in_saga(
     async with transaction as saga:
         config = saga_run_config(saga.id, run_config)
         return await Runner.run(agent, input, run_config=config, **run_kwargs)
+
+
+SAVED_SAGA_KEY = "agent_saga_id"
+SAVED_STATE_KEY = "run_state"
+
+
+def suspend_run(
+    result: RunResult, saga: Saga, *, expires_after: float | None = None
+) -> dict[str, Any]:
+    """Suspend ``saga`` (see :meth:`agent_saga.Saga.suspend`) and return what to persist: the
+    run's state (``result.to_state().to_json()``) with the saga id, as JSON-ready data.
+
+    Call it inside the transaction, after a run that stopped for approvals; leaving the block
+    then writes ``saga.suspended`` instead of committing. :func:`resume_run` reads it back.
+    """
+    saga.suspend(expires_after=expires_after)
+    return {SAVED_SAGA_KEY: saga.id, SAVED_STATE_KEY: result.to_state().to_json()}
+
+
+async def resume_run(agent: Agent[Any], saved: dict[str, Any]) -> tuple[str, RunState[Any, Any]]:
+    """The saga id and the run state saved by :func:`suspend_run` (in this or another
+    process): approve or reject its interruptions, then run it again inside
+    ``kit.transaction(resume=saga_id)``."""
+    saga_id = saved.get(SAVED_SAGA_KEY)
+    if not isinstance(saga_id, str):
+        raise ValueError(f"no {SAVED_SAGA_KEY!r} in the saved run (not made by suspend_run)")
+    return saga_id, await RunState.from_json(agent, saved[SAVED_STATE_KEY])

@@ -10,17 +10,27 @@ The wrapped tool is a copy of the original (same name, schema, guardrails, timeo
   that it raises instead of answering a failure with text: the step is recorded as failed (which
   dooms the saga) and only then is the failure given to the model, as the original's own
   failure policy words it;
-* ``needs_approval`` for IRREVERSIBLE tools, so the run is interrupted for the application's
-  human before the gate is asked. That approval is not an agent-saga vote: on resume the gate
+* ``needs_approval`` for IRREVERSIBLE tools inside a transaction, so the run is interrupted for
+  the application's human before the gate is asked (outside any transaction the tool runs
+  untouched, as every wrapped tool does). That approval is not an agent-saga vote unless the
+  application says who gave it (:func:`agent_saga_openai_agents.approve`): on resume the gate
   still requires agent-saga's own approval (or refuses when none is set up).
+
+The SDK refuses a call's arguments (invalid JSON, a schema mismatch) with ``ModelBehaviorError``
+before the tool's function runs; the step is then logged refused (rule ``arguments``), nothing
+is doomed, and the model gets the SDK's own error text. With
+``ToolExecutionConfig(pre_approval_tool_input_guardrails=True)`` the guardrail runs once before
+the human is asked: the gate is not asked then (no step begins for a call that may be rejected)
+but when the approved call is about to run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from agent_saga import (
@@ -36,12 +46,16 @@ from agent_saga import (
 )
 from agents import (
     FunctionTool,
+    ModelBehaviorError,
+    RunContextWrapper,
     ToolGuardrailFunctionOutput,
     ToolInputGuardrail,
     ToolInputGuardrailData,
 )
 from agents.tool import maybe_invoke_function_tool_failure_error_function
 from agents.tool_context import ToolContext
+
+from ._approvals import CALL_ID
 
 GUARDRAIL_NAME = "agent_saga_gate"
 
@@ -72,15 +86,20 @@ def saga_tool(
     compensate: object = None,
     probe: Callable[..., Any] | None = None,
     on_refusal: OnRefusal = "continue",
+    idempotent: bool = False,
+    redact: Iterable[str] = (),
 ) -> FunctionTool:
     """Wrap ``tool`` so that each call inside a transaction is a gated, logged, undoable step.
 
     Args:
-        semantics, compensate, probe: as for :func:`agent_saga.tool`; a compensator may take any
-            of the tool's arguments by name, ``result`` (what the tool returned) and
+        semantics, compensate, probe, redact: as for :func:`agent_saga.tool`; a compensator may
+            take any of the tool's arguments by name, ``result`` (what the tool returned) and
             ``idempotency_key``.
         on_refusal: ``"continue"`` (the model is told and the run goes on) or ``"rollback"``
             (the model is told and the transaction rolls back when it ends).
+        idempotent: a failed call may be retried (the model calls it again with the same
+            arguments) as the same step with the same key; the saga rolls back only if no
+            retry succeeds.
     """
     properties = tool.params_json_schema.get("properties", {})
     guard = ToolCallGuard(
@@ -90,6 +109,9 @@ def saga_tool(
         probe=probe,
         parameters=list(properties) if isinstance(properties, dict) else [],
         on_refusal=on_refusal,
+        idempotent=idempotent,
+        redact=redact,
+        invalid_call=(ModelBehaviorError,),
     )
     gated = _Gated()
     # A tool made by @function_tool answers its own failures with text; its copy raises them.
@@ -102,9 +124,18 @@ def saga_tool(
         else tool
     )
 
+    needs_approval = _needs_approval(guard, tool)
+
     async def gate(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         context = data.context
-        pending = await guard.abegin(_arguments(context.tool_arguments))
+        arguments = _arguments(context.tool_arguments)
+        if await _before_approval(context, tool.name, needs_approval, arguments):
+            return ToolGuardrailFunctionOutput.allow(output_info={"agent_saga": "after approval"})
+        token = CALL_ID.set(context.tool_call_id)
+        try:
+            pending = await guard.abegin(arguments)
+        finally:
+            CALL_ID.reset(token)
         if pending is None:
             return ToolGuardrailFunctionOutput.allow()
         if isinstance(pending, RefusedCall):
@@ -140,7 +171,6 @@ def saga_tool(
                 raise
             return text
 
-    needs_approval = True if guard.semantics is Semantics.IRREVERSIBLE else tool.needs_approval
     return dataclasses.replace(
         tool,
         on_invoke_tool=invoke,
@@ -158,7 +188,8 @@ def saga_tools(
     *,
     on_refusal: OnRefusal = "continue",
 ) -> list[FunctionTool]:
-    """Wrap several tools; ``declarations`` maps a tool's name to its semantics/compensation.
+    """Wrap several tools; ``declarations`` maps a tool's name to its declaration
+    (``semantics``, ``compensate``, ``probe``, ``idempotent``, ``redact``).
 
     A tool with no declaration is IRREVERSIBLE (it needs an approval), as with ``@tool``.
     """
@@ -173,3 +204,46 @@ def _arguments(arguments: str) -> dict[str, Any]:
     except ValueError:
         return {"arguments": arguments}
     return parsed if isinstance(parsed, dict) else {"arguments": parsed}
+
+
+NeedsApproval = Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
+
+
+def _needs_approval(guard: ToolCallGuard, tool: FunctionTool) -> bool | NeedsApproval:
+    """The wrapped tool's ``needs_approval``: an IRREVERSIBLE one asks inside a transaction
+    only (outside any, a wrapped tool runs untouched); otherwise the tool's own setting."""
+    original = tool.needs_approval
+    if guard.semantics is not Semantics.IRREVERSIBLE:
+        return original
+
+    async def needs(context: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+        if current_saga() is not None:
+            return True
+        return await _ask(original, context, params, call_id)
+
+    return needs
+
+
+async def _ask(
+    needs: bool | Callable[..., Any], context: Any, params: dict[str, Any], call_id: str
+) -> bool:
+    if not callable(needs):
+        return bool(needs)
+    answer = needs(context, params, call_id)
+    return bool(await answer if inspect.isawaitable(answer) else answer)
+
+
+async def _before_approval(
+    context: ToolContext[Any],
+    name: str,
+    needs: bool | Callable[..., Any],
+    arguments: dict[str, Any],
+) -> bool:
+    """Whether this guardrail run is the one before the human is asked
+    (``pre_approval_tool_input_guardrails``): the call may yet be rejected, so no step begins."""
+    execution = getattr(getattr(context, "run_config", None), "tool_execution", None)
+    if execution is None or not execution.pre_approval_tool_input_guardrails:
+        return False
+    if context.is_tool_approved(name, context.tool_call_id) is not None:
+        return False  # decided: this run is the one before the call
+    return await _ask(needs, context, arguments, context.tool_call_id)

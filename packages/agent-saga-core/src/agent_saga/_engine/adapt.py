@@ -13,8 +13,20 @@ does for a plain function. What frameworks add, and this seam absorbs so that no
   adapter turns into the framework's tool-error shape, so the model can correct itself; the body
   never runs. ``on_refusal="rollback"`` also dooms the saga. A halt (kill switch) always does.
 * **Pauses.** A tool that waits for a human raises a framework exception and is re-run from the
-  top when the answer arrives (LlamaIndex). Exceptions listed in ``pauses`` are neither a failure
-  nor a new step: the re-run continues the same step, with the same idempotency key.
+  top when the answer arrives (LlamaIndex ``wait_for_event``, LangGraph ``interrupt``).
+  Exceptions listed in ``pauses`` are neither a failure nor a new step: the re-run (same tool,
+  same arguments) continues the same step, with the same idempotency key.
+* **Retries.** A body that raised dooms the saga (its effect may have landed), except for a tool
+  declared ``idempotent`` (or taking ``idempotency_key``): its failure is logged ``retryable``
+  and the next call with the same arguments, from a retry middleware, a retry policy or the
+  model, is the same step with the same key. The saga rolls back at its end only if no retry
+  succeeded. A call that repeats a failed non-idempotent one is refused (``saga_failed``), so a
+  framework's retry can never repeat its effect.
+* **Arguments the framework refuses.** Exceptions listed in ``invalid_call`` mean the framework
+  rejected the call's arguments before the tool's body ran (the model's most common mistake):
+  the step is logged refused (rule ``arguments``), nothing is doomed, and the framework's own
+  error reaches the model. Adapters whose framework validates before the seam is entered need
+  none.
 * **Two phases.** :meth:`ToolCallGuard.begin` gates and logs the intent;
   :meth:`PendingCall.run` / :meth:`PendingCall.arun` run the effect later, from another hook.
 
@@ -25,18 +37,16 @@ from __future__ import annotations
 
 import inspect
 import keyword
-import threading
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypedDict, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar
 
-from .._errors import AgentSagaError, GateRefused
-from .._log.codec import canonical, to_jsonable
+from .._errors import GateRefused
 from .._log.records import Semantics
 from .compensation import DEFAULT_REGISTRY, CompensatorRegistry
+from .pending import PendingCall, ToolFailed, call_key
 from .report import StepRef
-from .saga import PreparedCall, Saga, current_saga
+from .saga import current_saga
 from .spec import ToolSpec
 from .tool import make_spec
 
@@ -71,12 +81,14 @@ class RefusedCall:
 
 
 class ToolDeclaration(TypedDict, total=False):
-    """How a framework tool's effect is undone: the keyword arguments of :class:`ToolCallGuard`
-    (and of each adapter's ``saga_tool``) that describe it."""
+    """How a framework tool's effect is undone and logged: the keyword arguments of
+    :class:`ToolCallGuard` (and of each adapter's ``saga_tool``) that describe it."""
 
     semantics: Semantics | str
     compensate: object
     probe: Callable[..., Any]
+    idempotent: bool
+    redact: Iterable[str]
 
 
 def declarations_for(
@@ -93,14 +105,6 @@ def declarations_for(
     if declared:
         raise ValueError(f"declarations name tools that are not in the list: {sorted(declared)}")
     return found
-
-
-class ToolFailed(AgentSagaError):
-    """A framework reported a tool call as failed without raising (an error value).
-
-    Also stands for a tool interrupted by something that is not an ``Exception`` (a timeout's
-    cancellation) when its framework went on.
-    """
 
 
 class _ExternalSpec(ToolSpec):
@@ -124,6 +128,13 @@ class ToolCallGuard:
         on_refusal: ``"continue"`` (the model is told, the transaction goes on) or
             ``"rollback"`` (the model is told, the transaction rolls back when it ends).
         pauses: exception types by which the framework suspends a call to re-run it later.
+        idempotent: the tool may run again with the same idempotency key without a second
+            effect, so a failed call may be retried as the same step. Implied when
+            ``parameters`` include ``idempotency_key``.
+        redact: argument paths (``"card.cvv"``) masked before anything is logged, as for
+            :func:`agent_saga.tool`.
+        invalid_call: exception types by which the framework refuses a call's arguments
+            before the tool's body runs (see the module docstring).
         registry: where ``probe`` is registered (default: the process-wide registry).
 
     Raises:
@@ -140,6 +151,9 @@ class ToolCallGuard:
         parameters: Iterable[str] = (),
         on_refusal: OnRefusal = "continue",
         pauses: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
+        redact: Iterable[str] = (),
+        invalid_call: tuple[type[BaseException], ...] = (),
         registry: CompensatorRegistry | None = None,
     ) -> None:
         if on_refusal not in ("continue", "rollback"):
@@ -153,14 +167,23 @@ class ToolCallGuard:
         effect.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY) for p in dict.fromkeys(names)]
         )
-        spec = make_spec(effect, name=name, semantics=semantics, compensate=compensate, probe=probe)
+        spec = make_spec(
+            effect,
+            name=name,
+            semantics=semantics,
+            compensate=compensate,
+            probe=probe,
+            redact=redact,
+        )
         if probe is not None:
             (registry or DEFAULT_REGISTRY).register_probe(spec.name, probe)
         self.spec: ToolSpec = _ExternalSpec(
-            spec.name, effect, spec.semantics, spec.compensation, spec.signature, False
+            spec.name, effect, spec.semantics, spec.compensation, spec.signature, False, spec.redact
         )
         self.on_refusal = on_refusal
         self.pauses = pauses
+        self.idempotent = idempotent or "idempotency_key" in names
+        self.invalid_call = invalid_call
 
     @property
     def name(self) -> str:
@@ -175,30 +198,33 @@ class ToolCallGuard:
 
         Returns ``None`` outside any transaction, a :class:`RefusedCall` when the gate refused (the
         refusal is logged), or the :class:`PendingCall` whose effect may now run. A call that
-        continues one suspended by a pause returns that call again, not a new step.
+        continues one suspended by a pause, or retries a failed idempotent one, returns that
+        call again, not a new step.
 
         ``arguments`` come from the model: an ``idempotency_key`` among them is ignored (the
         step's key is derived from its saga and ordinal, and the effect gets it from
         :attr:`PendingCall.step`), so a model cannot make a step share another saga's key.
+
+        Raises:
+            SagaEndedError: the current saga has ended (a run that outlived its transaction).
         """
         saga = current_saga()
         if saga is None:
             return None
         kwargs = dict(arguments)
         kwargs.pop("idempotency_key", None)
-        parked = _Parked.of(saga)
-        key = _call_key(self.spec.name, kwargs) if self.pauses else None
-        if key is not None:
-            resumed = parked.take(key)
+        if saga.parked:
+            key = call_key(self.spec.name, kwargs)
+            resumed = saga.unpark(key)
             if resumed is not None:
-                return PendingCall(self, saga, resumed, key)
+                return PendingCall(self, saga, resumed, kwargs, key)
         try:
             prepared = saga._prepare(self.spec, (), kwargs)
         except GateRefused as exc:
             if exc.rule == "kill_switch" or self.on_refusal == "rollback":
                 saga.doom(exc)
             return RefusedCall(exc.tool, exc.rule, exc.reason)
-        return PendingCall(self, saga, prepared, key)
+        return PendingCall(self, saga, prepared, kwargs, None)
 
     async def abegin(self, arguments: Mapping[str, Any]) -> PendingCall | RefusedCall | None:
         """:meth:`begin` for async code: when the gate may wait for a human (an approval set-up),
@@ -244,122 +270,6 @@ class ToolCallGuard:
         if isinstance(pending, RefusedCall):
             return pending
         return await pending.arun(effect, result_of=result_of, error_of=error_of)
-
-
-class PendingCall:
-    """A gated call whose intent is logged; its effect runs once through :meth:`run`."""
-
-    def __init__(
-        self, guard: ToolCallGuard, saga: Saga, prepared: PreparedCall, key: str | None
-    ) -> None:
-        self._guard = guard
-        self.saga = saga
-        self._prepared = prepared
-        self._key = key
-
-    @property
-    def step(self) -> StepRef:
-        """The step's identity: ordinal, tool name and idempotency key."""
-        return self._prepared.step.ref
-
-    def run(
-        self,
-        effect: Callable[[StepRef | None], T],
-        *,
-        result_of: Callable[[T], Any] | None = None,
-        error_of: Callable[[T], BaseException | None] | None = None,
-    ) -> T:
-        """Run the effect and record its outcome.
-
-        Args:
-            effect: performs the call; receives the step's identity.
-            result_of: the step's result as logged and given to the compensator (default: the
-                effect's return value).
-            error_of: tells a failure the framework returned as a value; the step is then
-                recorded as failed with that error, the saga doomed, and the value returned.
-
-        An exception from the effect is recorded, dooms the saga and propagates; a pause is
-        neither (see the module docstring).
-        """
-        try:
-            value = effect(self.step)
-        except BaseException as exc:
-            self._raised(exc)
-            raise
-        return self._returned(value, result_of, error_of)
-
-    async def arun(
-        self,
-        effect: Callable[[StepRef | None], Awaitable[T]],
-        *,
-        result_of: Callable[[T], Any] | None = None,
-        error_of: Callable[[T], BaseException | None] | None = None,
-    ) -> T:
-        """:meth:`run` for an async effect."""
-        try:
-            value = await effect(self.step)
-        except BaseException as exc:
-            self._raised(exc)
-            raise
-        return self._returned(value, result_of, error_of)
-
-    def _raised(self, exc: BaseException) -> None:
-        if self._key is not None and isinstance(exc, self._guard.pauses):
-            _Parked.of(self.saga).put(self._key, self._prepared)
-            return
-        self.saga._failed(self._prepared, exc)
-        self.saga.doom(_as_exception(exc, self.step.tool))
-
-    def _returned(
-        self,
-        value: T,
-        result_of: Callable[[T], Any] | None,
-        error_of: Callable[[T], BaseException | None] | None,
-    ) -> T:
-        error = error_of(value) if error_of is not None else None
-        if error is not None:
-            self.saga._failed(self._prepared, error)
-            self.saga.doom(_as_exception(error, self.step.tool))
-            return value
-        self.saga._done(self._prepared, result_of(value) if result_of is not None else value)
-        return value
-
-
-def _as_exception(exc: BaseException, tool: str) -> Exception:
-    if isinstance(exc, Exception):
-        return exc
-    return ToolFailed(f"{tool} was interrupted by {type(exc).__name__}: {exc}")
-
-
-def _call_key(tool: str, arguments: dict[str, Any]) -> str:
-    return f"{tool}\x00{canonical(to_jsonable(arguments)).decode()}"
-
-
-class _Parked:
-    """Calls of one saga suspended by a pause, by tool and arguments, awaiting their re-run."""
-
-    _by_saga: ClassVar[weakref.WeakKeyDictionary[Saga, _Parked]] = weakref.WeakKeyDictionary()
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def __init__(self) -> None:
-        self.calls: dict[str, list[PreparedCall]] = {}
-
-    @classmethod
-    def of(cls, saga: Saga) -> _Parked:
-        with cls._lock:
-            parked = cls._by_saga.get(saga)
-            if parked is None:
-                parked = cls._by_saga[saga] = _Parked()
-            return parked
-
-    def put(self, key: str, prepared: PreparedCall) -> None:
-        with self._lock:
-            self.calls.setdefault(key, []).append(prepared)
-
-    def take(self, key: str) -> PreparedCall | None:
-        with self._lock:
-            waiting = self.calls.get(key)
-            return waiting.pop(0) if waiting else None
 
 
 __all__ = [

@@ -16,23 +16,20 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, NoReturn
+from typing import Any
 
-from .._errors import ArgumentsRefused, GateRefused, HaltedError
-from .._gate.decisions import Deny, RequireApproval, ToolCall
 from .._log.codec import JSONValue, is_flat, snapshot, to_jsonable
 from .._log.records import Entry, Kind, SagaStatus, Semantics
 from .._log.redaction import AT_WRITE, mask
-from .approval import ask_approval
-from .compensation import resolve_compensator, validate_callable_compensation
+from .admission import SagaAdmission
+from .compensation import validate_callable_compensation
 from .report import RollbackReport, StepRef
 from .rollback import aroll_back, error_info, roll_back
 from .runtime import Runtime
 from .spec import ToolSpec
-from .state import SagaState
-from .steps import SCOPES, Doom, PreparedCall, Step, done_record
+from .steps import SCOPES, PreparedCall, Step, done_record
+from .suspend import check_suspendable, write_suspended
 
 _HOST = os.uname().nodename
 _tuple = tuple.__new__
@@ -54,18 +51,17 @@ def idempotency_key(saga_id: str, ordinal: int, tool: str) -> str:
     return f"as1-{digest[:32]}"
 
 
-class Saga(SagaState):
+class Saga(SagaAdmission):
     """One transaction's running saga. Created by a transaction; not meant to be built directly."""
 
     def __init__(self, runtime: Runtime, saga_id: str, name: str) -> None:
         super().__init__(runtime, saga_id, name)
         self._ordinal = 0
         self._savepoints = 0
-        self._doom = Doom()
         self._key_prefix = hashlib.sha256(f"{saga_id}\x00".encode())
         self._add_tool = runtime.tools.add
-        self._halt_state = runtime.kill_switch.state
-        self._gatekeeper = runtime.gate
+        self.suspending: tuple[float | None] | None = None
+        """Set by :meth:`suspend`: ``(expires_after,)``."""
 
     def begin(self) -> None:
         if self.events is not None:
@@ -83,8 +79,7 @@ class Saga(SagaState):
 
     def commit(self) -> None:
         """Write the terminal ``committed`` record durably."""
-        if self.ahead is not None:
-            self.ahead.discard(committed=True)
+        self.end_ahead(committed=True)
         self.status = SagaStatus.COMMITTED
         try:
             self.log(
@@ -101,11 +96,32 @@ class Saga(SagaState):
         if self.events is not None:
             self.events.saga_end(self, None)
 
+    def suspend(self, *, expires_after: float | None = None) -> None:
+        """Leave this saga open when its transaction's block ends normally, to be resumed by
+        id in a later request or another process (``kit.transaction(resume=saga.id)``).
+
+        Leaving the block then writes a durable ``saga.suspended`` record instead of committing
+        and releases the saga: recovery leaves it alone until it is resumed, or, with
+        ``expires_after`` (seconds), until that time has passed, after which recovery rolls it
+        back. An exception or a doomed step in the block still rolls it back.
+
+        Raises:
+            ConfigurationError: ``expires_after`` is not positive, or a step of the saga is
+                compensated by an in-process callable, which no later process can run.
+        """
+        self.suspending = (check_suspendable(self, expires_after),)
+
+    def write_suspended(self) -> None:
+        """Write the durable ``saga.suspended`` record (see :meth:`suspend`)."""
+        write_suspended(self, self._ordinal + 1, self.suspending[0] if self.suspending else None)
+
     # -- steps -----------------------------------------------------------------------------
 
     def _prepare(
         self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> PreparedCall:
+        if self.closed is not None:
+            self.check_open(spec.name)
         self._add_tool(spec)
         with self.lock:
             self._ordinal += 1
@@ -185,86 +201,13 @@ class Saga(SagaState):
         hasher.update(f"{ordinal}\x00{tool}".encode())
         return f"as1-{hasher.hexdigest()[:32]}"
 
-    def _gate(self, step: Step, jsonable_args: JSONValue) -> Callable[..., Any] | None:
-        """Decide on the call; returns the resolved compensator. Raises on any refusal."""
-        spec, ref = step.spec, step.ref
-        owner = spec.owner
-        if owner is not None and owner is not self.runtime.tools:
-            reason = (
-                f"it was declared on kit {owner.label!r} but called in a transaction of kit "
-                f"{self.runtime.tools.label!r}; a tool runs only under its own kit's gate, "
-                "kill switch and log"
-            )
-            self._refuse(ref, jsonable_args, "kit", reason)
-        halt = self._halt_state()
-        if halt.halted:
-            self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
-        if self._doom.cause is not None:
-            cause = self._doom.refuses(step.scopes)
-            if cause is not None:
-                reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
-                self._refuse(ref, jsonable_args, "saga_failed", reason)
-        gate = self._gatekeeper
-        if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
-            if spec.compensation is None:  # no compensation to resolve
-                return None
-            return self._resolve_compensation(step, jsonable_args)  # nothing could refuse it
-        call = ToolCall(
-            spec.name, spec.semantics, step.args, self.id, ref.ordinal, spec, self._gate_record
-        )
-        decision = gate.evaluate(call)
-        if isinstance(decision, Deny):
-            self._refuse(ref, jsonable_args, decision.rule, decision.reason)
-        if isinstance(decision, RequireApproval):
-            denied = ask_approval(self, step, decision, jsonable_args)
-            if denied is not None:
-                self._refuse(ref, jsonable_args, *denied)
-        compensation = self._resolve_compensation(step, jsonable_args)
-        if gate.reservers:  # last: a reservation is taken only for a call that will run
-            holds, refusal = gate.reserve(call)
-            if refusal is not None:
-                self._refuse(ref, jsonable_args, refusal.rule, refusal.reason)
-            self.holds.add(ref.ordinal, holds)
-        return compensation
-
-    def _gate_record(self, kind: str, data: dict[str, JSONValue]) -> None:
-        """Lets a rule log into this saga (a validator's vote), buffered with the step."""
-        self.log(Kind(kind), data, durable=False)
-
-    def _resolve_compensation(
-        self, step: Step, jsonable_args: JSONValue
-    ) -> Callable[..., Any] | None:
-        spec = step.spec
-        func, problem = resolve_compensator(
-            spec.compensation, spec.signature.parameters, self.runtime.registry
-        )
-        if problem is not None:
-            self._refuse(step.ref, jsonable_args, "compensation", problem)
-        return func
-
-    def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> NoReturn:
-        if self.events is not None:
-            self.events.gate_refused(self, ref, rule, reason)
-        self.log(
-            Kind.GATE_REFUSED,
-            {
-                "ordinal": ref.ordinal,
-                "tool": ref.tool,
-                "rule": rule,
-                "reason": reason,
-                "args": args,
-            },
-            durable=False,
-        )
-        if rule == "kill_switch":
-            raise HaltedError(ref.tool, reason)
-        if rule == "signature":
-            raise ArgumentsRefused(ref.tool, rule, reason)
-        raise GateRefused(ref.tool, rule, reason)
-
     def _done(self, prepared: PreparedCall, result: Any) -> None:
         step = prepared.step
         step.result = result
+        if step.raised:  # a retry of a step whose body raised: it took effect after all
+            step.raised = False
+            with self.lock:
+                self.raised.remove(step)
         done = done_record(step, result)
         obs = self.events
         if prepared.intent is not None:  # fast path: intent and outcome join the buffer
@@ -283,23 +226,32 @@ class Saga(SagaState):
         if self.events is not None:
             self.events.step_end(self, step.ref, None)
 
-    def _failed(self, prepared: PreparedCall, exc: BaseException) -> None:
+    def _failed(
+        self, prepared: PreparedCall, exc: BaseException, *, retryable: bool = False
+    ) -> None:
+        """Record that the step's body raised (``retryable``: the same step may run again).
+
+        A step that may be retried keeps its budget reservation until its saga ends.
+        """
         step = prepared.step
-        if self.holds:  # a step whose tool raised is taken to have had no effect
+        if self.holds and not retryable:  # a step whose tool raised is taken to have had no effect
             self.holds.release(step.ref.ordinal)
-        if step.spec.durable_intent:  # its effect may have landed: a rollback asks the probe
-            step.raised = True
+        if step.spec.durable_intent and not step.raised:  # its effect may have landed: a
+            step.raised = True  # rollback asks the probe
             with self.lock:
                 self.raised.append(step)
         if prepared.intent is not None:
             with self.lock:
                 self.pending.append(prepared.intent)
-        self.log(
-            Kind.STEP_FAILED,
-            {"ordinal": step.ref.ordinal, "tool": step.ref.tool, "error": error_info(exc)},
-            durable=False,
-            flush=step.spec.durable_intent,
-        )
+            prepared.intent = None  # buffered once, even if the step is retried
+        data: dict[str, JSONValue] = {
+            "ordinal": step.ref.ordinal,
+            "tool": step.ref.tool,
+            "error": error_info(exc),
+        }
+        if retryable:
+            data["retryable"] = True
+        self.log(Kind.STEP_FAILED, data, durable=False, flush=step.spec.durable_intent)
         if self.events is not None:
             self.events.step_end(self, step.ref, exc)
 
@@ -330,6 +282,51 @@ class Saga(SagaState):
         self._done(prepared, result)
         return result
 
+    def park(self, key: str, prepared: PreparedCall, *, paused: bool) -> None:
+        """Keep a call to be continued as the same step by a later call with ``key``."""
+        with self.lock:
+            self.parked.setdefault(key, []).append((prepared, paused))
+
+    def unpark(self, key: str) -> PreparedCall | None:
+        """The oldest call parked under ``key``, now to be continued (``None``: none)."""
+        with self.lock:
+            waiting = self.parked.get(key)
+            if not waiting:
+                return None
+            prepared, _ = waiting.pop(0)
+            if not waiting:
+                del self.parked[key]
+            return prepared
+
+    def abandon_parked(self) -> None:
+        """Log the calls paused and never continued as failed (their body never finished)."""
+        with self.lock:
+            paused = [p for calls in self.parked.values() for p, waiting in calls if waiting]
+            self.parked = {}
+        for prepared in paused:
+            self._failed(prepared, RuntimeError("paused and never resumed before the saga ended"))
+
+    def _rejected(self, prepared: PreparedCall, exc: BaseException) -> None:
+        """The framework refused the call's arguments before the tool's body ran: logged as a
+        refusal (rule ``arguments``); nothing ran, so nothing is doomed."""
+        step = prepared.step
+        if self.holds:
+            self.holds.release(step.ref.ordinal)
+        if prepared.intent is not None:
+            with self.lock:
+                self.pending.append(prepared.intent)
+            prepared.intent = None
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        data: dict[str, JSONValue] = {
+            "ordinal": step.ref.ordinal,
+            "tool": step.ref.tool,
+            "rule": "arguments",
+            "reason": reason,
+        }
+        self.log(Kind.GATE_REFUSED, data, durable=False, flush=step.spec.durable_intent)
+        if self.events is not None:
+            self.events.step_end(self, step.ref, exc)
+
     def doom(self, cause: Exception) -> None:
         """Mark the saga failed although no exception reached its transaction.
 
@@ -340,6 +337,15 @@ class Saga(SagaState):
         savepoint refuses that savepoint's later steps; other concurrent branches go on).
         """
         self._doom.set(SCOPES.get(), cause)
+
+    def doom_unless_retried(self, key: str, cause: Exception) -> None:
+        """:meth:`doom` when the current scope ends, unless the call parked under ``key`` is
+        retried and succeeds first (:meth:`retried`); later steps are not refused meanwhile."""
+        self._doom.defer(key, SCOPES.get(), cause)
+
+    def retried(self, key: str) -> None:
+        """The call parked under ``key`` was retried and succeeded."""
+        self._doom.resolve(key)
 
     def take_doom(self, savepoint: int | None) -> Exception | None:
         """The doom that belongs to ``savepoint`` (``None``: the saga), which is then cleared."""
@@ -371,16 +377,14 @@ class Saga(SagaState):
         A failing compensation is recorded and the rest still run; the saga then ends
         ``needs_human``. With ``terminal``, the saga's end record is durable on return.
         """
-        if terminal and self.ahead is not None:
-            self.ahead.discard(committed=False)
+        self.end_ahead(committed=False, ending=terminal)
         return roll_back(self, cause, savepoint, terminal)
 
     async def arollback(
         self, cause: BaseException, *, savepoint: int | None = None, terminal: bool = True
     ) -> RollbackReport:
         """:meth:`rollback` for async transactions: async compensators are awaited."""
-        if terminal and self.ahead is not None:
-            self.ahead.discard(committed=False)
+        self.end_ahead(committed=False, ending=terminal)
         return await aroll_back(self, cause, savepoint, terminal)
 
 

@@ -18,7 +18,7 @@ from .ahead import AheadCalls
 from .events import Dispatch
 from .report import CompensationFailure
 from .runtime import Runtime
-from .steps import Step, StepHolds
+from .steps import PreparedCall, Step, StepHolds
 
 
 class SagaState:
@@ -45,6 +45,9 @@ class SagaState:
         self.interrupted: BaseException | None = None
         """Set when a compensation was interrupted (Ctrl-C, exit, cancellation): the rollback
         stops there and the saga is left without an end record, for recovery to finish."""
+        self.parked: dict[str, list[tuple[PreparedCall, bool]]] = {}
+        """Calls that will run again as the same step, by tool and arguments: suspended by a
+        framework's pause (``True``: no outcome logged yet) or failed and retryable."""
         self.holds = StepHolds(self.log)
         self.failed_compensations: list[CompensationFailure] = []
         """Every compensation of this saga that failed, savepoints' included: a terminal
@@ -103,6 +106,12 @@ class SagaState:
         self.written += len(kept)
         if refused is not None:
             raise CodecError(f"{current.kind} of saga {self.id} cannot be logged: {refused}")
+
+    def end_ahead(self, *, committed: bool, ending: bool = True) -> None:
+        """When the saga ends (``ending``; a savepoint's rollback is not its end): discard the
+        steps run ahead and never claimed (see ``ahead.py``)."""
+        if ending and self.ahead is not None:
+            self.ahead.discard(committed=committed)
 
     def committed_steps(self) -> list[Step]:
         """The steps whose effect took place, in order (rollback reads them)."""

@@ -149,6 +149,18 @@ class Doom:
         self._lock = threading.Lock()
         self.cause: Exception | None = None
         self._pending: list[tuple[tuple[int, ...], Exception]] = []
+        self._deferred: dict[str, tuple[tuple[int, ...], Exception]] = {}
+
+    def defer(self, key: str, scopes: tuple[int, ...], cause: Exception) -> None:
+        """A failure that dooms its scope when that scope ends, unless :meth:`resolve` is called
+        first (a retryable step that is retried and succeeds). It refuses no later step."""
+        with self._lock:
+            self._deferred[key] = (scopes, cause)
+
+    def resolve(self, key: str) -> None:
+        """The deferred failure ``key`` was retried and succeeded: it dooms nothing."""
+        with self._lock:
+            self._deferred.pop(key, None)
 
     def set(self, scopes: tuple[int, ...], cause: Exception) -> None:
         """Record a doom raised under ``scopes`` (the first per scope is the one reported)."""
@@ -171,4 +183,8 @@ class Doom:
             mine = [cause for own, cause in self._pending if in_scope(own, savepoint)]
             self._pending = [(o, c) for o, c in self._pending if not in_scope(o, savepoint)]
             self.cause = self._pending[0][1] if self._pending else None
+            unresolved = {k: v for k, v in self._deferred.items() if in_scope(v[0], savepoint)}
+            for key in unresolved:
+                del self._deferred[key]
+            mine += [cause for _, cause in unresolved.values()]
             return mine[0] if mine else None

@@ -13,6 +13,12 @@ Semantics:
 * A transaction opened inside another one of the same engine is a savepoint: its failure
   compensates only its own steps, then raises :class:`SagaRolledBack` into the outer block,
   which may catch it and continue.
+* Once the outermost block starts to leave, the saga takes no more steps (a run that outlives
+  its transaction gets :class:`SagaEndedError`). A call paused by a framework and never
+  continued is logged failed first.
+* :meth:`Saga.suspend` makes a normal exit write ``saga.suspended`` instead of committing; a
+  transaction made with ``resume=`` continues such a saga, read back from the log, instead of
+  starting one (the reading is given by the kit: it lives above the engine).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar, cast
 
-from .._errors import HaltedError
+from .._errors import ConfigurationError, HaltedError, ResumeError
 from .._log.records import Entry, Kind
 from .report import RollbackReport, SagaRolledBack
 from .runtime import Runtime
@@ -60,9 +66,16 @@ class Transaction:
     its own saga (or its own savepoint of the saga current there) and leaves exactly that.
     """
 
-    def __init__(self, runtime: Callable[[], Runtime], name: str | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Callable[[], Runtime],
+        name: str | None = None,
+        *,
+        resume: Callable[[Runtime], Saga] | None = None,
+    ) -> None:
         self._runtime = runtime
         self.name = name
+        self._resume = resume
         self._frames: ContextVar[tuple[_Frame, ...]] = ContextVar("agent_saga_frames", default=())
 
     # -- entering ------------------------------------------------------------------------------
@@ -70,6 +83,12 @@ class Transaction:
     def _enter(self) -> Saga:
         runtime = self._runtime()
         parent = _CURRENT.get()
+        if self._resume is not None:
+            if parent is not None:
+                raise ResumeError(f"cannot resume a saga inside saga {parent.id}'s transaction")
+            saga = self._resume(runtime)
+            self._push(_Frame(saga, _CURRENT.set(saga), None, SCOPES.set(())))
+            return saga
         if parent is not None and parent.runtime is runtime:
             savepoint = parent.savepoint()
             scope_token = SCOPES.set((*SCOPES.get(), savepoint))
@@ -118,13 +137,26 @@ class Transaction:
             SCOPES.reset(frame.scope_token)
         if frame.token is not None:
             _CURRENT.reset(frame.token)
-        doom = frame.saga.take_doom(frame.savepoint)
+        saga = frame.saga
+        doom = saga.take_doom(frame.savepoint)
+        if frame.token is not None:  # the saga's own block: it takes no more steps
+            suspend = saga.suspending is not None and exc is None and doom is None
+            saga.closed = "been suspended" if suspend else "ended"
+            if saga.parked and not suspend:
+                saga.abandon_parked()
+            if suspend:
+                try:
+                    saga.write_suspended()
+                except ConfigurationError as refused:  # a step no later process can undo
+                    saga.closed = "ended"
+                    return frame, refused
+                return None
         if exc is not None:
             return frame, exc
         if doom is not None:
             return frame, doom
         if frame.token is not None:
-            frame.saga.commit()
+            saga.commit()
         return None
 
     def __exit__(
@@ -156,7 +188,7 @@ class Transaction:
     # -- decorator -----------------------------------------------------------------------------
 
     def _fresh(self) -> Transaction:
-        return Transaction(self._runtime, self.name)
+        return Transaction(self._runtime, self.name, resume=self._resume)
 
     def __call__(self, func: F) -> F:
         """Run ``func`` inside a fresh transaction per call (sync or async)."""

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from .._log.records import Kind, Record
 
+AHEAD_KINDS = frozenset(
+    {
+        Kind.SPECULATION_ISSUED,
+        Kind.SPECULATION_REDEEMED,
+        Kind.SPECULATION_REFUSED,
+        Kind.SPECULATION_DISCARDED,
+    }
+)
+
 
 def ahead_note(record: Record, before: str | None) -> str:
     """The step's speculation note after ``record`` (appended to ``before``)."""

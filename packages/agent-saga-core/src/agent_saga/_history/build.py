@@ -10,7 +10,8 @@ Invariants:
   silent); nothing here raises on record contents.
 * Honest about gaps. A step whose intent was logged without an outcome is
   :attr:`StepOutcome.UNKNOWN`, never assumed done or failed; a saga without ``saga.end`` is
-  :attr:`SagaStatus.RUNNING` (live, or abandoned by a process that died).
+  :attr:`SagaStatus.RUNNING` (live, or abandoned by a process that died), or
+  :attr:`SagaStatus.SUSPENDED` when its latest lifecycle record is ``saga.suspended``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from .._log.codec import JSONValue
 from .._log.records import Kind, Record, SagaStatus
-from .ahead import ahead_note
+from .ahead import AHEAD_KINDS, ahead_note
 from .views import (
     AmbiguousSagaError,
     CompensationState,
@@ -218,6 +219,10 @@ class _SagaBuilder:
         """Ordinals whose compensation has a record: their state is taken from the log."""
         self.rollbacks: list[_RollbackDraft] = []
         self.unknown: list[str] = []
+        self.owner: str | None = None
+        self.suspended = False
+        self.expires_at: int | None = None
+        self.after_end: list[int] = []
 
     def _update(self, record: Record, **changes: Any) -> int | None:
         """Apply ``changes`` to the step the record names; returns its ordinal (or ``None``)."""
@@ -241,12 +246,13 @@ class _SagaBuilder:
             self.first_seq, self.started = record.seq, record.ts
         self.count += 1
         self.last_seq = record.seq
+        if self.ended is not None:
+            self.after_end.append(record.seq)
         data = record.data
         rollback = self._open_rollback()
         match record.kind:
-            case Kind.SAGA_BEGIN:
-                self.name = _str(data, "name") or self.name
-                self.pid, self.host = _int(data, "pid"), _str(data, "host")
+            case Kind.SAGA_BEGIN | Kind.SAGA_RESUMED | Kind.SAGA_SUSPENDED:
+                self._lifecycle(record)
             case Kind.STEP_INTENT:
                 name, recoverable = _compensation(data.get("compensation"))
                 self._update(
@@ -263,9 +269,9 @@ class _SagaBuilder:
                 self._update(record, outcome=StepOutcome.FAILED, error=_error(data.get("error")))
             case Kind.GATE_REFUSED:
                 refusal = Refusal(_str(data, "rule") or "?", _str(data, "reason") or "")
-                self._update(
-                    record, outcome=StepOutcome.REFUSED, args=data.get("args"), refusal=refusal
-                )
+                if "args" in data:  # a refusal after the intent (rule "arguments") has none
+                    self._update(record, args=data.get("args"))
+                self._update(record, outcome=StepOutcome.REFUSED, refusal=refusal)
             case Kind.ROLLBACK_BEGIN:
                 start = _int(data, "from_ordinal") or 1
                 cause = _error(data.get("cause"))
@@ -293,24 +299,33 @@ class _SagaBuilder:
                 landed = data.get("landed")
                 answer = "cannot_tell" if landed is None else "landed" if landed else "not_landed"
                 self._update(record, probe=answer)
-            case (
-                Kind.SPECULATION_ISSUED
-                | Kind.SPECULATION_REDEEMED
-                | Kind.SPECULATION_REFUSED
-                | Kind.SPECULATION_DISCARDED
-            ):
-                self._speculation(record)
             case Kind.SAGA_END:
                 self._end(record, rollback)
             case _:
-                if record.kind not in self.unknown:
+                if not self._speculation(record) and record.kind not in self.unknown:
                     self.unknown.append(record.kind)
 
-    def _speculation(self, record: Record) -> None:
+    def _speculation(self, record: Record) -> bool:
+        """Note a ``speculation.*`` record on its step; ``False`` for any other kind."""
+        if record.kind not in AHEAD_KINDS:
+            return False
         ordinal = _int(record.data, "ordinal")
         if ordinal is not None:  # else a lease refused before it named a step of this saga
             before = self.steps[ordinal].speculation if ordinal in self.steps else None
             self._update(record, speculation=ahead_note(record, before))
+        return True
+
+    def _lifecycle(self, record: Record) -> None:
+        """Who owns the saga: its first owner, a resuming one, or nobody while suspended."""
+        data = record.data
+        if record.kind == Kind.SAGA_SUSPENDED:
+            self.owner, self.suspended = None, True
+            self.expires_at = _int(data, "expires_at")
+            return
+        if record.kind == Kind.SAGA_BEGIN:
+            self.name = _str(data, "name") or self.name
+        self.pid, self.host = _int(data, "pid"), _str(data, "host")
+        self.owner, self.suspended = _str(data, "owner"), False
 
     def _end(self, record: Record, rollback: _RollbackDraft | None) -> None:
         self.ended = record.ts
@@ -353,7 +368,8 @@ class _SagaBuilder:
             (rollback.compensated if done else rollback.failed).append(ordinal)
 
     def build(self) -> SagaView:
-        status = self.end_status or SagaStatus.RUNNING
+        running = SagaStatus.SUSPENDED if self.suspended else SagaStatus.RUNNING
+        status = self.end_status or running
         cause = self.end_cause
         if cause is None and status is not SagaStatus.COMMITTED:
             unfinished = [r for r in self.rollbacks if not r.finished]
@@ -379,6 +395,9 @@ class _SagaBuilder:
             last_seq=self.last_seq,
             record_count=self.count,
             unknown_kinds=tuple(self.unknown),
+            owner=self.owner,
+            expires_at=self.expires_at if status is SagaStatus.SUSPENDED else None,
+            after_end=tuple(self.after_end),
         )
 
 

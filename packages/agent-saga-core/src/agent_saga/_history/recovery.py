@@ -18,6 +18,9 @@ step first:
   that declares it), one given as a plain callable, or arguments that were not stored exactly,
   are escalated.
 
+A suspended saga (``saga.suspended``, see ``_history/resume.py``) has no owner on purpose: it is
+left alone until it is resumed, or rolled back as above once its ``expires_at`` has passed.
+
 Every recovered saga ends with a durable ``saga.end`` record (``recovered: true``), so a second
 run finds nothing to do. A crash during recovery leaves the saga unfinished with its owner gone,
 so the next run picks it up again.
@@ -34,7 +37,7 @@ from .._engine.calls import call_to_completion
 from .._engine.compensation import compensator_kwargs
 from .._engine.runtime import Runtime
 from .._log.codec import JSONValue, is_restorable, to_jsonable
-from .._log.records import Entry, Kind, Record, SagaStatus
+from .._log.records import Entry, Kind, SagaStatus
 from .build import CompensationState, SagaView, StepOutcome, StepView, sagas
 
 LEASE_TTL = 300.0
@@ -74,6 +77,8 @@ class RecoveryReport:
     """Unfinished sagas whose owner is still alive (left alone)."""
     claimed_elsewhere: tuple[str, ...] = ()
     """Unfinished sagas another recovery worker holds the lease of."""
+    suspended: tuple[str, ...] = ()
+    """Suspended sagas whose expiry has not passed (left alone, waiting to be resumed)."""
 
     @property
     def needs_human(self) -> tuple[RecoveredSaga, ...]:
@@ -89,16 +94,17 @@ def recover(runtime: Runtime, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport
     """Run one recovery pass over the whole log of ``runtime.store``."""
     store = runtime.store
     records = list(store.records())
-    owners = _owners(records)
     recovered: list[RecoveredSaga] = []
     live: list[str] = []
     elsewhere: list[str] = []
+    suspended: list[str] = []
     for view in sagas(records):
-        if view.status is not SagaStatus.RUNNING:
-            continue
-        owner = owners.get(view.id)
-        if owner is not None and store.owner_alive(owner):
+        wait = _left_alone(runtime, view)
+        if wait == "suspended":
+            suspended.append(view.id)
+        elif wait == "live":
             live.append(view.id)
+        if wait is not None:
             continue
         lease = store.lease(f"recover-{view.id}", ttl=lease_ttl)
         if lease is None:
@@ -107,21 +113,27 @@ def recover(runtime: Runtime, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport
         try:
             own = [r for r in store.records() if r.saga == view.id]
             current = sagas(own)
-            if current and current[0].status is SagaStatus.RUNNING:
-                recovered.append(_SagaRecovery(runtime, current[0], owner, len(own)).run())
+            # Re-read under the lease: another worker, or a resume, may have moved it on.
+            if current and _left_alone(runtime, current[0]) is None:
+                recovered.append(_SagaRecovery(runtime, current[0], view.owner, len(own)).run())
         finally:
             lease.release()
-    return RecoveryReport(tuple(recovered), tuple(live), tuple(elsewhere))
+    return RecoveryReport(tuple(recovered), tuple(live), tuple(elsewhere), tuple(suspended))
 
 
-def _owners(records: list[Record]) -> dict[str, str]:
-    owners: dict[str, str] = {}
-    for record in records:
-        if record.kind == Kind.SAGA_BEGIN and record.saga is not None:
-            owner = record.data.get("owner")
-            if isinstance(owner, str):
-                owners[record.saga] = owner
-    return owners
+def _left_alone(runtime: Runtime, view: SagaView) -> str | None:
+    """Why recovery leaves ``view`` alone (``"ended"``, ``"live"``, ``"suspended"``), or
+    ``None`` when it must finish its rollback."""
+    if view.status is SagaStatus.SUSPENDED:
+        expires = view.expires_at
+        if expires is None or runtime.clock.now() * 1000 < expires:
+            return "suspended"
+        return None
+    if view.status is not SagaStatus.RUNNING:
+        return "ended"
+    if view.owner is not None and runtime.store.owner_alive(view.owner):
+        return "live"
+    return None
 
 
 class _SagaRecovery:

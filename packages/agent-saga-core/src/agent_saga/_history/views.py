@@ -116,7 +116,8 @@ class RollbackView:
 
 @dataclass(frozen=True, slots=True)
 class SagaView:
-    """A saga as its records tell it. ``status`` is RUNNING when no ``saga.end`` was logged."""
+    """A saga as its records tell it. ``status`` is RUNNING (or SUSPENDED, after a
+    ``saga.suspended`` not followed by ``saga.resumed``) when no ``saga.end`` was logged."""
 
     id: str
     name: str
@@ -135,6 +136,14 @@ class SagaView:
     record_count: int = 0
     unknown_kinds: tuple[str, ...] = ()
     """Record kinds of this saga this reader does not interpret (shown, never dropped silently)."""
+    owner: str | None = None
+    """The store owner that runs (or last ran) the saga: from ``saga.begin`` or the latest
+    ``saga.resumed``; ``None`` while it is suspended."""
+    expires_at: int | None = None
+    """For a SUSPENDED saga: when recovery may roll it back (milliseconds; ``None``: never)."""
+    after_end: tuple[int, ...] = ()
+    """Sequence numbers of records of this saga logged after its ``saga.end`` (none should be:
+    an effect there can never be compensated)."""
     settled: str | None = None
     """Who marked this ``needs_human`` saga as handled, and their note (``agent-saga settle``);
     the status stays ``needs_human``: the log keeps what happened and who took it on."""

@@ -16,6 +16,7 @@ from .._engine.compensation import DEFAULT_REGISTRY, CompensatorRegistry
 from .._engine.events import Observers
 from .._engine.observe import Observer
 from .._engine.runtime import Runtime
+from .._engine.saga import Saga
 from .._engine.spec import ToolRegistry
 from .._engine.tool import DEFAULT_TOOLS, _declare
 from .._engine.transaction import Transaction
@@ -26,7 +27,7 @@ from .._log.filestore import FileLogStore
 from .._log.records import Entry, Kind, Semantics
 from .._log.store import LogStore, VerifyReport
 from .manifest import Status, guarantees, status
-from .mesh import MESH_AFTER, MESH_NOT_CLAIMED, MeshMethods
+from .mesh import MeshMethods, mesh_manifest
 from .speculation import SpeculationMethods
 from .stores import configured_approvals, default_switch, open_store
 from .version import __version__
@@ -213,14 +214,24 @@ class AgentKit(SpeculationMethods, MeshMethods):
     @overload
     def transaction(self, name: F, /) -> F: ...
     @overload
-    def transaction(self, name: str | None = None, /) -> Transaction: ...
+    def transaction(
+        self, name: str | None = None, /, *, resume: str | None = None
+    ) -> Transaction: ...
 
-    def transaction(self, name: str | F | None = None, /) -> Transaction | F:
-        """A transaction: ``with kit.transaction("book"):``, ``async with``, or a decorator."""
+    def transaction(
+        self, name: str | F | None = None, /, *, resume: str | None = None
+    ) -> Transaction | F:
+        """A transaction: ``with kit.transaction("book"):``, ``async with``, or a decorator.
+
+        ``resume=saga_id`` continues a saga a block left open with :meth:`Saga.suspend` (in
+        an earlier request or another process) instead of starting one; see
+        ``docs/guarantees.md``. Entering it raises :class:`ResumeError` when that saga does not
+        exist, has ended, is running elsewhere or has expired.
+        """
         runtime = self.runtime
         if callable(name):
             return Transaction(lambda: runtime)(name)
-        return Transaction(lambda: runtime, name)
+        return Transaction(lambda: runtime, name, resume=_resumer(resume))
 
     def halt(self, reason: str) -> None:
         """Engage the kill switch: every agent sharing this home refuses effects from now on."""
@@ -277,11 +288,8 @@ class AgentKit(SpeculationMethods, MeshMethods):
         manifest["checkpoints"] = (
             None if self.checkpointer is None else self.checkpointer.describe()
         )
-        before, not_claimed = self.speculation_manifest()
-        manifest["enforced_before_effect"].extend(before)
-        manifest["guaranteed_after"].append(MESH_AFTER)
-        manifest["not_claimed"].extend([*not_claimed, *MESH_NOT_CLAIMED])
-        return manifest
+        self.speculation_manifest(manifest)
+        return mesh_manifest(manifest)
 
     def checkpoint(self) -> Checkpoint:
         """Publish a signed checkpoint of every record so far (``checkpoints/latest.note``).
@@ -362,18 +370,34 @@ def use_kit(kit: AgentKit) -> Iterator[AgentKit]:
 @overload
 def saga_scope(name: F, /) -> F: ...
 @overload
-def saga_scope(name: str | None = None, /) -> Transaction: ...
+def saga_scope(name: str | None = None, /, *, resume: str | None = None) -> Transaction: ...
 
 
-def saga_scope(name: str | F | None = None, /) -> Transaction | F:
+def saga_scope(name: str | F | None = None, /, *, resume: str | None = None) -> Transaction | F:
     """A transaction on the default kit.
 
     ``with saga_scope("book-trip"):``, ``async with saga_scope():``, ``@saga_scope`` or
     ``@saga_scope("book-trip")``. The kit is looked up when the transaction starts.
+    ``resume=saga_id`` continues a suspended saga (see :meth:`AgentKit.transaction`).
     """
     if callable(name):
         return Transaction(_default_runtime)(name)
-    return Transaction(_default_runtime, name)
+    return Transaction(_default_runtime, name, resume=_resumer(resume))
+
+
+def _resumer(saga_id: str | None) -> Callable[[Runtime], Saga] | None:
+    """How a transaction made with ``resume=saga_id`` gets its saga (read from the log)."""
+    if saga_id is None:
+        return None
+    if not isinstance(saga_id, str) or not saga_id:
+        raise ConfigurationError(f"resume= takes a saga id, got {saga_id!r}")
+
+    def resume(runtime: Runtime) -> Saga:
+        from .._history.resume import resume_saga  # history loads on first use
+
+        return resume_saga(runtime, saga_id)
+
+    return resume
 
 
 def _default_runtime() -> Runtime:

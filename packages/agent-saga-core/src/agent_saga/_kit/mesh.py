@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._config import configured_chain_key, find_config
 from .._engine.runtime import Runtime
@@ -33,6 +33,13 @@ MESH_NOT_CLAIMED = (
     "(kit.sync and the kit's close do)",
     "devices sync through files; each merge reads every origin's log in full",
 )
+
+
+def mesh_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with what merging devices' logs guarantees and does not claim."""
+    manifest["guaranteed_after"].append(MESH_AFTER)
+    manifest["not_claimed"].extend(MESH_NOT_CLAIMED)
+    return manifest
 
 
 class MeshMethods:

@@ -63,12 +63,12 @@ class SpeculationMethods:
                 )
         return self._speculation
 
-    def speculation_manifest(self) -> tuple[list[str], list[str]]:
-        """What the manifest says of speculation: (enforced before an effect, not claimed)."""
-        not_claimed = list(SPECULATION_NOT_CLAIMED)
+    def speculation_manifest(self, manifest: dict[str, Any]) -> None:
+        """Add to ``manifest`` what speculation enforces and does not claim."""
+        manifest["enforced_before_effect"].append(SPECULATION_BEFORE)
+        manifest["not_claimed"].extend(SPECULATION_NOT_CLAIMED)
         if not self.runtime.store.describe().get("durable"):
-            not_claimed.append(MEMORY_LEASES)
-        return [SPECULATION_BEFORE], not_claimed
+            manifest["not_claimed"].append(MEMORY_LEASES)
 
     def speculate(self, tool: Any, /, *args: Any, **kwargs: Any) -> Lease:
         """Run a sync REVERSIBLE tool now, ahead of the model's confirmation; its lease.

@@ -45,6 +45,10 @@ class Kind(enum.StrEnum):
 
     SAGA_BEGIN = "saga.begin"
     SAGA_END = "saga.end"
+    SAGA_SUSPENDED = "saga.suspended"
+    """The saga's transaction left it open, to be resumed by id (``kit.transaction(resume=)``)."""
+    SAGA_RESUMED = "saga.resumed"
+    """A new owner continues a suspended saga."""
     GATE_REFUSED = "gate.refused"
     STEP_INTENT = "step.intent"
     STEP_DONE = "step.done"
@@ -90,6 +94,8 @@ class SagaStatus(enum.StrEnum):
     """Where a saga stands, as derived from its records."""
 
     RUNNING = "running"
+    SUSPENDED = "suspended"
+    """Left open on purpose by its transaction (no owner) until it is resumed or expires."""
     COMMITTED = "committed"
     ROLLED_BACK = "rolled_back"
     NEEDS_HUMAN = "needs_human"

@@ -183,6 +183,7 @@ def certify(home: Path, source: LogSource | None = None) -> tuple[dict[str, Any]
     covered = latest
     if log.chain.ok and (problem is None or problem.severity != CRITICAL):
         covered = publish(home, log)
-    findings = certify_records(log.records, log.chain, problem, source.owner_alive)
-    cert = certificate(log.records, findings, covered, signer, int(time.time()))
+    now = time.time()
+    findings = certify_records(log.records, log.chain, problem, source.owner_alive, now)
+    cert = certificate(log.records, findings, covered, signer, int(now))
     return cert, findings

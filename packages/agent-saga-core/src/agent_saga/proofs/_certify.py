@@ -7,8 +7,10 @@ Checks, each producing findings:
   is no earlier checkpoint to compare with);
 - every saga: a committed COMPENSABLE effect in a saga that did not commit and was not
   compensated, a compensation that failed or never finished, a saga whose owner died and that
-  was never recovered, and an IRREVERSIBLE step that ran without a recorded approval are all
-  CRITICAL; a saga whose owner is still running is a WARNING.
+  was never recovered, an IRREVERSIBLE step that ran without a recorded approval, a suspended
+  saga past its expiry, and any record of a saga logged after its ``saga.end`` (a run that
+  outlived its transaction: that effect can never be compensated) are all CRITICAL; a saga
+  whose owner is still running, or that is suspended and not yet expired, is a WARNING.
 
 The certificate is JSON: the checkpoint it covers, the findings and the counts, signed with the
 home's checkpoint key over its canonical encoding. ``ok`` is true only when nothing is CRITICAL.
@@ -25,7 +27,7 @@ from typing import Any
 from .._history.build import build_history
 from .._history.views import CompensationState, SagaView, StepOutcome
 from .._log.codec import canonical
-from .._log.records import Kind, Record, SagaStatus
+from .._log.records import Record, SagaStatus
 from .._log.redaction import REDACTION_KIND
 from .._log.store import VerifyReport
 from ._checkpoint import Checkpoint
@@ -63,16 +65,9 @@ def _approved(records: Sequence[Record]) -> dict[str, set[int]]:
     return approved
 
 
-def _owners(records: Sequence[Record]) -> dict[str, str]:
-    owners: dict[str, str] = {}
-    for record in records:
-        owner = record.data.get("owner")
-        if record.kind == Kind.SAGA_BEGIN and record.saga is not None and isinstance(owner, str):
-            owners[record.saga] = owner
-    return owners
-
-
-def _saga_findings(saga: SagaView, approved: set[int], owner_alive: bool | None) -> list[Finding]:
+def _saga_findings(
+    saga: SagaView, approved: set[int], owner_alive: bool | None, now_ms: int
+) -> list[Finding]:
     findings: list[Finding] = []
 
     def add(severity: str, check: str, message: str, step: Any = None) -> None:
@@ -85,8 +80,24 @@ def _saga_findings(saga: SagaView, approved: set[int], owner_alive: bool | None)
             add(WARNING, "in_progress", f"saga {saga.name!r} is still running in a live process")
         else:
             add(CRITICAL, "unrecovered", f"saga {saga.name!r} crashed and was never recovered")
-    # A saga still running in a live process has not finished: its effects are not outstanding.
-    settled = saga.status is SagaStatus.COMMITTED or bool(owner_alive)
+    waiting = saga.status is SagaStatus.SUSPENDED and (
+        saga.expires_at is None or now_ms < saga.expires_at
+    )
+    if waiting:
+        add(WARNING, "suspended", f"saga {saga.name!r} is suspended, waiting to be resumed")
+    elif saga.status is SagaStatus.SUSPENDED:
+        add(CRITICAL, "suspension_expired", f"saga {saga.name!r} expired and was not recovered")
+    if saga.after_end:
+        seqs = ", ".join(map(str, saga.after_end[:10]))
+        add(
+            CRITICAL,
+            "after_end",
+            f"{len(saga.after_end)} record(s) of saga {saga.name!r} were logged after its end "
+            f"(seq {seqs}): a run outlived its transaction",
+        )
+    # A saga still running in a live process, or suspended and waiting, has not finished: its
+    # effects are not outstanding.
+    settled = saga.status is SagaStatus.COMMITTED or bool(owner_alive) or waiting
     for step in saga.steps:
         ran = step.outcome in (StepOutcome.DONE, StepOutcome.UNKNOWN)
         state = step.compensation_state
@@ -128,8 +139,13 @@ def certify_records(
     chain: VerifyReport,
     checkpoint_problem: Finding | None,
     owner_alive: Callable[[str], bool],
+    now: float | None = None,
 ) -> list[Finding]:
-    """The findings over a log's records (read and verified by the caller)."""
+    """The findings over a log's records (read and verified by the caller).
+
+    ``now`` (seconds since the epoch; default: the newest record's time) decides whether a
+    suspended saga has expired.
+    """
     findings: list[Finding] = []
     if not chain.ok:
         findings.append(Finding(CRITICAL, "chain", f"the hash chain is broken: {chain.error}"))
@@ -147,13 +163,12 @@ def certify_records(
                 findings.append(Finding(WARNING, "redacted", message))
     history = build_history(records)
     approved = _approved(records)
-    owners = _owners(records)
+    now_ms = int(now * 1000) if now is not None else max((r.ts for r in records), default=0)
     for saga in history.sagas:
-        owner = owners.get(saga.id)
         alive = None
-        if saga.status is SagaStatus.RUNNING and owner is not None:
-            alive = owner_alive(owner)
-        findings.extend(_saga_findings(saga, approved.get(saga.id, set()), alive))
+        if saga.status is SagaStatus.RUNNING and saga.owner is not None:
+            alive = owner_alive(saga.owner)
+        findings.extend(_saga_findings(saga, approved.get(saga.id, set()), alive, now_ms))
     return findings
 
 

@@ -202,8 +202,11 @@ def run_markdown_examples(path: str | os.PathLike[str]) -> int:
             continue
         following = blocks[index + 1] if index + 1 < len(blocks) else None
         buffer = io.StringIO()
+        # dont_inherit: the block runs as a user's file would, without this module's
+        # ``from __future__ import annotations`` (frameworks read evaluated annotations).
+        code = compile(body, str(path), "exec", dont_inherit=True)
         with contextlib.redirect_stdout(buffer):
-            exec(compile(body, str(path), "exec"), namespace)  # noqa: S102 - the docs' own code
+            exec(code, namespace)  # noqa: S102 - the docs' own code
         if following is not None and following[0] == "text":
             assert buffer.getvalue() == following[1], f"{path}: block {count + 1} printed " + repr(
                 buffer.getvalue()
