@@ -3,6 +3,8 @@
 Prints p50 figures (microseconds) for:
   * a bare function call;
   * a REVERSIBLE step's added cost (file store, fast path);
+  * what the salted commitments (record version 2, which let a value be masked later) add to
+    sealing that step's two records, against sealing the same records hashed as stored;
   * a COMPENSABLE step and a one-step COMPENSABLE transaction on the file store;
   * the raw append+fsync floor (200-byte record, same directory);
   * ``import agent_saga`` (fresh interpreter, minus interpreter start-up), and which heavy
@@ -10,6 +12,7 @@ Prints p50 figures (microseconds) for:
 
 Targets (issue "spine"): REVERSIBLE overhead <= 10 us p50; one-step COMPENSABLE transaction
 <= 2.5x the raw append+fsync floor p50; import under 80 ms with no CLI library or framework.
+Issue 15: the commitments add at most 2 us to a REVERSIBLE step.
 
 Usage: uv run python bench/step_overhead.py [--quick] [--dir PATH]
 """
@@ -27,6 +30,9 @@ from pathlib import Path
 
 from _timing import p50, timed
 from agent_saga import REVERSIBLE, AgentKit
+from agent_saga._log.chain import Chain
+from agent_saga._log.commit import COMMITTED
+from agent_saga._log.records import GENESIS, Entry
 
 Timer = Callable[[], int]
 
@@ -46,6 +52,55 @@ def raw_fsync_floor(directory: Path, n: int) -> list[int]:
     finally:
         os.close(fd)
         path.unlink()
+
+
+STEP_RECORDS = (
+    Entry(
+        "step.intent",
+        "0194f5e6-7a8b-7c9d-8e0f-123456789abc",
+        {
+            "ordinal": 1,
+            "tool": "bench.read",
+            "semantics": "reversible",
+            "args": {"x": 1},
+            "compensation": None,
+            "idempotency_key": "as1-4fb3ee5a146c75dca29554d78f047bde",
+        },
+        1_764_000_000_000,
+    ),
+    Entry(
+        "step.done",
+        "0194f5e6-7a8b-7c9d-8e0f-123456789abc",
+        {"ordinal": 1, "tool": "bench.read", "result": 1, "result_restorable": True},
+        1_764_000_000_001,
+    ),
+)
+"""A REVERSIBLE step's two records, as the engine writes them for ``read(1)``."""
+
+
+def _uncommitted(entry: Entry) -> Entry:
+    """``entry`` with its committed keys renamed (same sizes): sealed, it is hashed as stored."""
+    renamed = {(k[:-1] + "_" if k in COMMITTED else k): v for k, v in entry.data.items()}
+    return Entry(entry.kind, entry.saga, renamed, entry.ts)
+
+
+def commitment_costs(n: int) -> tuple[list[int], list[int]]:
+    """Sealing :data:`STEP_RECORDS` as the store does (salted commitments), and the same
+    records with nothing committed (hashed as stored, as every record was before version 2)."""
+    chain = Chain()
+    plain = tuple(_uncommitted(entry) for entry in STEP_RECORDS)
+
+    def committed() -> None:
+        for entry in STEP_RECORDS:
+            chain.seal(entry, 2, GENESIS)
+
+    def as_stored() -> None:
+        for entry in plain:
+            chain.seal(entry, 2, GENESIS)
+
+    timed(committed, 200)
+    timed(as_stored, 200)
+    return timed(committed, n), timed(as_stored, n)
 
 
 def import_cost(runs: int) -> tuple[float, list[str]]:
@@ -107,9 +162,14 @@ def main() -> None:
     compensable: list[int] = []
     transaction: list[int] = []
     floor: list[int] = []
+    sealed: list[int] = []
+    plain: list[int] = []
     rounds = 5
     for _ in range(rounds):
         bare_s.extend(timed(lambda: bare(1), n_fast // rounds))
+        with_commitments, hashed_as_stored = commitment_costs(n_fast // rounds)
+        sealed.extend(with_commitments)
+        plain.extend(hashed_as_stored)
         for _ in range(n_fast // rounds // 100):
             with kit.transaction("bench-reversible"):
                 reversible.extend(timed(lambda: read(1), 100))
@@ -124,10 +184,17 @@ def main() -> None:
     import_ms, heavy = import_cost(5 if args.quick else 11)
 
     added = reversible_p50 - bare_p50
+    commitments = p50(sealed) - p50(plain)
     ratio = transaction_p50 / floor_p50
     rows = [
         ("bare function call", f"{bare_p50:.2f} us", ""),
         ("REVERSIBLE step, added", f"{added:.2f} us", f"target <= 10 us: {ok(added <= 10)}"),
+        (
+            "  of which salted commitments",
+            f"{commitments:.2f} us",
+            f"sealing its 2 records: {p50(sealed):.2f} us vs {p50(plain):.2f} us hashed as "
+            f"stored; target <= 2 us: {ok(commitments <= 2)}",
+        ),
         (
             "COMPENSABLE step (file store)",
             f"{compensable_p50:.1f} us",

@@ -84,3 +84,24 @@ def test_what_speculation_and_merging_do_not_claim_is_in_the_doc_and_the_manifes
     assert MEMORY_LEASES not in manifest["not_claimed"]
     with AgentKit(store="memory") as memory:
         assert MEMORY_LEASES in memory.guarantees()["not_claimed"]
+
+
+def test_what_redactions_and_approvals_rest_on_is_stated_in_the_doc_and_the_manifest(
+    tmp_path: Path,
+) -> None:
+    """The sentences on redactions after the fact and on what a vote rests on are in the doc,
+    and a kit states them (the approvals' one for its own set-up)."""
+    from agent_saga import Approvals
+    from agent_saga._approvals.wait import SIGNED_LIMIT, UNSIGNED_LIMIT
+    from agent_saga._kit.manifest import REDACTION_CHECKED, REDACTION_LIMIT
+
+    text = " ".join(DOC.read_text().split())
+    for sentence in (REDACTION_CHECKED, REDACTION_LIMIT, UNSIGNED_LIMIT, SIGNED_LIMIT):
+        assert sentence in text, f"not stated in docs/guarantees.md: {sentence}"
+    for signed, limit in ((False, UNSIGNED_LIMIT), (True, SIGNED_LIMIT)):
+        approvals = Approvals(approvers=["alice"], require_signature=signed)
+        with AgentKit(home=tmp_path / "home", approvals=approvals) as kit:
+            manifest = kit.guarantees()
+        assert REDACTION_CHECKED in manifest["guaranteed_after"]
+        assert REDACTION_LIMIT in manifest["not_claimed"]
+        assert limit in manifest["not_claimed"]

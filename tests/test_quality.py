@@ -47,6 +47,7 @@ TYPED_GROUPS = [
     ["packages/agent-saga-otel/src", "packages/agent-saga-otel/tests"],
     ["packages/agent-saga-packs/src", "packages/agent-saga-packs/tests"],
     ["packages/agent-saga-mcp/src", "packages/agent-saga-mcp/tests"],
+    ["packages/agent-saga-server/src", "packages/agent-saga-server/tests"],
 ]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga import AgentKit, SequentialIds
-from agent_saga._kit import agentkit
+from agent_saga._kit import defaults
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def _own_default_kit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The process-wide default kit behind ``saga_scope`` is made afresh in each test (on that
     test's home) and closed after it, so no test sees another's."""
     kits: dict[str, AgentKit] = {}
-    monkeypatch.setattr(agentkit._Defaults, "kits", kits)
+    monkeypatch.setattr(defaults._Defaults, "kits", kits)
     yield
     for made in kits.values():
         made.close()
@@ -46,3 +46,24 @@ def home(_isolated_home: Path) -> Path:
 def kit(home: Path) -> Iterator[AgentKit]:
     with AgentKit(home=home, ids=SequentialIds()) as k:
         yield k
+
+
+@pytest.fixture
+def admin_key(tmp_path: Path) -> Iterator[Path]:
+    """An administrator's private key file, outside the home, trusted for the test's duration
+    (as ``admin_keys`` in agent-saga.toml would make it)."""
+    from agent_saga._log.admins import trusting_admins
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / "admin.key"
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    with trusting_admins([key.public_key().public_bytes_raw()]):
+        yield path

@@ -363,7 +363,7 @@ def test_a_signature_counts_only_for_exactly_the_action_it_signed() -> None:
 
 
 def test_cli_approve_sign_and_a_replayed_signature(
-    home: Path, run_agent: Any, tmp_path: Path
+    home: Path, run_agent: Any, tmp_path: Path, admin_key: Path
 ) -> None:
     runner = CliRunner()
     key_file = tmp_path / "alice.key"
@@ -371,7 +371,17 @@ def test_cli_approve_sign_and_a_replayed_signature(
     approvals = Approvals(approvers=["alice"], poll=0.01, require_signature=True)
     with AgentKit(home=home, approvals=approvals) as kit:
         added = runner.invoke(
-            main, ["--home", str(home), "keys", "add", "alice", f"{key_file}.pub"]
+            main,
+            [
+                "--home",
+                str(home),
+                "keys",
+                "add",
+                "alice",
+                f"{key_file}.pub",
+                "--sign",
+                str(admin_key),
+            ],
         )
         assert added.exit_code == 0, added.output
 

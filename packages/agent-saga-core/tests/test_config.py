@@ -82,8 +82,56 @@ def test_fleet_schema_and_chain_key_file_settings(
     assert configured_chain_key(config) == b"o" * 20
 
 
-@pytest.mark.parametrize("name", ["store_schema", "chain_key_file"])
+@pytest.mark.parametrize("name", ["store_schema", "chain_key_file", "server", "server_token_file"])
 def test_new_settings_must_be_strings(tmp_path: Path, name: str) -> None:
     (tmp_path / "agent-saga.toml").write_text(f"{name} = 3\n")
     with pytest.raises(ConfigurationError, match=f"'{name}' must be a string"):
         find_config(tmp_path)
+
+
+def test_a_control_plane_url_needs_an_installed_connector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AgentKit(server=...)`` (or ``$AGENT_SAGA_SERVER``) loads the connector for the URL's
+    scheme through the ``agent_saga.connectors`` entry points; none for a scheme is one line,
+    before anything is opened."""
+    from agent_saga import AgentKit
+
+    with pytest.raises(ConfigurationError, match=r"^no connector for ftp:// control planes"):
+        AgentKit(home=tmp_path / "a", server="ftp://plane.example/", token="t")
+    monkeypatch.setenv("AGENT_SAGA_SERVER", "gopher://plane.example/")
+    with pytest.raises(ConfigurationError, match=r"^no connector for gopher://"):
+        AgentKit(home=tmp_path / "b")
+    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "b").exists()
+
+
+def test_control_plane_settings_and_the_token_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_saga._config import read_token_file, server_setting, server_token_file_setting
+
+    (tmp_path / "agent-saga.toml").write_text(
+        'server = "https://plane.example"\nserver_token_file = "secrets/agent.token"\n'
+    )
+    (tmp_path / "secrets").mkdir()
+    token = tmp_path / "secrets" / "agent.token"
+    token.write_text("  asg_token\n")
+    token.chmod(0o600)
+    config = find_config(tmp_path)
+    assert server_setting(config) == "https://plane.example"
+    assert server_token_file_setting(config) == token
+    assert read_token_file(token) == "asg_token"
+    monkeypatch.setenv("AGENT_SAGA_SERVER", "https://other.example")
+    monkeypatch.setenv("AGENT_SAGA_SERVER_TOKEN_FILE", str(tmp_path / "env.token"))
+    assert server_setting(config) == "https://other.example"
+    assert server_token_file_setting(config) == tmp_path / "env.token"
+    token.chmod(0o644)
+    with pytest.raises(ConfigurationError, match=r"open to other users \(mode 644\)"):
+        read_token_file(token)
+    with pytest.raises(ConfigurationError, match="cannot read the token file"):
+        read_token_file(tmp_path / "env.token")
+    (tmp_path / "empty.token").write_text("\n")
+    (tmp_path / "empty.token").chmod(0o600)
+    with pytest.raises(ConfigurationError, match="holds no token"):
+        read_token_file(tmp_path / "empty.token")

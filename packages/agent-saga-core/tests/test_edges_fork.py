@@ -23,7 +23,7 @@ from agent_saga import (
     tool,
     verify_file,
 )
-from agent_saga._kit import agentkit
+from agent_saga._kit import defaults
 
 WORKERS = 4
 ROUNDS = 15
@@ -123,7 +123,7 @@ def test_forked_children_with_their_own_default_kits_write_at_once(
     for worker in workers:
         worker.join(60)
         assert worker.exitcode == 0
-    agentkit._Defaults.kits["kit"].close()  # this test's own (see conftest.py)
+    defaults._Defaults.kits["kit"].close()  # this test's own (see conftest.py)
     assert verify_file(home / "log.jsonl").ok
     assert _statuses(home) == [SagaStatus.COMMITTED] * (1 + WORKERS * ROUNDS)
 

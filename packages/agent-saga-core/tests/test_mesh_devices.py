@@ -28,8 +28,10 @@ from agent_saga import (
     SagaRolledBack,
     SequentialIds,
 )
-from agent_saga._log.chain import Chain
-from agent_saga._log.records import Entry, Kind
+from agent_saga._log.chain import Chain, ChainBreak, check_object, stored_line
+from agent_saga._log.codec import canonical
+from agent_saga._log.commit import open_forms
+from agent_saga._log.records import Kind
 from agent_saga._mesh.certify import certify_merged
 from agent_saga._mesh.conflicts import FleetBudget
 from agent_saga._mesh.merge import merge_logs
@@ -256,13 +258,23 @@ def test_a_rehashed_origin_fails_its_checkpoint_and_a_resigned_one_is_not_the_or
     log = _b_log(devices, mesh)
     records = [json.loads(line) for line in log.read_bytes().splitlines()]
     target = next(i for i, r in enumerate(records) if r["data"].get("args", {}).get("amount"))
+    assert records[target]["v"] == 2  # its arguments are committed through salts
+    assert records[target]["salts"]
     records[target]["data"]["args"]["amount"] = 6  # the charge, made to look small
     chain, prev, lines, sealed = Chain(), "0" * 64, [], []
     for index, obj in enumerate(records, 1):
-        entry = Entry(obj["kind"], obj["saga"], obj["data"], obj["ts"])
-        record, line = chain.seal(entry, index, prev)
+        # Every record re-hashed under its own published salts (the edited value's commitment
+        # recomputed from its salt), each linked to the rewritten one before it.
+        obj["prev"] = prev
+        hashed = dict(obj["data"])
+        if obj.get("salts") is not None:
+            hashed = json.loads(open_forms(obj["data"], obj["salts"])[0])
+        body = {key: obj[key] for key in ("kind", "prev", "saga", "seq", "ts", "v")}
+        obj["hash"] = chain.digest(prev, canonical({"data": hashed, **body}))
+        record = check_object(chain, obj, index, prev)
+        assert not isinstance(record, ChainBreak), record  # the rewritten chain holds
         prev = record.hash
-        lines.append(line)
+        lines.append(stored_line(obj) + b"\n")
         sealed.append(record)
     log.write_bytes(b"".join(lines))  # a chain that verifies on its own
     view = merged_view(mesh)

@@ -9,10 +9,12 @@ import agent_saga.proofs
 
 PROOFS_API = {
     "EMPTY_ROOT",
+    "ChainError",
     "Checkpoint",
     "CheckpointError",
     "DisclosureError",
     "DisclosureReport",
+    "Finding",
     "ForkError",
     "InvalidProofError",
     "MerkleTree",
@@ -21,7 +23,10 @@ PROOFS_API = {
     "NoteVerifier",
     "ProofError",
     "RootMismatchError",
+    "build_bundle",
+    "certify_records",
     "check_extension",
+    "check_record",
     "leaf_hash",
     "node_hash",
     "open_checkpoint",

@@ -1,5 +1,5 @@
-"""Redaction: secrets never reach the log, and a stored value can be masked later while the log,
-its checkpoints and disclosure bundles still verify."""
+"""Redaction: secrets never reach the log, and a stored value can be masked later (by an
+administrator) while the log, its checkpoints and disclosure bundles still verify."""
 
 from __future__ import annotations
 
@@ -125,16 +125,18 @@ def plaintext_home(home: Path) -> Path:
 
 
 def test_masking_a_stored_value_keeps_the_log_and_its_checkpoints_valid(
-    plaintext_home: Path, tmp_path: Path
+    plaintext_home: Path, tmp_path: Path, admin_key: Path
 ) -> None:
     home = plaintext_home
     saved = tmp_path / "saved.note"
     shutil.copy(home / "checkpoints" / "latest.note", saved)
-    report = redact_path(home, "args.card.cvv", reason="PCI: CVVs must not be stored")
+    report = redact_path(
+        home, "args.card.cvv", admin_key=admin_key, reason="PCI: CVVs must not be stored"
+    )
     assert sorted(report.masked.values()) == [["args.card.cvv"], ["args.card.cvv"]]
     raw = log_bytes(home)
     assert QUOTED_CVV not in raw
-    assert raw.count(b'{"$redacted":"later"}') == 2
+    assert raw.count(b'{"$redacted":"') == 2  # each carries the value's salted commitment
     result = verify(home, "--since", str(saved))
     assert result.exit_code == 0, result.output
     assert "consistent with" in result.output
@@ -148,21 +150,26 @@ def test_masking_a_stored_value_keeps_the_log_and_its_checkpoints_valid(
     assert certified.output.count("masked after it was written") == 2  # as warnings
 
 
-def test_masking_twice_still_verifies_and_a_second_path_is_recorded(plaintext_home: Path) -> None:
-    redact_path(plaintext_home, "args.card.cvv")
-    second = redact_path(plaintext_home, "args.card.number", seqs=[2])
+def test_masking_twice_still_verifies_and_a_second_path_is_recorded(
+    plaintext_home: Path, admin_key: Path
+) -> None:
+    redact_path(plaintext_home, "args.card.cvv", admin_key=admin_key)
+    second = redact_path(plaintext_home, "args.card.number", admin_key=admin_key, seqs=[2])
     assert list(second.masked) == [2]
     assert verify(plaintext_home).exit_code == 0
-    assert redact_path(plaintext_home, "args.card.cvv").masked == {}  # nothing left to mask
+    again = redact_path(plaintext_home, "args.card.cvv", admin_key=admin_key)
+    assert again.masked == {}  # nothing left to mask
 
 
-def test_changing_a_masked_record_afterwards_is_caught(plaintext_home: Path) -> None:
-    redact_path(plaintext_home, "args.card.cvv")
+def test_changing_a_masked_record_afterwards_is_caught(
+    plaintext_home: Path, admin_key: Path
+) -> None:
+    redact_path(plaintext_home, "args.card.cvv", admin_key=admin_key)
     log = plaintext_home / "log.jsonl"
     log.write_bytes(log.read_bytes().replace(b'"cents":100', b'"cents":1', 1))
     result = verify(plaintext_home)
     assert result.exit_code == 1
-    assert "no redaction record accounts for it" in result.output
+    assert "hash does not match" in result.output  # the unmasked values are still hashed
 
 
 def test_a_marker_slipped_into_a_record_without_a_redaction_record_is_caught(
@@ -172,19 +179,23 @@ def test_a_marker_slipped_into_a_record_without_a_redaction_record_is_caught(
     log.write_bytes(log.read_bytes().replace(f'"{CVV}"'.encode(), b'{"$redacted":"later"}', 1))
     result = verify(plaintext_home)
     assert result.exit_code == 1
-    assert "no redaction record accounts for it" in result.output
-    with pytest.raises(Exception, match="no redaction record accounts for it"):
+    assert "hash does not match" in result.output
+    with pytest.raises(Exception, match="hash does not match"):
         AgentKit(home=plaintext_home).close()
 
 
-def test_redaction_is_refused_while_an_agent_has_the_log_open(plaintext_home: Path) -> None:
+def test_redaction_is_refused_while_an_agent_has_the_log_open(
+    plaintext_home: Path, admin_key: Path
+) -> None:
     with AgentKit(home=plaintext_home), pytest.raises(LogError, match="stop them first"):
-        redact_path(plaintext_home, "args.card.cvv")
+        redact_path(plaintext_home, "args.card.cvv", admin_key=admin_key)
     assert QUOTED_CVV in log_bytes(plaintext_home)
 
 
-def test_a_disclosure_of_a_masked_saga_still_verifies_offline(plaintext_home: Path) -> None:
-    redact_path(plaintext_home, "args.card.cvv")
+def test_a_disclosure_of_a_masked_saga_still_verifies_offline(
+    plaintext_home: Path, admin_key: Path
+) -> None:
+    redact_path(plaintext_home, "args.card.cvv", admin_key=admin_key)
     verifier = home_verifier(plaintext_home)
     assert verifier is not None
     saga_id = "saga-0001"
@@ -194,15 +205,16 @@ def test_a_disclosure_of_a_masked_saga_still_verifies_offline(plaintext_home: Pa
     report = verify_bundle(json.dumps(bundle), [verifier])
     assert report.saga == saga_id
     without = {k: v for k, v in bundle.items() if k != "redactions"}
-    with pytest.raises(DisclosureError, match="hash does not match"):
+    with pytest.raises(DisclosureError, match="no signed redaction record accounts for them"):
         verify_bundle(without, [verifier])
 
 
-def test_the_cli_masks_and_says_when_nothing_matched(plaintext_home: Path) -> None:
+def test_the_cli_masks_and_says_when_nothing_matched(plaintext_home: Path, admin_key: Path) -> None:
     runner = CliRunner()
-    done = runner.invoke(main, ["--home", str(plaintext_home), "redact", "args.card.cvv"])
+    command = ["--home", str(plaintext_home), "redact", "args.card.cvv", "--sign", str(admin_key)]
+    done = runner.invoke(main, command)
     assert done.exit_code == 0, done.output
     assert "masked record" in done.output
-    again = runner.invoke(main, ["--home", str(plaintext_home), "redact", "args.card.cvv"])
+    again = runner.invoke(main, command)
     assert again.exit_code == 1
     assert "nothing changed" in again.output

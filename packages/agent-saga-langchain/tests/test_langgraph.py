@@ -411,7 +411,11 @@ def test_injected_arguments_are_neither_gated_nor_logged(kit: AgentKit) -> None:
             AIMessage(
                 "",
                 tool_calls=[
-                    call("lookup", {"order": "o-1", "card": {"cvv": "123", "no": "4"}}, "c1")
+                    call(
+                        "lookup",
+                        {"order": "o-1", "card": {"cvv": "cvv-secret-739", "no": "4"}},
+                        "c1",
+                    )
                 ],
             ),
             AIMessage("Found it."),
@@ -423,7 +427,7 @@ def test_injected_arguments_are_neither_gated_nor_logged(kit: AgentKit) -> None:
     assert seen == {"messages": 2, "store": True}
     [intent] = records(kit, "step.intent")
     assert intent["args"] == {"order": "o-1", "card": {"cvv": {"$redacted": "write"}, "no": "4"}}
-    assert "123" not in "".join(str(r.data) for r in kit.store.records())
+    assert "cvv-secret-739" not in "".join(str(r.data) for r in kit.store.records())
     assert last_status(kit) == "committed"
 
 

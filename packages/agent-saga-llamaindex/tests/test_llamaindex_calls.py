@@ -104,7 +104,7 @@ def test_context_and_bound_parameters_are_never_logged(kit: AgentKit) -> None:
     failing = saga_tool(FunctionTool.from_defaults(fail), semantics="reversible")
     script = Script(
         [
-            tool_call("order", "c1", item="lamp", card={"cvv": "123", "no": "4"}),
+            tool_call("order", "c1", item="lamp", card={"cvv": "cvv-secret-739", "no": "4"}),
             tool_call("fail", "c2"),
             answer("?"),
         ]
@@ -116,7 +116,7 @@ def test_context_and_bound_parameters_are_never_logged(kit: AgentKit) -> None:
     assert intent["args"] == {"item": "lamp", "card": {"cvv": {"$redacted": "write"}, "no": "4"}}
     logged = "".join(str(r.data) for r in kit.store.records())
     assert "sk-secret" not in logged
-    assert "123" not in logged
+    assert "cvv-secret-739" not in logged
     assert got == [{"order": "o-1", "item": "lamp"}]  # the function's own value
 
 

@@ -141,7 +141,11 @@ def test_the_run_context_is_not_logged_and_redacted_paths_are_masked(kit: AgentK
     wrapped = saga_tool(pay, compensate=lambda result: got.append(result), redact=["card.cvv"])  # noqa: PLW0108
     model = ScriptedModel(
         [
-            [function_call("pay", {"amount": 5, "card": {"cvv": "123", "no": "4"}}, call_id="p")],
+            [
+                function_call(
+                    "pay", {"amount": 5, "card": {"cvv": "cvv-secret-739", "no": "4"}}, call_id="p"
+                )
+            ],
             [assistant_message("paid")],
         ]
     )
@@ -160,7 +164,7 @@ def test_the_run_context_is_not_logged_and_redacted_paths_are_masked(kit: AgentK
     assert intent["args"] == {"amount": 5, "card": {"cvv": {"$redacted": "write"}, "no": "4"}}
     logged = "".join(str(r.data) for r in kit.store.records())
     assert "sk-secret" not in logged
-    assert "123" not in logged
+    assert "cvv-secret-739" not in logged
     assert got == [{"payment": "p-1", "amount": 5}]  # the function's own value
 
 

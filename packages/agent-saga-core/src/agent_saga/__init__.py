@@ -58,7 +58,8 @@ from ._gate.killswitch import FileKillSwitch, HaltState, KillSwitch, MemoryKillS
 from ._gate.risk import EmbeddingRiskScorer, RiskRule, RiskScorer
 from ._gate.rules import AllowTools, AllowValues, DenyValues, Range, RateLimit, require_approval
 from ._gate.typecheck import ArgumentTypes
-from ._kit.agentkit import AgentKit, default_kit, saga_scope, use_kit
+from ._kit.agentkit import AgentKit
+from ._kit.defaults import default_kit, saga_scope, use_kit
 from ._kit.manifest import Status
 from ._kit.version import __version__
 from ._log.filestore import FileLogStore

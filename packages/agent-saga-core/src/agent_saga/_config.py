@@ -9,10 +9,17 @@ Keys:
 * ``store_schema``: the PostgreSQL schema that holds the fleet's tables (default ``agent_saga``);
 * ``chain_key_file``: a file holding the key of a keyed hash chain (relative to the file);
 * ``imports``: modules to import before recovering, so their compensators and probes register;
-* ``approvers``: reserved for approvals.
+* ``approvers``: who may approve when a rule names nobody (see ``docs/approvals.md``);
+* ``admin_keys``: the administrator public keys trusted to sign redactions and approver keys
+  (see :mod:`agent_saga._log.admins`); keep this file where the agents cannot change it;
+* ``server``: a control plane's URL (``AgentKit`` then ships its log there and takes its kill
+  switch, approvals and budgets from it);
+* ``server_token_file``: a file holding the agent token for ``server`` (relative to the file;
+  private to its owner, as a chain key file).
 
 Environment variables win over the file: ``AGENT_SAGA_HOME``, ``AGENT_SAGA_STORE``,
-``AGENT_SAGA_STORE_SCHEMA``, ``AGENT_SAGA_CHAIN_KEY_FILE``.
+``AGENT_SAGA_STORE_SCHEMA``, ``AGENT_SAGA_CHAIN_KEY_FILE``, ``AGENT_SAGA_SERVER``,
+``AGENT_SAGA_SERVER_TOKEN_FILE``.
 
 A chain key is only ever read from a file (never from a command line or an environment
 variable holding the secret itself): the file holds the key as text, for example 64 hex digits
@@ -34,8 +41,15 @@ HOME_ENV = "AGENT_SAGA_HOME"
 STORE_ENV = "AGENT_SAGA_STORE"
 SCHEMA_ENV = "AGENT_SAGA_STORE_SCHEMA"
 CHAIN_KEY_FILE_ENV = "AGENT_SAGA_CHAIN_KEY_FILE"
+SERVER_ENV = "AGENT_SAGA_SERVER"
+SERVER_TOKEN_FILE_ENV = "AGENT_SAGA_SERVER_TOKEN_FILE"  # noqa: S105 - a variable's name
 DEFAULT_HOME = ".agent-saga"
-KNOWN_KEYS = frozenset({"home", "store", "store_schema", "chain_key_file", "imports", "approvers"})
+KNOWN_KEYS = frozenset(
+    {
+        "home", "store", "store_schema", "chain_key_file", "imports", "approvers", "admin_keys",
+        "server", "server_token_file",
+    }
+)  # fmt: skip
 MIN_CHAIN_KEY_BYTES = 16
 MAX_CHAIN_KEY_BYTES = 4096
 
@@ -47,8 +61,11 @@ class Config:
     home: Path | None = None
     store: str | None = None
     imports: tuple[str, ...] = ()
+    admin_keys: tuple[str, ...] = ()
     store_schema: str | None = None
     chain_key_file: Path | None = None
+    server: str | None = None
+    server_token_file: Path | None = None
     source: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -89,18 +106,25 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
     home = section.get("home")
     store = section.get("store")
     imports = section.get("imports", [])
-    for name in ("home", "store", "store_schema", "chain_key_file"):
+    for name in ("home", "store", "store_schema", "chain_key_file", "server", "server_token_file"):
         if section.get(name) is not None and not isinstance(section[name], str):
             raise ConfigurationError(f"{path}: '{name}' must be a string")
     key_file = section.get("chain_key_file")
+    token_file = section.get("server_token_file")
     if not isinstance(imports, list) or not all(isinstance(m, str) for m in imports):
         raise ConfigurationError(f"{path}: 'imports' must be a list of module names")
+    admin_keys = section.get("admin_keys", [])
+    if not isinstance(admin_keys, list) or not all(isinstance(k, str) for k in admin_keys):
+        raise ConfigurationError(f"{path}: 'admin_keys' must be a list of public keys or files")
     return Config(
         home=(path.parent / home) if home else None,
         store=store,
         imports=tuple(imports),
+        admin_keys=tuple(admin_keys),
         store_schema=section.get("store_schema") or None,
         chain_key_file=(path.parent / key_file) if key_file else None,
+        server=section.get("server") or None,
+        server_token_file=(path.parent / token_file) if token_file else None,
         source=path,
         extra={k: v for k, v in section.items() if k == "approvers"},
     )
@@ -125,6 +149,44 @@ def chain_key_file_setting(config: Config) -> Path | None:
     """The chain key's file: ``$AGENT_SAGA_CHAIN_KEY_FILE``, else ``chain_key_file``."""
     env = os.environ.get(CHAIN_KEY_FILE_ENV)
     return Path(env) if env else config.chain_key_file
+
+
+def server_setting(config: Config) -> str | None:
+    """A control plane's URL: ``$AGENT_SAGA_SERVER``, else the configuration's ``server``."""
+    return os.environ.get(SERVER_ENV) or config.server
+
+
+def server_token_file_setting(config: Config) -> Path | None:
+    """The agent token's file: ``$AGENT_SAGA_SERVER_TOKEN_FILE``, else ``server_token_file``."""
+    env = os.environ.get(SERVER_TOKEN_FILE_ENV)
+    return Path(env) if env else config.server_token_file
+
+
+def read_token_file(path: Path) -> str:
+    """The token held in ``path`` (its text, surrounding whitespace removed).
+
+    Raises:
+        ConfigurationError: the file cannot be read, is open to other users than its owner
+            (``chmod 600``), is not UTF-8 text or is empty; the message names the file.
+    """
+    try:
+        with path.open("rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if mode & 0o077:
+                raise ConfigurationError(
+                    f"the token file {path} is open to other users (mode {mode & 0o777:o}); "
+                    f"make it private: chmod 600 {path}"
+                )
+            raw = handle.read(4097)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the token file {path}: {exc}") from exc
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"the token file {path} is not UTF-8 text") from None
+    if not token or len(raw) > 4096:
+        raise ConfigurationError(f"the token file {path} holds no token")
+    return token
 
 
 def read_chain_key(path: Path) -> bytes:

@@ -13,9 +13,16 @@ allowed approvers, and is decided once. Every signal is a record of the saga:
   ``expired``); certify reads it.
 
 Approver keys are records too (``approver.key_added`` / ``approver.key_revoked``), so adding or
-revoking a key is itself tamper-evident. Votes are re-checked by the agent when it counts them:
-a vote record only counts if its approver is allowed and, when signed, the signature verifies
-against a key registered and not revoked, over this request's digest, with a fresh nonce.
+revoking a key is itself tamper-evident, and such a record counts only when a trusted
+administrator key or the approver's current key signed it (see :mod:`.keys`). Votes are
+re-checked by the agent when it counts them: a vote record only counts if its approver is
+allowed and, when signed, the signature verifies against a key registered with authority and
+not revoked, over this request's digest, with a fresh nonce.
+
+An *unsigned* vote (``Approvals(require_signature=False)``, the default) names its approver but
+proves nothing: any process that can write the log can append one. Unsigned approvals rest on
+the file permissions of the home (or the PostgreSQL role's grants); use signed votes where a
+forged approval would cost money.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Any
 
 from .._log.codec import JSONValue, canonical
 from .._log.records import Kind, Record
-from ..proofs._note import NoteError, NoteVerifier
+from .keys import ApproverKeys
 
 REQUESTED = Kind.APPROVAL_REQUESTED
 VOTE = Kind.APPROVAL_VOTE
@@ -138,33 +145,6 @@ class Vote:
     key: str | None = None
 
 
-@dataclass
-class ApproverKeys:
-    """Registered Ed25519 keys per approver id (``key id`` -> verifier), revocations applied."""
-
-    keys: dict[str, NoteVerifier] = field(default_factory=dict)
-    owners: dict[str, str] = field(default_factory=dict)
-    revoked: set[str] = field(default_factory=set)
-
-    def add(self, approver: str, key_text: str) -> str | None:
-        try:
-            verifier = NoteVerifier.parse(key_text)
-        except NoteError:
-            return None
-        key_id = verifier.encode()
-        self.keys[key_id] = verifier
-        self.owners[key_id] = approver
-        self.revoked.discard(key_id)
-        return key_id
-
-    def active(self, approver: str) -> list[NoteVerifier]:
-        return [
-            v
-            for key_id, v in self.keys.items()
-            if self.owners[key_id] == approver and key_id not in self.revoked
-        ]
-
-
 def decode_signature(text: str) -> bytes | None:
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
@@ -186,6 +166,8 @@ class ApprovalBook:
 
     def take(self, record: Record) -> None:
         kind, data = record.kind, record.data
+        if record.seq == 1:
+            self.keys.log = record.hash  # what key records are bound to
         if kind == REQUESTED:
             request = ApprovalRequest.from_record(record)
             if request is not None:
@@ -200,10 +182,8 @@ class ApprovalBook:
             self.decided[str(data.get("request"))] = str(data.get("decision"))
         elif kind == "saga.end" and record.saga is not None:
             self.ended_sagas.add(record.saga)
-        elif kind == KEY_ADDED:
-            self.keys.add(str(data.get("approver")), str(data.get("key")))
-        elif kind == KEY_REVOKED:
-            self.keys.revoked.add(str(data.get("key")))
+        elif kind in (KEY_ADDED, KEY_REVOKED):
+            self.keys.take(record)
 
     def take_all(self, records: Iterable[Record]) -> ApprovalBook:
         for record in records:

@@ -26,6 +26,19 @@ if TYPE_CHECKING:
 
 __all__ = ["ApprovalChannel", "Approvals"]
 
+UNSIGNED_LIMIT = (
+    "approvals are unsigned (require_signature=False): a vote names its approver but proves "
+    "nothing, so it rests on the file permissions of the home (or the PostgreSQL role's "
+    "grants): any process that can write the log can approve as any allowed approver; "
+    "use Approvals(require_signature=True) where a forged approval would move money"
+)
+SIGNED_LIMIT = (
+    "signed approvals rest on the approver keys: a key counts only when a trusted "
+    "administrator key (admin_keys, configured outside the home) or the approver's own "
+    "current key registered it, so whoever holds an administrator key, or can change the "
+    "admin_keys configuration, can register a key for any approver"
+)
+
 
 class ApprovalChannel(Protocol):
     """Where requests are shown to humans (a chat message, a ticket). Both calls must return
@@ -69,6 +82,8 @@ class Approvals:
         self.poll = poll
 
     def describe(self) -> dict[str, JSONValue]:
+        """The manifest's ``approvals`` section; its ``not_claimed`` lines say what a vote
+        rests on (the kit adds them to the manifest's ``not_claimed``)."""
         approvers: list[JSONValue] = list(self.approvers)
         channels: list[JSONValue] = [type(c).__name__ for c in self.channels]
         return {
@@ -76,6 +91,7 @@ class Approvals:
             "expires_after_seconds": self.expires_after,
             "require_signature": self.require_signature,
             "channels": channels,
+            "not_claimed": [UNSIGNED_LIMIT if not self.require_signature else SIGNED_LIMIT],
         }
 
     def approve_step(self, step: ApprovalStep) -> tuple[str, str] | None:

@@ -1,12 +1,9 @@
-"""AgentKit: the one-object SDK, and the process-wide default kit behind the module-level API."""
+"""AgentKit: the one-object SDK (the default kit behind the module-level API is in ``defaults``)."""
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -15,10 +12,10 @@ from .._config import resolve_home
 from .._engine.compensation import DEFAULT_REGISTRY, CompensatorRegistry
 from .._engine.events import Observers
 from .._engine.observe import Observer
-from .._engine.runtime import Runtime
+from .._engine.runtime import Runtime, StepApprover
 from .._engine.saga import Saga
 from .._engine.spec import ToolRegistry
-from .._engine.tool import DEFAULT_TOOLS, _declare
+from .._engine.tool import _declare
 from .._engine.transaction import Transaction
 from .._errors import AgentSagaError, ConfigurationError
 from .._gate.decisions import Gate, Rule
@@ -26,6 +23,7 @@ from .._gate.killswitch import KillSwitch
 from .._log.filestore import FileLogStore
 from .._log.records import Entry, Kind, Semantics
 from .._log.store import LogStore, VerifyReport
+from .connect import Connection, connect, server_setting
 from .manifest import Status, guarantees, status
 from .mesh import MeshMethods, mesh_manifest
 from .speculation import SpeculationMethods
@@ -76,6 +74,10 @@ class AgentKit(SpeculationMethods, MeshMethods):
         name: how messages name this kit (default: its home). A tool declared with
             :meth:`tool` belongs to this kit: called inside another kit's transaction it is
             refused, and the refusal names both kits.
+        server: a control plane's URL (``$AGENT_SAGA_SERVER`` when ``None``): the log stays
+            local and is shipped there in the background; the kill switch, approvals and
+            budgets come from the server (needs ``agent-saga-server``; see ``connect.py``).
+        token: the agent token for ``server``.
     """
 
     def __init__(
@@ -97,14 +99,31 @@ class AgentKit(SpeculationMethods, MeshMethods):
         approvals: Approvals | None = None,
         observers: Iterable[Observer] = (),
         name: str | None = None,
+        server: str | None = None,
+        token: str | None = None,
     ) -> None:
         self.home: Path = resolve_home(home)
         self.name = name or str(self.home)
         self._chain_key = chain_key
         clock = clock or SystemClock()
-        opened = open_store(store, self.home, chain_key)
-        if approvals is None:
-            approvals = configured_approvals()
+        url = server_setting(server)
+        self.connection: Connection | None = (
+            None if url is None else connect(url, token=token, home=self.home)
+        )
+        try:
+            opened = open_store(store, self.home, chain_key)
+        except BaseException:
+            if self.connection is not None:
+                self.connection.close()  # its kill switch stream is already running
+            raise
+        approver: StepApprover | None = approvals
+        if approver is None and self.connection is not None:
+            approver = self.connection.approvals
+        if approver is None:
+            approver = configured_approvals()
+        if self.connection is not None:
+            rules = self.connection.rules(list(rules))
+            kill_switch = kill_switch or self.connection.kill_switch
         self._own_switch = kill_switch is None
         self.runtime = Runtime(
             store=opened,
@@ -115,7 +134,7 @@ class AgentKit(SpeculationMethods, MeshMethods):
             registry=registry or DEFAULT_REGISTRY,
             tools=tools or ToolRegistry(self.name),
             fast_path=fast_path,
-            approvals=approvals,
+            approvals=approver,
             observers=Observers(observers),
         )
         self.checkpointer: Checkpointer | None = None
@@ -135,6 +154,12 @@ class AgentKit(SpeculationMethods, MeshMethods):
                 poll=min(poll, checkpoint_interval),
             )
             self.checkpointer.start()
+        if self.connection is not None:
+            try:
+                self.connection.attach(opened, self.home)
+            except BaseException:
+                self.close()  # nothing of this kit stays open
+                raise
 
     @property
     def store(self) -> LogStore:
@@ -272,6 +297,10 @@ class AgentKit(SpeculationMethods, MeshMethods):
     def status(self) -> Status:
         """Readiness, computed now: never ready when halted or when a signal cannot be read."""
         report = status(self.runtime, self.runtime.tools.specs())
+        if self.connection is not None:
+            problems = self.connection.health()
+            checks = {**report.checks, "server": "; ".join(problems) or "ok"}
+            report = Status(report.ready and not problems, (*report.reasons, *problems), checks)
         if self.checkpointer is None:
             return report
         health, problem = self.checkpointer.readiness()
@@ -285,10 +314,15 @@ class AgentKit(SpeculationMethods, MeshMethods):
         manifest = guarantees(self.runtime, self.runtime.tools.specs(), __version__)
         approvals = self.runtime.approvals
         manifest["approvals"] = None if approvals is None else approvals.describe()
+        if manifest["approvals"] is not None:  # what a vote rests on is a limit too
+            manifest["not_claimed"].extend(manifest["approvals"].get("not_claimed", []))
         manifest["checkpoints"] = (
             None if self.checkpointer is None else self.checkpointer.describe()
         )
         self.speculation_manifest(manifest)
+        if self.connection is not None:
+            manifest["server"] = self.connection.describe()
+            manifest["not_claimed"].extend(self.connection.not_claimed())
         return mesh_manifest(manifest)
 
     def checkpoint(self) -> Checkpoint:
@@ -314,6 +348,8 @@ class AgentKit(SpeculationMethods, MeshMethods):
                     self.checkpointer.close(final=False)  # closing the store reports it
                 else:
                     self.checkpointer.close()
+            if self.connection is not None:
+                self.connection.close()  # after the last checkpoint, so it is shipped too
             self.runtime.store.close()
         finally:
             close_switch = getattr(self.runtime.kill_switch, "close", None)
@@ -325,64 +361,6 @@ class AgentKit(SpeculationMethods, MeshMethods):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _Defaults:
-    """The process-wide default kit, made on first use, and the lock that guards making it."""
-
-    lock = threading.Lock()
-    kits: dict[str, AgentKit] = {}  # noqa: RUF012 - one mapping for the process, on purpose
-
-
-def _forget_defaults_in_child() -> None:
-    """A forked child builds its own default kit: the parent's store never writes there."""
-    _Defaults.lock = threading.Lock()  # another thread may have held it at the fork
-    _Defaults.kits = {}
-
-
-os.register_at_fork(after_in_child=_forget_defaults_in_child)
-_override: ContextVar[AgentKit | None] = ContextVar("agent_saga_kit", default=None)
-
-
-def default_kit() -> AgentKit:
-    """The kit behind ``saga_scope``: the innermost :func:`use_kit` one, else a process-wide kit
-    on the durable file store, created on first use."""
-    kit = _override.get()
-    if kit is not None:
-        return kit
-    with _Defaults.lock:
-        kit = _Defaults.kits.get("kit")
-        if kit is None:
-            kit = _Defaults.kits["kit"] = AgentKit(tools=DEFAULT_TOOLS)
-        return kit
-
-
-@contextmanager
-def use_kit(kit: AgentKit) -> Iterator[AgentKit]:
-    """Route the module-level API (``saga_scope``) to ``kit`` within this block."""
-    token = _override.set(kit)
-    try:
-        yield kit
-    finally:
-        _override.reset(token)
-
-
-@overload
-def saga_scope(name: F, /) -> F: ...
-@overload
-def saga_scope(name: str | None = None, /, *, resume: str | None = None) -> Transaction: ...
-
-
-def saga_scope(name: str | F | None = None, /, *, resume: str | None = None) -> Transaction | F:
-    """A transaction on the default kit.
-
-    ``with saga_scope("book-trip"):``, ``async with saga_scope():``, ``@saga_scope`` or
-    ``@saga_scope("book-trip")``. The kit is looked up when the transaction starts.
-    ``resume=saga_id`` continues a suspended saga (see :meth:`AgentKit.transaction`).
-    """
-    if callable(name):
-        return Transaction(_default_runtime)(name)
-    return Transaction(_default_runtime, name, resume=_resumer(resume))
 
 
 def _resumer(saga_id: str | None) -> Callable[[Runtime], Saga] | None:
@@ -398,7 +376,3 @@ def _resumer(saga_id: str | None) -> Callable[[Runtime], Saga] | None:
         return resume_saga(runtime, saga_id)
 
     return resume
-
-
-def _default_runtime() -> Runtime:
-    return default_kit().runtime

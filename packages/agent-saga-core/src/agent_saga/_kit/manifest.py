@@ -29,6 +29,20 @@ BEYOND_CHECKPOINT = (
     "cannot write"
 )
 
+REDACTION_CHECKED = (
+    "a value masked after it was written (agent-saga redact) counts only when a later "
+    "log.redaction record signed by a trusted administrator key (admin_keys) names it; the "
+    "masked record keeps its hash, and its kind, saga, seq, ts and every value not masked are "
+    "still checked against it"
+)
+"""What a redaction may change (stated in ``docs/guarantees.md``)."""
+REDACTION_LIMIT = (
+    "whoever holds a trusted administrator key, or can change admin_keys or the key files it "
+    "names, can mask any value under args, result, error or cause (not change anything "
+    "else); records written before record version 2 and masked in place rest on that "
+    "signature, not on their hash"
+)
+
 
 @dataclass(frozen=True)
 class Status:
@@ -118,6 +132,7 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         "record); recovery finishes the rollback once the process is gone",
         "a store opened before os.fork() refuses to write in the child",
         "every record hash-chained; verify reports the first bad offset",
+        REDACTION_CHECKED,
     ]
     if durable:
         after.append("terminal record of every transaction fsynced before it returns")
@@ -134,6 +149,7 @@ def guarantees(runtime: Runtime, tools: list[ToolSpec], version: str) -> dict[st
         "compensators must be idempotent per idempotency key: recovery re-runs one whose "
         "outcome a crash left unlogged",
         BEYOND_CHECKPOINT,
+        REDACTION_LIMIT,
         "compensators run even while halted: the kill switch stops new effects, not undo",
     ]
     if not durable:

@@ -1,10 +1,11 @@
 """The hash chain: sealing entries into records and checking records against their chain.
 
 The byte layout of a stored record is its canonical JSON object (keys ``data``, ``hash``,
-``kind``, ``prev``, ``saga``, ``seq``, ``ts``, ``v`` in that sorted order) followed by ``\\n``.
-The hashed bytes are the same object without ``hash``. Both are assembled from one canonical
-encoding of ``data`` (the other fields are strings and integers with a fixed encoding), so
-sealing and verifying cost one JSON encoding per record.
+``kind``, ``prev``, ``saga``, ``salts`` when it has some, ``seq``, ``ts``, ``v`` in that sorted
+order) followed by ``\\n``. The hashed bytes are the same object without ``hash`` and ``salts``,
+in which (version 2) every committed value is replaced by its salted commitment (see
+:mod:`.commit`); a record that commits no value is hashed exactly as stored. Version 1 records,
+written before commitments existed, hash their stored bytes without ``hash``.
 """
 
 from __future__ import annotations
@@ -18,26 +19,55 @@ from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non
 from typing import Any, Literal, NamedTuple, overload
 
 from .codec import CodecError, canonical
+from .commit import COMMITTED, masked_leaves, open_forms, sealed_forms
 from .records import GENESIS, RECORD_VERSION, Entry, Record
 
 MAX_RECORD_BYTES = 4 * 1024 * 1024
 """Records larger than this are refused on write and treated as corrupt on read."""
 
 _KEYS = frozenset({"data", "hash", "kind", "prev", "saga", "seq", "ts", "v"})
+_SALTED_KEYS = _KEYS | {"salts"}
+_VERSIONS = (1, RECORD_VERSION)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def _tail(kind: str, prev: str, saga: str | None, seq: int, ts: int) -> bytes:
-    """The encoded fields after ``data`` (and ``hash``), in canonical order."""
+def _tails(
+    kind: str,
+    prev: str,
+    saga: str | None,
+    seq: int,
+    ts: int,
+    salts: str | None = None,
+    v: int = RECORD_VERSION,
+) -> tuple[bytes, bytes]:
+    """The encoded fields after ``data`` (and ``hash``), in canonical order: as hashed (without
+    ``salts``) and as stored."""
     saga_json = "null" if saga is None else _quote(saga)
-    text = (
-        f',"kind":{_quote(kind)},"prev":"{prev}","saga":{saga_json},'
-        f'"seq":{seq},"ts":{ts},"v":{RECORD_VERSION}}}'
-    )
     try:
-        return text.encode("utf-8")
+        if salts is None:
+            text = (
+                f',"kind":{_quote(kind)},"prev":"{prev}","saga":{saga_json},'
+                f'"seq":{seq},"ts":{ts},"v":{v}}}'
+            ).encode()
+            return text, text
+        head = f',"kind":{_quote(kind)},"prev":"{prev}","saga":{saga_json}'
+        end = f',"seq":{seq},"ts":{ts},"v":{v}}}'
+        return (head + end).encode("utf-8"), f'{head},"salts":{_quote(salts)}{end}'.encode()
     except UnicodeEncodeError as exc:
         raise CodecError(f"no canonical JSON form: {exc}") from exc
+
+
+def _tail(
+    kind: str,
+    prev: str,
+    saga: str | None,
+    seq: int,
+    ts: int,
+    salts: str | None = None,
+    v: int = RECORD_VERSION,
+) -> bytes:
+    """The stored fields after ``data`` (and ``hash``), in canonical order."""
+    return _tails(kind, prev, saga, seq, ts, salts, v)[1]
 
 
 def _body(data_bytes: bytes, tail: bytes) -> bytes:
@@ -48,6 +78,13 @@ def _line(data_bytes: bytes, digest: str, tail: bytes) -> bytes:
     return b'{"data":' + data_bytes + b',"hash":"' + digest.encode() + b'"' + tail
 
 
+def _keys_problem(obj: dict[str, Any]) -> str | None:
+    keys = obj.keys()
+    if keys == _KEYS or (keys == _SALTED_KEYS and obj["v"] != 1):
+        return None
+    return f"unexpected fields {sorted(keys ^ (_SALTED_KEYS if 'salts' in keys else _KEYS))}"
+
+
 def stored_line(obj: dict[str, Any]) -> bytes:
     """The stored bytes (without ``\\n``) of a decoded record object.
 
@@ -55,8 +92,9 @@ def stored_line(obj: dict[str, Any]) -> bytes:
         ValueError: other fields than a record's; TypeError or CodecError: fields of the
             wrong type or without a canonical form.
     """
-    if obj.keys() != _KEYS:
-        raise ValueError(f"unexpected fields {sorted(obj.keys() ^ _KEYS)}")
+    problem = _keys_problem(obj) if "v" in obj else "a record has a version"
+    if problem is not None:
+        raise ValueError(problem)
     kind, prev, saga, seq, ts, digest = (
         obj["kind"],
         obj["prev"],
@@ -65,13 +103,17 @@ def stored_line(obj: dict[str, Any]) -> bytes:
         obj["ts"],
         obj["hash"],
     )
+    salts, version = obj.get("salts"), obj["v"]
     if not (isinstance(kind, str) and isinstance(prev, str) and isinstance(digest, str)):
         raise TypeError("kind, prev and hash are strings")
     if not (saga is None or isinstance(saga, str)) or type(seq) is not int or type(ts) is not int:
         raise TypeError("saga is a string or null; seq and ts are integers")
-    if not _is_hex64(prev) or not _is_hex64(digest) or obj["v"] != RECORD_VERSION:
-        raise ValueError("prev and hash are 64 hex digits; v is the record version")
-    return _line(canonical(obj["data"]), digest, _tail(kind, prev, saga, seq, ts))
+    if not (salts is None or isinstance(salts, str)):
+        raise TypeError("salts is a string")
+    if not _is_hex64(prev) or not _is_hex64(digest) or version not in _VERSIONS:
+        raise ValueError("prev and hash are 64 hex digits; v is a record version")
+    tail = _tail(kind, prev, saga, seq, ts, salts, version)
+    return _line(canonical(obj["data"]), digest, tail)
 
 
 class Chain:
@@ -103,13 +145,19 @@ class Chain:
         Raises:
             CodecError: the entry's data has no canonical form or the record is too large.
         """
-        data_bytes = canonical(entry.data)
-        tail = _tail(entry.kind, prev, entry.saga, seq, entry.ts)
-        digest = self.digest(prev, _body(data_bytes, tail))
+        data = entry.data
+        forms = sealed_forms(data)
+        if forms is None:  # nothing that may be masked later: hashed as stored
+            salts = None
+            hashed_bytes = data_bytes = canonical(data)
+        else:
+            hashed_bytes, data_bytes, salts = forms
+        hashed_tail, tail = _tails(entry.kind, prev, entry.saga, seq, entry.ts, salts)
+        digest = self.digest(prev, _body(hashed_bytes, hashed_tail))
         line = _line(data_bytes, digest, tail)
         if len(line) >= MAX_RECORD_BYTES:
             raise CodecError(f"record of {len(line)} bytes exceeds {MAX_RECORD_BYTES}")
-        record = Record(seq, entry.ts, entry.kind, entry.saga, entry.data, prev, digest)
+        record = Record(seq, entry.ts, entry.kind, entry.saga, data, prev, digest, salts)
         return record, line + b"\n"
 
 
@@ -120,13 +168,18 @@ class ChainBreak(NamedTuple):
 
 
 class Masked(NamedTuple):
-    """A record in its chain position whose bytes no longer match its hash, and that holds a
-    redaction marker: valid only if a later ``log.redaction`` record accounts for it (see
-    :mod:`agent_saga._log.redaction`). ``hash`` is its stored hash as ASCII hex bytes."""
+    """A record, in its chain position, with values masked after it was written: valid only if
+    a later signed ``log.redaction`` record accounts for it (see :mod:`.redaction`).
+
+    ``leaves`` are the indexes of its masked committed values (version 2: its hash still
+    matches). Empty for a version 1 record masked in place, whose bytes no longer match its
+    hash; its stored hash is ``hash`` (ASCII hex bytes).
+    """
 
     seq: int
     hash: bytes
     record: Record | None = None
+    leaves: tuple[int, ...] = ()
 
 
 HASH_MISMATCH = "hash does not match the record's contents"
@@ -154,7 +207,9 @@ def parse_line(
     """Check one stored line (without its ``\\n``) against the chain position it should occupy.
 
     Never raises: every defect is returned as a :class:`ChainBreak` naming it. With
-    ``allow_masked``, a record masked after it was written comes back as :class:`Masked`.
+    ``allow_masked``, a record masked after it was written comes back as :class:`Masked`;
+    without, a version 2 record with masked values is returned as a :class:`Record` (its hash
+    holds) and a version 1 record masked in place is a :class:`ChainBreak`.
     """
     if len(line) >= MAX_RECORD_BYTES:
         return ChainBreak(f"record longer than {MAX_RECORD_BYTES} bytes")
@@ -168,10 +223,14 @@ def parse_line(
     if not isinstance(obj, dict):
         return ChainBreak("not a JSON object")
     result = check_object(chain, obj, expect_seq, expect_prev, stored=line)
-    masked = isinstance(result, ChainBreak) and result.reason == HASH_MISMATCH
-    if allow_masked and masked and _MARKER in line:
+    if not allow_masked:
+        return result
+    if isinstance(result, Record):
+        leaves = masked_leaves(result.salts)
+        return Masked(expect_seq, result.hash.encode(), result, tuple(leaves)) if leaves else result
+    if result.reason == HASH_MISMATCH and obj["v"] == 1 and _MARKER in line:
         data, kind, saga, ts = obj["data"], obj["kind"], obj["saga"], obj["ts"]
-        record = Record(expect_seq, ts, kind, saga, data, expect_prev, obj["hash"])
+        record = Record(expect_seq, ts, kind, saga, data, expect_prev, obj["hash"], None, 1)
         return Masked(expect_seq, obj["hash"].encode(), record)
     return result
 
@@ -184,12 +243,15 @@ def check_object(
     stored: bytes | None = None,
 ) -> Record | ChainBreak:
     """Check a decoded record object; ``stored`` are its bytes when they must be canonical."""
-    if obj.keys() != _KEYS:
+    if "v" not in obj:
         return ChainBreak(f"unexpected fields {sorted(obj.keys() ^ _KEYS)}")
+    problem = _keys_problem(obj)
+    if problem is not None:
+        return ChainBreak(problem)
     seq, ts, kind, saga, data = obj["seq"], obj["ts"], obj["kind"], obj["saga"], obj["data"]
-    prev, digest = obj["prev"], obj["hash"]
-    if obj["v"] != RECORD_VERSION or type(obj["v"]) is not int:
-        return ChainBreak(f"unsupported record version {obj['v']!r}")
+    prev, digest, version, salts = obj["prev"], obj["hash"], obj["v"], obj.get("salts")
+    if type(version) is not int or version not in _VERSIONS:
+        return ChainBreak(f"unsupported record version {version!r}")
     if type(seq) is not int or type(ts) is not int:
         return ChainBreak("seq and ts must be integers")
     if not isinstance(kind, str) or not (saga is None or isinstance(saga, str)):
@@ -203,34 +265,42 @@ def check_object(
     if prev != expect_prev:  # expect_prev is known-good hex, so this also checks the form
         return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
     try:
-        data_bytes = canonical(data)
-        tail = _tail(kind, prev, saga, seq, ts)
+        tail, stored_tail = _tails(kind, prev, saga, seq, ts, salts, version)
+        if salts is not None:
+            hashed_bytes, data_bytes, _ = open_forms(data, salts)
+        elif version != 1 and any(key in data for key in COMMITTED):
+            return ChainBreak("committed values without their salts")
+        else:
+            hashed_bytes = data_bytes = canonical(data)
     except CodecError as exc:
         return ChainBreak(str(exc))
-    if stored is not None and _line(data_bytes, digest, tail) != stored:
+    if stored is not None and _line(data_bytes, digest, stored_tail) != stored:
         return ChainBreak("bytes are not the canonical encoding of the record")
-    if not hmac.compare_digest(chain.digest(prev, _body(data_bytes, tail)), digest):
+    if not hmac.compare_digest(chain.digest(prev, _body(hashed_bytes, tail)), digest):
         return ChainBreak(HASH_MISMATCH)
-    return Record(seq, ts, kind, saga, data, prev, digest)
+    return Record(seq, ts, kind, saga, data, prev, digest, salts, version)
 
 
 _TAIL = re.compile(
     rb',"kind":"(?:[^"\\\x00-\x1f]|\\.)*","prev":"([0-9a-f]{64})",'
-    rb'"saga":(?:null|"(?:[^"\\\x00-\x1f]|\\.)*"),"seq":(0|[1-9][0-9]{0,18}),'
-    rb'"ts":-?(?:0|[1-9][0-9]{0,18}),"v":1\}'
+    rb'"saga":(?:null|"(?:[^"\\\x00-\x1f]|\\.)*")(,"salts":"[A-Za-z0-9_.-]*")?,'
+    rb'"seq":(0|[1-9][0-9]{0,18}),"ts":-?(?:0|[1-9][0-9]{0,18}),"v":([12])\}'
 )
 _HASH_FIELD = b',"hash":"'
+_COMMITTED_KEYS = tuple(b'"' + key.encode() + b'":' for key in COMMITTED)
 
 
 def check_line_fast(
     chain: Chain, line: bytes, expect_seq: int, expect_prev: bytes
 ) -> tuple[int, bytes] | ChainBreak | Masked:
-    """Check a stored line's framing, chain position and hash without decoding ``data``.
+    """Check a stored line's framing, chain position and hash, decoding ``data`` only when the
+    record commits values (see :mod:`.commit`).
 
-    ``expect_prev`` is the previous record's hash as ASCII hex bytes. The hash covers the
-    stored bytes, so any change to them is caught here; the fields after ``data`` must be in
-    their canonical form. Reading a record (:func:`parse_line`) additionally checks that
-    ``data`` is canonical JSON. Returns ``(seq, hash as ASCII hex bytes)``.
+    ``expect_prev`` is the previous record's hash as ASCII hex bytes. A record that commits
+    nothing is hashed as stored, so any change to its bytes is caught here without decoding;
+    the fields after ``data`` must be in their canonical form. Reading a record
+    (:func:`parse_line`) additionally checks that ``data`` is canonical JSON. Returns
+    ``(seq, hash as ASCII hex bytes)``.
     """
     cut = line.rfind(_HASH_FIELD)  # the top-level field: inside strings quotes are escaped
     if cut < 9 or not line.startswith(b'{"data":{'):
@@ -238,18 +308,27 @@ def check_line_fast(
     found = _TAIL.fullmatch(line, cut + 74)
     if found is None or line[cut + 73 : cut + 74] != b'"':
         return ChainBreak("record fields are not in canonical form")
-    seq = int(found.group(2))
+    seq = int(found.group(3))
     if seq != expect_seq:
         return ChainBreak(f"seq {seq} where {expect_seq} was expected")
     if found.group(1) != expect_prev:
         return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
+    if found.group(4) == b"1" and found.group(2) is not None:
+        return ChainBreak("unexpected fields ['salts'] in a version 1 record")
+    if found.group(4) != b"1" and (
+        found.group(2) is not None or any(key in line for key in _COMMITTED_KEYS)
+    ):
+        result = parse_line(chain, line, seq, expect_prev.decode(), allow_masked=True)
+        if isinstance(result, Record):
+            return seq, result.hash.encode()
+        return result
     view = memoryview(line)
     hasher = chain.hasher(expect_prev)
     hasher.update(view[:cut])
     hasher.update(view[cut + 74 :])
     computed = hexlify(hasher.digest())
     if computed != line[cut + 9 : cut + 73]:
-        if _MARKER in line:
+        if found.group(4) == b"1" and _MARKER in line:
             return Masked(seq, line[cut + 9 : cut + 73])
         return ChainBreak(HASH_MISMATCH)
     return seq, computed

@@ -2,9 +2,11 @@
 tool semantics that decide how durable a step's records must be.
 
 A record is sealed by a store when it is appended: the store assigns the global ``seq`` and the
-``prev`` hash of the record before it, then computes ``hash = H(prev || canonical(record))``
-where ``canonical(record)`` is the record's canonical JSON without the ``hash`` field and ``H``
-is SHA-256 (or HMAC-SHA-256 when the chain is keyed).
+``prev`` hash of the record before it, then computes ``hash = H(prev || hashed form)`` where
+``H`` is SHA-256 (or HMAC-SHA-256 when the chain is keyed). The hashed form is the record's
+canonical JSON without ``hash`` (and ``salts``) in which every value that may be masked later is
+replaced by its salted commitment (record version 2, see :mod:`agent_saga._log.commit`);
+version 1 records (written before) hash their canonical JSON as it is stored.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any, NamedTuple
 
 from .codec import JSONValue
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+"""The version new records are written with; version 1 records still read and verify."""
 GENESIS = "0" * 64
 """The ``prev`` of the first record."""
 
@@ -79,6 +82,8 @@ class Kind(enum.StrEnum):
     APPROVAL_DECIDED = "approval.decided"
     KEY_ADDED = "approver.key_added"
     KEY_REVOKED = "approver.key_revoked"
+    KEY_REFUSED = "approver.key_refused"
+    """An attempt to register or revoke an approver key without the authority to."""
     REDACTION = "log.redaction"
     """Records masked after they were written (see :mod:`agent_saga._log.redaction`)."""
     SPECULATION_ISSUED = "speculation.issued"
@@ -121,11 +126,14 @@ class Record(NamedTuple):
     data: dict[str, JSONValue]
     prev: str
     hash: str
+    salts: str | None = None
+    """The salts of its committed values (version 2 records that commit any), in leaf order."""
+    v: int = RECORD_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON object, ``hash`` included."""
-        return {
-            "v": RECORD_VERSION,
+        """The record as a JSON object, ``hash`` included (and ``salts`` when it has some)."""
+        out: dict[str, Any] = {
+            "v": self.v,
             "seq": self.seq,
             "ts": self.ts,
             "kind": self.kind,
@@ -134,3 +142,6 @@ class Record(NamedTuple):
             "prev": self.prev,
             "hash": self.hash,
         }
+        if self.salts is not None:
+            out["salts"] = self.salts
+        return out

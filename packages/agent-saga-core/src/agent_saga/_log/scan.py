@@ -14,8 +14,9 @@ from .._errors import CorruptLogError
 from .chain import _KEYS, MAX_RECORD_BYTES, Chain, ChainBreak, Masked, check_line_fast, parse_line
 from .codec import CodecError, decode
 from .fs import FileSystem
+from .ledger import RedactionLedger
 from .records import GENESIS, Record
-from .redaction import REDACTION_KIND, RedactionLedger
+from .redaction import REDACTION_KIND
 
 CHUNK = 1 << 20
 
@@ -98,22 +99,26 @@ def walk(
         result = parse_line(chain, line[:-1], seq + 1, prev, allow_masked=True)
         if isinstance(result, ChainBreak):
             raise CorruptLogError(where, offset, result.reason, seq + 1)
+        masked = isinstance(result, Masked)
         if isinstance(result, Masked):
             assert result.record is not None
-            ledger.hold(result.seq, offset, line[:-1])
+            if result.leaves:
+                ledger.hold_leaves(result.seq, offset, result.leaves)
+            else:
+                ledger.hold(result.seq, offset, line[:-1])
             result = result.record
-        elif result.kind == REDACTION_KIND:
-            problem = ledger.justify(result.data)
+        if result.v != 1 and ledger.first_v2 is None:
+            ledger.saw_version_2(result.seq)
+        if not masked and result.kind == REDACTION_KIND:
+            problem = ledger.justify(result.seq, result.prev, result.data, offset)
             if problem is not None:
                 raise CorruptLogError(where, offset, problem, result.seq)
         yield offset, len(line), result
         seq, prev = result.seq, result.hash
     unjustified = ledger.first_unjustified()
     if unjustified is not None:
-        raise CorruptLogError(where, unjustified[1], UNJUSTIFIED, unjustified[0])
-
-
-UNJUSTIFIED = "record changed after it was written (no redaction record accounts for it)"
+        bad_seq, bad_offset, why = unjustified
+        raise CorruptLogError(where, bad_offset, why, bad_seq)
 
 
 def scan(
@@ -137,7 +142,7 @@ def scan(
     count, position, last = 0, start, prev.encode("ascii")
     pending, read_to = b"", start
     ledger = RedactionLedger()
-    before_masked: dict[int, tuple[int, int, bytes]] = {}  # seq -> (count, seq, hash) before it
+    before: dict[int, tuple[int, int, bytes]] = {}  # masked or redaction seq -> state before it
 
     def broken(reason: str) -> Tail:
         damage = CorruptLogError(where, position, reason, seq + 1)
@@ -147,9 +152,9 @@ def scan(
         unjustified = ledger.first_unjustified()
         if unjustified is None:
             return tail
-        bad_seq, offset = unjustified
-        good, good_seq, good_hash = before_masked[bad_seq]
-        damage = CorruptLogError(where, offset, UNJUSTIFIED, bad_seq)
+        bad_seq, offset, why = unjustified
+        good, good_seq, good_hash = before[bad_seq]
+        damage = CorruptLogError(where, offset, why, bad_seq)
         return Tail(good, good_seq, good_hash.decode(), offset, size, damage)
 
     def free_space() -> Tail:
@@ -173,13 +178,22 @@ def scan(
             if isinstance(result, ChainBreak):
                 return broken(result.reason)
             if isinstance(result, Masked):
-                before_masked[result.seq] = (count, seq, last)
-                ledger.hold(result.seq, position, line)
+                before[result.seq] = (count, seq, last)
+                if result.leaves:
+                    ledger.hold_leaves(result.seq, position, result.leaves)
+                    if ledger.first_v2 is None:
+                        ledger.saw_version_2(result.seq)
+                else:
+                    ledger.hold(result.seq, position, line)
                 result = (result.seq, result.hash)
-            elif _REDACTION_TAIL in line:
-                problem = _justify(ledger, line)
-                if problem is not None:
-                    return broken(problem)
+            else:
+                if ledger.first_v2 is None and line.endswith(_V2_END):
+                    ledger.saw_version_2(seq + 1)
+                if _REDACTION_TAIL in line:
+                    before[seq + 1] = (count, seq, last)
+                    problem = _justify(ledger, line, position)
+                    if problem is not None:
+                        return broken(problem)
             count, (seq, last), position = count + 1, result, position + len(line) + 1
         if pending[:1] == b"\x00":
             return free_space()
@@ -191,10 +205,12 @@ def scan(
 
 
 _REDACTION_TAIL = b',"kind":"' + REDACTION_KIND.encode() + b'","prev":'
+_V2_END = b',"v":2}'
 
 
-def _justify(ledger: RedactionLedger, line: bytes) -> str | None:
-    """Apply a ``log.redaction`` record found by the fast scan (rare: decoded in full)."""
+def _justify(ledger: RedactionLedger, line: bytes, offset: int) -> str | None:
+    """Apply a ``log.redaction`` record found by the fast scan (rare: decoded in full; its
+    hash and position were checked already)."""
     try:
         obj = decode(line)
     except CodecError as exc:
@@ -202,7 +218,7 @@ def _justify(ledger: RedactionLedger, line: bytes) -> str | None:
     data = obj.get("data") if isinstance(obj, dict) else None
     if not isinstance(data, dict) or obj.get("kind") != REDACTION_KIND:
         return "malformed redaction record"
-    return ledger.justify(data)
+    return ledger.justify(obj["seq"], obj["prev"], data, offset)
 
 
 def all_zero(fs: FileSystem, fd: int, start: int, end: int) -> bool:

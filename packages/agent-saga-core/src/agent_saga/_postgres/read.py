@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import CorruptLogError
 from .._log.chain import Chain, ChainBreak, parse_line
+from .._log.ledger import RedactionLedger
 from .._log.records import GENESIS, Record
 
 if TYPE_CHECKING:
@@ -41,9 +42,11 @@ def checked_records(
     """The records of ``rows``, verified while read.
 
     Raises:
-        CorruptLogError: at the first row that is missing, off the chain or mislabelled.
+        CorruptLogError: at the first row that is missing, off the chain or mislabelled, or
+            whose masked values no signed redaction record accounts for (see ``_log.ledger``).
     """
     prev, expect = GENESIS, 1
+    ledger = RedactionLedger()
     for seq, digest, line in rows:
         index = expect - 1
         if seq != expect:
@@ -54,8 +57,14 @@ def checked_records(
             raise CorruptLogError(where, index, result.reason, seq=expect)
         if digest != result.hash:
             raise CorruptLogError(where, index, "hash column does not match the record", expect)
+        problem = ledger.see(result, index)
+        if problem is not None:
+            raise CorruptLogError(where, index, problem, seq=expect)
         yield result
         prev, expect = result.hash, expect + 1
+    unjustified = ledger.first_unjustified()
+    if unjustified is not None:
+        raise CorruptLogError(where, unjustified[1], unjustified[2], seq=unjustified[0])
 
 
 def check_tail(conn: PgConnection, last: Composed, chain: Chain, where: str) -> None:

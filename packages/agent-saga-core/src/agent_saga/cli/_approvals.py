@@ -4,6 +4,10 @@ The CLI approver's identity is the operating-system account running the command
 (``unix:<login>``), never a flag. With ``--sign``, the identity is the approver whose
 registered public key matches the private key given, and the vote carries an Ed25519 signature
 over the request, its step, its action digest and a fresh nonce.
+
+Registering or revoking an approver key needs ``--sign`` with a trusted administrator key
+(``admin_keys``) or the approver's current key; an attempt without that authority is refused
+and logged as ``approver.key_refused`` (see :mod:`agent_saga._approvals.keys`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import click
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from .._approvals.keys import KeyGrant, key_message
 from .._approvals.request import (
     KEY_ADDED,
     KEY_REVOKED,
@@ -30,8 +35,9 @@ from .._approvals.request import (
     signing_message,
 )
 from .._approvals.votes import submit_vote
+from .._log.admins import admin_id, trusted_admin_keys
 from .._log.codec import JSONValue
-from .._log.records import Entry
+from .._log.records import Entry, Kind
 from .._log.store import LogStore
 from ..proofs._note import NoteVerifier
 from ..proofs._signing import PASSPHRASE_ENV
@@ -185,21 +191,67 @@ def _control(store: LogStore, kind: str, data: dict[str, JSONValue]) -> None:
     store.append([Entry(kind, None, data, int(time.time() * 1000))], sync=True)
 
 
+SIGN_KEY_HELP = (
+    "Sign with this Ed25519 private key (PEM): a trusted administrator key (admin_keys), or "
+    "the approver's current registered key (to rotate or revoke it). Required."
+)
+
+
+_sign_option = click.option(
+    "--sign", type=click.Path(exists=True, dir_okay=False, path_type=Path), help=SIGN_KEY_HELP
+)
+
+
+def _grant(
+    action: str, approver: str, key_text: str, sign: Path | None, book: ApprovalBook
+) -> KeyGrant | str:
+    """The authority for ``action`` on ``key_text``, signed with ``sign``; or why there is none."""
+    if sign is None:
+        return f"needs --sign: an administrator key (admin_keys) or {approver}'s current key"
+    private = _load_private(sign)
+    public = private.public_key().public_bytes_raw()
+    current = [v.encode() for v in book.keys.active(approver) if v.public_key == public]
+    if public in trusted_admin_keys():
+        authority, signer = "admin", admin_id(public)
+    elif current:
+        authority, signer = "approver", current[0]
+    else:
+        return f"the --sign key is neither a trusted administrator key nor a key of {approver}"
+    nonce = secrets.token_hex(16)
+    message = key_message(action, approver, key_text, nonce, book.keys.log)
+    signature = base64.b64encode(private.sign(message)).decode()
+    grant = KeyGrant(authority, signer, nonce, signature)
+    return book.keys.check(action, approver, key_text, grant.to_data()) or grant
+
+
+def _change_key(
+    store: LogStore, book: ApprovalBook, action: str, approver: str, key: str, sign: Path | None
+) -> None:
+    """Append the key record with its authority, or log the refusal and fail."""
+    grant = _grant(action, approver, key, sign, book)
+    data: dict[str, JSONValue] = {"approver": approver, "key": key, "by": cli_identity()}
+    if isinstance(grant, str):
+        _control(store, Kind.KEY_REFUSED, {**data, "action": action, "reason": grant})
+        raise CliError(f"refused (logged): {grant}")
+    _control(store, KEY_ADDED if action == "add" else KEY_REVOKED, {**data, **grant.to_data()})
+
+
 @keys.command(name="add")
 @click.argument("approver")
 @click.argument("public_key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def keys_add(approver: str, public_key: Path) -> None:
+@_sign_option
+def keys_add(approver: str, public_key: Path, sign: Path | None) -> None:
     """Register an approver's Ed25519 public key (PEM or verifier key)."""
     settings = current_settings()
     key_text = _read_public(public_key, approver)
     with _store(settings.home) as store:
-        _control(store, KEY_ADDED, {"approver": approver, "key": key_text, "by": cli_identity()})
+        _change_key(store, _book(store), "add", approver, key_text, sign)
     settings.console.print(f"registered for {approver}: {key_text}", markup=False, soft_wrap=True)
 
 
 @keys.command(name="list")
 def keys_list() -> None:
-    """List registered approver keys (revoked ones marked)."""
+    """List registered approver keys (revoked ones marked) and key records that were ignored."""
     settings = current_settings()
     with _store(settings.home) as store:
         book = _book(store)
@@ -208,18 +260,21 @@ def keys_list() -> None:
     for key, owner in book.keys.owners.items():
         state = "REVOKED" if key in book.keys.revoked else "active"
         settings.console.print(f"{owner}  {state}  {key}", markup=False, soft_wrap=True)
+    for seq, why in book.keys.refused:
+        settings.console.print(f"IGNORED record {seq}: {one_line(why)}", markup=False)
 
 
 @keys.command(name="revoke")
 @click.argument("key")
-def keys_revoke(key: str) -> None:
+@_sign_option
+def keys_revoke(key: str, sign: Path | None) -> None:
     """Revoke a registered key (give the key text as listed); its signatures stop counting."""
     settings = current_settings()
     with _store(settings.home) as store:
         book = _book(store)
         if key not in book.keys.owners:
             raise BadInputError("no such registered key (see 'agent-saga keys list')")
-        _control(store, KEY_REVOKED, {"key": key, "by": cli_identity()})
+        _change_key(store, book, "revoke", book.keys.owners[key], key, sign)
     settings.console.print(f"revoked: {key}", markup=False, soft_wrap=True)
 
 

@@ -46,8 +46,9 @@ from ._mesh import COMMANDS as MESH_COMMANDS
 from ._mesh import verify_mesh
 from ._plugins import load_plugin_command, plugin_commands
 from ._proofs import COMMANDS as PROOF_COMMANDS
-from ._proofs import KEY_HELP, checkpoint_lines, redaction_lines
+from ._proofs import KEY_HELP, checkpoint_lines
 from ._recover import recover
+from ._redact import admin_key_option, redaction_lines
 from ._render import make_console, render_replay, render_sagas, render_status, render_verify
 from ._settings import Settings, pass_settings
 from ._settle import settle
@@ -234,6 +235,7 @@ def replay(settings: Settings, saga_id: str) -> None:
     help="A checkpoint saved earlier: the log must still extend it (nothing removed or changed).",
 )
 @click.option("--key", default=None, help=KEY_HELP)
+@admin_key_option
 @pass_settings
 def verify(settings: Settings, since: Path | None, key: str | None) -> None:
     """Verify the hash chain from disk, then the log against its checkpoints.

@@ -32,11 +32,11 @@ from ..proofs._certify import CRITICAL
 from ..proofs._checkpoint import CheckpointError, open_checkpoint
 from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
 from ..proofs._note import NoteVerifier
-from ..proofs._redact import redact_path
 from ..proofs._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import reading, require_home, require_log
 from ._mesh import fleet_budgets
+from ._redact import admin_key_option, redact
 from ._settings import KEY_SOURCES, current_settings
 
 KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
@@ -146,6 +146,7 @@ def prove_command(saga_id: str, out: Path) -> None:
 @click.command(name="verify-proof")
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--key", required=True, help="The log's public key (text or file).")
+@admin_key_option
 def verify_proof(bundle: Path, key: str) -> None:
     """Check a disclosure bundle offline, with the log's public key only (exit 1 if not)."""
     settings = current_settings()
@@ -182,6 +183,7 @@ def verify_proof(bundle: Path, key: str) -> None:
     multiple=True,
     help="A merged log only: a fleet budget NAME=LIMIT[:AMOUNT[:TOOL,...]] (repeatable).",
 )
+@admin_key_option
 def certify_command(out: Path | None, budgets: tuple[str, ...]) -> None:
     """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL.
 
@@ -216,47 +218,6 @@ def certify_command(out: Path | None, budgets: tuple[str, ...]) -> None:
         _write_json(out, cert)
     if not cert["ok"]:
         raise SystemExit(EXIT_FAILED)
-
-
-@click.command()
-@click.argument("path")
-@click.option("--seq", "seqs", type=int, multiple=True, help="Only this record (repeatable).")
-@click.option("--reason", default="", help="Why (kept in the redaction record).")
-def redact(path: str, seqs: tuple[int, ...], reason: str) -> None:
-    """Mask a stored value in place, e.g. 'args.card.cvv' or 'args.items.*.cvv'.
-
-    Refused while an agent has the log open. The log still verifies afterwards, and a
-    log.redaction record says which records were masked; exit 1 when nothing matched.
-    """
-    settings = current_settings()
-    require_log(settings.home)
-    key = settings.chain_key()
-    report = redact_path(settings.home, path, seqs=seqs or None, key=key, reason=reason)
-    if not report.masked:
-        settings.console.print(f"no stored value at {one_line(path)}; nothing changed")
-        raise SystemExit(EXIT_FAILED)
-    for seq, paths in sorted(report.masked.items()):
-        settings.console.print(f"masked record {seq}: {', '.join(paths)}", markup=False)
-    settings.console.print(
-        f"recorded as record {report.record_seq}; the log still verifies", markup=False
-    )
-
-
-def redaction_lines(log: LogSnapshot) -> list[str]:
-    """One line per record masked after it was written (for ``verify``)."""
-    lines = []
-    for record in log.redactions:
-        entries = record.data.get("records")
-        for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, dict):
-                masked = entry.get("paths")
-                paths = ", ".join(str(p) for p in masked) if isinstance(masked, list) else "?"
-                lines.append(
-                    f"note: record {entry.get('seq')} was masked after it was written "
-                    f"({paths}; redaction record {record.seq}): its remaining content rests "
-                    "on that record, not on its original hash"
-                )
-    return lines
 
 
 COMMANDS = (keys, checkpoint, prove_command, verify_proof, certify_command, redact)

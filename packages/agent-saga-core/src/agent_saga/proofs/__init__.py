@@ -10,13 +10,15 @@ Everything here works offline on bytes and keys; nothing opens a log for writing
 * Signed checkpoints (C2SP tlog-checkpoint in a signed note): :class:`Checkpoint`,
   :func:`open_checkpoint`, :func:`check_extension` (:class:`ForkError` for a rewritten or
   forked log), and the keys :class:`NoteVerifier` / :class:`NoteSigner`.
-* Disclosure bundles: :func:`verify_bundle` (:class:`DisclosureError`).
-* certify's certificates: :func:`verify_certificate`.
+* Disclosure bundles: :func:`build_bundle` and :func:`verify_bundle` (:class:`DisclosureError`).
+* certify: :func:`certify_records` (the findings over records read elsewhere) and
+  :func:`verify_certificate`.
+* Records received from another process: :func:`check_record` (:class:`ChainError`).
 """
 
 from __future__ import annotations
 
-from ._certify import verify_certificate
+from ._certify import Finding, certify_records, verify_certificate
 from ._checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -25,7 +27,7 @@ from ._checkpoint import (
     open_checkpoint,
     parse_checkpoint,
 )
-from ._disclosure import DisclosureError, DisclosureReport, verify_bundle
+from ._disclosure import DisclosureError, DisclosureReport, build_bundle, verify_bundle
 from ._logtree import record_leaf, tree_of
 from ._merkle import (
     EMPTY_ROOT,
@@ -40,14 +42,17 @@ from ._merkle import (
     verify_inclusion,
 )
 from ._note import NoteError, NoteSigner, NoteVerifier
+from ._received import ChainError, check_record
 from ._tree import MerkleTree
 
 __all__ = [
     "EMPTY_ROOT",
+    "ChainError",
     "Checkpoint",
     "CheckpointError",
     "DisclosureError",
     "DisclosureReport",
+    "Finding",
     "ForkError",
     "InvalidProofError",
     "MerkleTree",
@@ -56,7 +61,10 @@ __all__ = [
     "NoteVerifier",
     "ProofError",
     "RootMismatchError",
+    "build_bundle",
+    "certify_records",
     "check_extension",
+    "check_record",
     "leaf_hash",
     "node_hash",
     "open_checkpoint",

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import AgentSagaError
-from .._log.chain import HASH_MISMATCH, Chain, ChainBreak, Masked, parse_line, stored_line
+from .._log.chain import Chain, ChainBreak, Masked, parse_line, stored_line
 from .._log.codec import CodecError, decode
+from .._log.ledger import RedactionLedger
 from .._log.records import Kind, Record
-from .._log.redaction import REDACTION_KIND, RedactionLedger
+from .._log.redaction import REDACTION_KIND
 from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._logtree import record_leaf
 from ._merkle import ProofError, verify_inclusion
@@ -52,19 +53,6 @@ class DisclosureReport:
     saga: str
     records: tuple[Record, ...]
     checkpoint: Checkpoint
-
-
-def _record_object(record: Record) -> dict[str, Any]:
-    return {
-        "data": record.data,
-        "hash": record.hash,
-        "kind": record.kind,
-        "prev": record.prev,
-        "saga": record.saga,
-        "seq": record.seq,
-        "ts": record.ts,
-        "v": 1,
-    }
 
 
 def build_bundle(
@@ -105,7 +93,7 @@ def build_bundle(
     def proven(record: Record) -> dict[str, Any]:
         proof = tree.inclusion_proof(record.seq - 1, checkpoint.size)
         return {
-            "record": _record_object(record),
+            "record": record.to_json(),
             "proof": [base64.b64encode(h).decode() for h in proof],
         }
 
@@ -202,33 +190,40 @@ def verify_bundle(
         if masked is not None or redaction.kind != REDACTION_KIND:
             raise _fail(f"redaction {position + 1} is not a log.redaction record")
         justification.append(redaction)
+        if redaction.v != 1:
+            ledger.saw_version_2(redaction.seq)
     records: list[Record] = []
     for position, entry in enumerate(entries):
         where = f"record {position + 1}"
         checked, masked = _proven_record(entry, where, checkpoint, chain)
-        if masked is not None:
-            ledger.hold(checked.seq, position, masked)
+        if checked.v != 1:
+            ledger.saw_version_2(checked.seq)
+        if masked is not None and masked.leaves:
+            ledger.hold_leaves(checked.seq, position, masked.leaves)
+        elif masked is not None:
+            ledger.hold(checked.seq, position, stored_line(entry["record"]))
         seq = checked.seq
         if checked.saga != saga_id:
             raise _fail(f"{where} (seq {seq}) belongs to saga {checked.saga!r}, not {saga_id!r}")
         if records and seq <= records[-1].seq:
             raise _fail(f"{where}: records must be in increasing seq order without repeats")
         records.append(checked)
-    for redaction in justification:
-        if ledger.justify(redaction.data) is not None:
-            raise _fail(f"redaction record {redaction.seq} is malformed")
+    for redaction in sorted(justification, key=lambda r: r.seq):
+        problem = ledger.justify(redaction.seq, redaction.prev, redaction.data)
+        if problem is not None:
+            raise _fail(problem)
     unjustified = ledger.first_unjustified()
     if unjustified is not None:
-        raise _fail(f"record seq {unjustified[0]}: {HASH_MISMATCH}")
+        raise _fail(f"record seq {unjustified[0]}: {unjustified[2]}")
     _check_complete(records)
     return DisclosureReport(saga_id, tuple(records), checkpoint)
 
 
 def _proven_record(
     entry: object, where: str, checkpoint: Checkpoint, chain: Chain
-) -> tuple[Record, bytes | None]:
-    """A bundle entry's record, checked and proven included; with its stored bytes when it
-    was masked after it was written (then valid only with a matching redaction record)."""
+) -> tuple[Record, Masked | None]:
+    """A bundle entry's record, checked and proven included; with what was masked in it after
+    it was written (then valid only with a signed redaction record accounting for it)."""
     if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
         raise _fail(f"{where}: expected {{'record': ..., 'proof': [...]}}")
     obj = entry["record"]
@@ -242,10 +237,11 @@ def _proven_record(
     checked = parse_line(chain, line, seq, prev, allow_masked=True)
     if isinstance(checked, ChainBreak):
         raise _fail(f"{where} (seq {seq}): {checked.reason}")
-    masked = None
+    masked: Masked | None = None
     if isinstance(checked, Masked):
-        assert checked.record is not None
-        checked, masked = checked.record, line
+        masked = checked
+        assert masked.record is not None
+        checked = masked.record
     try:
         verify_inclusion(
             record_leaf(checked),

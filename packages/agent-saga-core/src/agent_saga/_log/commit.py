@@ -1,0 +1,329 @@
+"""Salted commitments: how a record's chain hash commits to the values that may be masked later.
+
+The values a tool hands in or out, and exception messages, may hold secrets: the subtrees
+under the record's top-level data keys :data:`COMMITTED` (``args``, ``cause``, ``error``,
+``result``). Everything else (kind, saga, seq, ts, tool, ordinal, status, ...) is hashed in the
+clear and can never be masked.
+
+Every *leaf* of a committed subtree (a scalar, or an empty object or list), taken in canonical
+order (committed keys in sorted order, object keys sorted, list items in order), gets its own
+random salt of :data:`SALT_LEN` base64url characters (132 bits), and its commitment is::
+
+    c = BLAKE2s-256(salt || canonical(value))      (64 lowercase hex digits)
+
+The chain hash covers the record with each leaf replaced by its commitment (the *hashed form*);
+the record stores the plain values, and the salts concatenated in leaf order in its ``salts``
+field. Masking a leaf replaces its value by ``{"$redacted": c}`` and its salt by
+:data:`MASKED_SALT`: the chain hash is unchanged, every other value is still checked against it
+through its published salt, and the masked value cannot be guessed from ``c`` because its salt
+is gone. The salts are independent random values (not derived from one seed), so publishing
+some reveals nothing about the others.
+
+One canonical encoding serves both forms: the stored bytes are the hashed form's bytes with
+each quoted commitment replaced by its value's encoding (a commitment is a hash over a fresh
+random salt, so it occurs nowhere else). A reader checks the stored bytes the same way: the
+result can equal them only if they are the canonical encoding of what was hashed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from binascii import b2a_base64
+from hashlib import blake2s
+from json.encoder import encode_basestring as _quote
+from typing import Any
+
+from .codec import CodecError, JSONValue, canonical
+
+__all__ = [
+    "COMMITTED",
+    "MARKER",
+    "MASKED_SALT",
+    "SALT_LEN",
+    "commitment",
+    "is_marker",
+    "masked_leaves",
+    "open_forms",
+    "sealed_forms",
+]
+
+COMMITTED = ("args", "cause", "error", "result")
+"""Top-level data keys whose values are committed leaf by leaf (in this, sorted, order)."""
+SALT_LEN = 22
+MASKED_SALT = "." * SALT_LEN
+"""What replaces a masked leaf's salt (``.`` is not a base64url character)."""
+MARKER = "$redacted"
+_COMMITTED_SET = frozenset(COMMITTED)
+_SCALARS = frozenset({str, int, bool, type(None)})
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SALTS = re.compile(r"(?:[A-Za-z0-9_-]{22}|\.{22})*")
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+class _SaltSource:
+    """Random salts drawn from a pool refilled in bulk (one ``getrandom`` per 248 salts).
+
+    ``list.pop`` is atomic, so no two records, in any threads, ever get the same salt; a forked
+    child starts with an empty pool (and a fresh lock), so parent and child never share one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: list[bytes] = []
+
+    def reset(self) -> None:
+        self._lock = threading.Lock()
+        self._pool = []
+
+    def take(self) -> bytes:
+        try:
+            return self._pool.pop()
+        except IndexError:
+            with self._lock:
+                raw = os.urandom(3 * 22 * 62)  # 248 salts of 22 base64url characters
+                text = b2a_base64(raw, newline=False).translate(_URLSAFE)
+                fresh = [text[i : i + SALT_LEN] for i in range(0, len(text), SALT_LEN)]
+                self._pool.extend(fresh)
+            return self.take()
+
+
+_SOURCE = _SaltSource()
+_take = _SOURCE.take
+os.register_at_fork(after_in_child=_SOURCE.reset)
+
+
+def _encoded(value: Any) -> bytes:
+    """``canonical(value)`` for a leaf, with the common scalars done directly."""
+    kind = type(value)
+    try:
+        if kind is str:
+            return _quote(value).encode("utf-8")
+        if kind is int:
+            return b"%d" % value
+    except UnicodeEncodeError as exc:
+        raise CodecError(f"no canonical JSON form: {exc}") from exc
+    if value is None:
+        return b"null"
+    if value is True:
+        return b"true"
+    if value is False:
+        return b"false"
+    return canonical(value)
+
+
+def commitment(salt: str, value: Any) -> str:
+    """The commitment to the leaf ``value`` under ``salt``.
+
+    Raises:
+        CodecError: the value has no canonical form.
+    """
+    return blake2s(salt.encode("ascii") + _encoded(value)).hexdigest()
+
+
+def _count(value: Any) -> int:
+    kind = type(value)
+    if kind is dict:
+        return sum(_count(v) for v in value.values()) if value else 1
+    if kind is list:
+        return sum(_count(v) for v in value) if value else 1
+    return 1
+
+
+class _Committer:
+    """Builds the hashed form of fresh subtrees, salting leaf after leaf; ``swaps`` pairs each
+    quoted commitment with the encoded value it stands for."""
+
+    __slots__ = ("salts", "swaps")
+
+    def __init__(self) -> None:
+        self.salts: list[bytes] = []
+        self.swaps: list[tuple[bytes, bytes]] = []
+
+    def form(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is dict and value:
+            return {key: self.form(value[key]) for key in sorted(value)}
+        if kind is list and value:
+            return [self.form(item) for item in value]
+        salt = _SOURCE.take()
+        self.salts.append(salt)
+        encoded = _encoded(value)
+        digest = blake2s(salt + encoded).hexdigest()
+        self.swaps.append((b'"' + digest.encode() + b'"', encoded))
+        return digest
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """A non-empty object of scalars only."""
+    return bool(value) and all(type(item) in _SCALARS for item in value.values())
+
+
+def _swapped(hashed_bytes: bytes, swaps: list[tuple[bytes, bytes]]) -> bytes:
+    for quoted, encoded in swaps:
+        hashed_bytes = hashed_bytes.replace(quoted, encoded, 1)
+    return hashed_bytes
+
+
+def _scalar(value: Any) -> bytes | None:
+    """``canonical(value)`` when ``value`` is a scalar that needs no checks, else ``None``."""
+    kind = type(value)
+    if kind is int:
+        return b"%d" % value
+    if kind is str:
+        try:
+            return _quote(value).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CodecError(f"no canonical JSON form: {exc}") from exc
+    if value is None:
+        return b"null"
+    if value is True:
+        return b"true"
+    if value is False:
+        return b"false"
+    return None
+
+
+def sealed_forms(data: dict[str, JSONValue]) -> tuple[bytes, bytes, str] | None:
+    """For fresh ``data``: the canonical bytes of its hashed form and of its stored form
+    (``canonical(data)``), and its new salts; ``None`` when it commits nothing.
+
+    Raises:
+        CodecError: a value has no canonical form.
+    """
+    present = _COMMITTED_SET.intersection(data)
+    if not present:
+        return None
+    hashed: dict[str, Any] = dict(data)
+    if len(present) == 1:
+        (key,) = present
+        value = data[key]
+        encoded = _scalar(value)
+        if encoded is not None:  # the usual result: one scalar, one salt
+            salt = _take()
+            digest = blake2s(salt + encoded).hexdigest()
+            hashed[key] = digest
+            hashed_bytes = canonical(hashed)
+            stored = hashed_bytes.replace(b'"%s"' % digest.encode(), encoded, 1)
+            return hashed_bytes, stored, salt.decode("ascii")
+        if type(value) is dict and value:  # the usual arguments: a few scalars
+            salts: list[bytes] = []
+            swaps: list[tuple[bytes, bytes]] = []
+            skeleton: dict[str, str] = {}
+            for name in sorted(value):
+                encoded = _scalar(value[name])
+                if encoded is None:
+                    break
+                salt = _take()
+                skeleton[name] = digest = blake2s(salt + encoded).hexdigest()
+                salts.append(salt)
+                swaps.append((b'"%s"' % digest.encode(), encoded))
+            else:
+                hashed[key] = skeleton
+                hashed_bytes = canonical(hashed)
+                stored = _swapped(hashed_bytes, swaps)
+                return hashed_bytes, stored, b"".join(salts).decode("ascii")
+            # not flat after all: the general path below draws fresh salts (these are dropped)
+    committer = _Committer()
+    for key in sorted(present):
+        hashed[key] = committer.form(data[key])
+    hashed_bytes = canonical(hashed)
+    stored = _swapped(hashed_bytes, committer.swaps)
+    return hashed_bytes, stored, b"".join(committer.salts).decode("ascii")
+
+
+def is_marker(value: Any) -> bool:
+    """Whether ``value`` has the form of a masked leaf, ``{"$redacted": <64 hex digits>}``."""
+    if type(value) is not dict or len(value) != 1:
+        return False
+    digest = value.get(MARKER)
+    return type(digest) is str and _HEX64.fullmatch(digest) is not None
+
+
+class _Opener:
+    """Rebuilds the hashed form from stored values and salts, masked leaves included."""
+
+    __slots__ = ("at", "masked", "salts", "swaps")
+
+    def __init__(self, salts: str) -> None:
+        self.salts = salts
+        self.at = 0
+        self.masked: list[int] = []
+        self.swaps: list[tuple[bytes, bytes]] = []
+
+    def form(self, value: Any) -> Any:
+        at = self.at
+        salt = self.salts[at : at + SALT_LEN]
+        if len(salt) < SALT_LEN:
+            raise CodecError("fewer salts than committed values")
+        kind = type(value)
+        if salt == MASKED_SALT and is_marker(value):
+            self.masked.append(at // SALT_LEN)
+            self.at = at + SALT_LEN
+            digest: str = value[MARKER]
+            quoted = b'"' + digest.encode() + b'"'
+            self.swaps.append((quoted, b'{"$redacted":' + quoted + b"}"))
+            return digest
+        if kind is dict and value:
+            return {key: self.form(value[key]) for key in sorted(value)}
+        if kind is list and value:
+            return [self.form(item) for item in value]
+        if salt == MASKED_SALT:
+            raise CodecError(f"committed value {at // SALT_LEN} is masked without its marker")
+        self.at = at + SALT_LEN
+        encoded = _encoded(value)
+        digest = blake2s(salt.encode("ascii") + encoded).hexdigest()
+        self.swaps.append((b'"' + digest.encode() + b'"', encoded))
+        return digest
+
+
+def open_forms(data: dict[str, Any], salts: Any) -> tuple[bytes, bytes, list[int]]:
+    """For stored ``data`` with its ``salts``: the canonical bytes of its hashed form, its
+    canonical stored bytes (``canonical(data)``), and the indexes of its masked leaves.
+
+    Raises:
+        CodecError: the salts are malformed or do not match the committed values one for one,
+            or a value has no canonical form.
+    """
+    if type(salts) is not str or len(salts) % SALT_LEN or _SALTS.fullmatch(salts) is None:
+        raise CodecError(f"salts must be {SALT_LEN}-character base64url salts")
+    present = [key for key in COMMITTED if key in data]
+    if not present:
+        raise CodecError("salts on a record that commits no values")
+    hashed = dict(data)
+    if len(present) == 1 and "." not in salts:  # nothing masked: the usual shapes first
+        value = data[present[0]]
+        if type(value) in _SCALARS and len(salts) == SALT_LEN:  # a result: one scalar
+            encoded = _encoded(value)
+            digest = blake2s(salts.encode("ascii") + encoded).hexdigest()
+            hashed[present[0]] = digest
+            hashed_bytes = canonical(hashed)
+            quoted = b'"' + digest.encode() + b'"'
+            return hashed_bytes, hashed_bytes.replace(quoted, encoded, 1), []
+        if type(value) is dict and _flat(value) and len(salts) == SALT_LEN * len(value):
+            swaps, skeleton, at = [], {}, 0
+            for name in sorted(value):
+                encoded = _encoded(value[name])
+                salt = salts[at : at + SALT_LEN].encode("ascii")
+                skeleton[name] = digest = blake2s(salt + encoded).hexdigest()
+                swaps.append((b'"' + digest.encode() + b'"', encoded))
+                at += SALT_LEN
+            hashed[present[0]] = skeleton
+            hashed_bytes = canonical(hashed)
+            return hashed_bytes, _swapped(hashed_bytes, swaps), []
+    opener = _Opener(salts)
+    for key in present:
+        hashed[key] = opener.form(data[key])
+    if opener.at != len(salts):
+        raise CodecError("more salts than committed values")
+    hashed_bytes = canonical(hashed)
+    return hashed_bytes, _swapped(hashed_bytes, opener.swaps), opener.masked
+
+
+def masked_leaves(salts: str | None) -> list[int]:
+    """Indexes of the masked leaves of a record with these salts."""
+    if not salts or "." not in salts:
+        return []
+    step = SALT_LEN
+    return [i // step for i in range(0, len(salts), step) if salts[i : i + step] == MASKED_SALT]

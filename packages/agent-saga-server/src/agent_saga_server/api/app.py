@@ -1,0 +1,90 @@
+"""The FastAPI application: routes under ``/v1``, strict input, security headers, no CORS
+unless asked for, a body limit, and one change hub per process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .._version import __version__
+from ..settings import ServerSettings
+from ..store.db import Database, DatabaseUnavailable
+from . import (
+    routes_approvals,
+    routes_audit,
+    routes_budgets,
+    routes_control,
+    routes_ingest,
+    routes_sagas,
+)
+from .context import ServerContext
+from .hub import ChangeHub
+from .strict import (
+    BodyLimit,
+    SecurityHeaders,
+    http_error,
+    unexpected_error,
+    validation_error,
+)
+
+DESCRIPTION = """The agent-saga control plane for a fleet of agents.
+
+Every call presents a bearer token (`Authorization: Bearer asg_...`) of one scope: **agent**
+(ships its own origin's log, asks for approvals, reserves budget), **approver** (decides
+approvals as the token's subject), **admin** (tokens, caps, the kill switch) or **auditor**
+(reads everything). Errors are `{"detail": "..."}`.
+"""
+
+
+async def _database_down(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"detail": "the control plane's database cannot be reached"}, 503)
+
+
+def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
+    """The control plane over ``db``. The caller owns ``db`` (and closes it)."""
+    settings = settings or ServerSettings()
+    hub = ChangeHub(db, settings.watch_interval)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await hub.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+
+    app = FastAPI(
+        title="agent-saga control plane",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.context = ServerContext(db, settings, hub)
+    for module in (
+        routes_control, routes_ingest, routes_sagas, routes_approvals, routes_budgets,
+        routes_audit,
+    ):  # fmt: skip
+        app.include_router(module.api)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(DatabaseUnavailable, _database_down)
+    app.add_exception_handler(Exception, unexpected_error)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
+__all__ = ["create_app"]

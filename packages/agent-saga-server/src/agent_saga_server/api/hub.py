@@ -1,0 +1,101 @@
+"""Change notifications for one server process: what long-polls and streams wait on.
+
+The database holds a version counter per topic (``killswitch``, ``approvals``), bumped in the
+transaction that makes a change. One task per process reads the counters every
+``watch_interval`` seconds and, when one moved, wakes the requests waiting on that topic; a
+change made through this process also wakes it at once (:meth:`ChangeHub.poke`). Nothing here is
+state: a waiter that wakes re-reads the database, so a replica that misses a wake-up still
+answers correctly at its next look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import anyio.to_thread
+
+from ..store import control
+from ..store.control import SwitchState
+from ..store.db import Database
+
+log = logging.getLogger("agent_saga_server")
+
+
+class ChangeHub:
+    """Wakes waiters when a topic's version changes in the database."""
+
+    def __init__(self, db: Database, interval: float) -> None:
+        self.db = db
+        self.interval = interval
+        self.versions: dict[str, int] = {}
+        self.switch: SwitchState | None = None
+        """The kill switch as last read (``None`` while the database cannot be read)."""
+        self._events: dict[str, asyncio.Event] = {}
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def event(self, topic: str) -> asyncio.Event:
+        """An event set at the next change of ``topic`` (a fresh one after each change)."""
+        found = self._events.get(topic)
+        if found is None:
+            found = self._events[topic] = asyncio.Event()
+        return found
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._look()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def poke(self, rereads: str | None = None) -> None:
+        """Look now (thread-safe): a change was just committed through this process.
+
+        ``rereads`` names a topic whose waiters read the database themselves when woken
+        (approvals): they are woken at once, without waiting for the look.
+        """
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake.set)
+            if rereads is not None:
+                loop.call_soon_threadsafe(self._set, rereads)
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
+            await self._look()
+
+    async def _look(self) -> None:
+        try:
+            versions, switch = await anyio.to_thread.run_sync(self._read)
+        except Exception as exc:  # the database is unreachable: streams report it
+            if self.switch is not None:
+                log.warning("control plane database unreadable: %s", exc)
+            self.switch = None
+            self._set("killswitch")
+            return
+        self.switch = switch
+        for topic, version in versions.items():
+            if self.versions.get(topic) != version:
+                self.versions[topic] = version
+                self._set(topic)
+
+    def _read(self) -> tuple[dict[str, int], SwitchState]:
+        return control.versions(self.db), control.switch_state(self.db)
+
+    def _set(self, topic: str) -> None:
+        event = self._events.pop(topic, None)
+        if event is not None:
+            event.set()
+
+
+__all__ = ["ChangeHub"]

@@ -1,0 +1,132 @@
+"""Approvals: agents create requests and wait; approvers list pending ones and vote."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Literal
+
+import anyio.to_thread
+from fastapi import Depends, HTTPException, Path, Query
+
+from ..store import approvals as store
+from ..store.approvals import ApprovalRefused, ApprovalRow
+from ..store.tokens import Caller, approver_subjects
+from .common import CONFLICT, NOT_FOUND, Limit, not_found, router
+from .context import ServerContext, context
+from .models import ApprovalCreate, ApprovalList, ApprovalOut, ApproverList, VoteIn, VoteOut
+from .security import allow, own_origin
+
+api = router("approvals")
+REQUEST_ID = r"^apr-[0-9a-f]{16}$"
+RequestId = Annotated[str, Path(pattern=REQUEST_ID)]
+Wait = Annotated[float, Query(ge=0, le=30, description="seconds to wait for a change")]
+
+
+def approval_out(row: ApprovalRow) -> ApprovalOut:
+    data = dict(row.__dict__)
+    data["votes"] = [VoteOut(**v.__dict__) for v in row.votes]
+    return ApprovalOut(**data)
+
+
+@api.get("/approvers", response_model=ApproverList)
+def list_approvers(
+    caller: Annotated[Caller, Depends(allow("agent", "admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
+) -> ApproverList:
+    """The subjects of the approver tokens valid now (who may be asked)."""
+    return ApproverList(approvers=approver_subjects(ctx.db))
+
+
+@api.post("/approvals", response_model=ApprovalOut, status_code=201, responses=CONFLICT)
+def create_approval(
+    body: ApprovalCreate,
+    caller: Annotated[Caller, Depends(allow("agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
+) -> ApprovalOut:
+    """An agent asks for a decision on one step of one of its sagas (idempotent by id)."""
+    assert caller.origin is not None
+    try:
+        row, _ = store.create(ctx.db, caller.origin, body.model_dump())
+    except ApprovalRefused as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    ctx.hub.poke(rereads="approvals")
+    return approval_out(row)
+
+
+@api.get("/approvals", response_model=ApprovalList)
+async def list_approvals(
+    caller: Annotated[Caller, Depends(allow("approver", "admin", "auditor", "agent"))],
+    ctx: Annotated[ServerContext, Depends(context)],
+    status: Literal["pending", "approved", "denied", "expired"] | None = None,
+    wait: Wait = 0,
+    limit: Limit = 50,
+    after: Annotated[
+        str | None, Query(pattern=REQUEST_ID, description="`next` of the previous page")
+    ] = None,
+) -> ApprovalList:
+    """Requests, oldest first (after the request ``after``), in full: the action's arguments
+    and digest. With ``wait``, an empty answer waits up to that long for a new or changed one.
+    An agent token sees its own origin's requests only."""
+    origin = caller.origin if caller.scope == "agent" else None
+    deadline = time.monotonic() + min(wait, ctx.settings.max_wait)
+    while True:
+        event = ctx.hub.event("approvals")
+        rows = await anyio.to_thread.run_sync(
+            store.list_approvals, ctx.db, status, origin, limit + 1, after
+        )
+        left = deadline - time.monotonic()
+        if rows or left <= 0:
+            more = rows[limit - 1].id if len(rows) > limit else None
+            return ApprovalList(approvals=[approval_out(r) for r in rows[:limit]], next=more)
+        try:
+            await asyncio.wait_for(event.wait(), left)
+        except TimeoutError:
+            continue
+
+
+@api.get("/approvals/{request_id}", response_model=ApprovalOut, responses=NOT_FOUND)
+async def get_approval(
+    request_id: RequestId,
+    caller: Annotated[Caller, Depends(allow("agent", "approver", "admin", "auditor"))],
+    ctx: Annotated[ServerContext, Depends(context)],
+    wait: Wait = 0,
+) -> ApprovalOut:
+    """One request with its votes. With ``wait``, a pending request is answered once it is
+    decided (or expires), or after that many seconds: how a waiting agent learns the decision."""
+    deadline = time.monotonic() + min(wait, ctx.settings.max_wait)
+    while True:
+        event = ctx.hub.event("approvals")
+        row = await anyio.to_thread.run_sync(store.get, ctx.db, request_id)
+        if row is None:
+            raise not_found(f"approval request {request_id}")
+        own_origin(caller, row.origin)
+        left = min(deadline - time.monotonic(), row.expires_at - time.time())
+        if row.status != "pending" or left <= 0:
+            return approval_out(row)
+        try:
+            await asyncio.wait_for(event.wait(), left)
+        except TimeoutError:
+            continue
+
+
+@api.post(
+    "/approvals/{request_id}/votes",
+    response_model=ApprovalOut,
+    responses={**NOT_FOUND, **CONFLICT},
+)
+def post_vote(
+    request_id: RequestId,
+    body: VoteIn,
+    caller: Annotated[Caller, Depends(allow("approver"))],
+    ctx: Annotated[ServerContext, Depends(context)],
+) -> ApprovalOut:
+    """Approve or deny, as the approver the token names (the body names nobody)."""
+    try:
+        row = store.vote(
+            ctx.db, request_id, caller.subject, body.decision, body.note, caller.token_id
+        )
+    except ApprovalRefused as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    ctx.hub.poke(rereads="approvals")
+    return approval_out(row)

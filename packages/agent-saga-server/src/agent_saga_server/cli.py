@@ -1,0 +1,225 @@
+"""``agent-saga cloud-server``: the control plane, added to ``agent-saga`` by entry point.
+
+* ``agent-saga cloud-server`` serves the API on 127.0.0.1:8000 over SQLite in the home
+  (``<home>/control-plane.sqlite3``), printing its URL and, on the very first start, an admin
+  token (shown once; only its hash is kept);
+* ``--store postgresql://...`` (or ``$AGENT_SAGA_STORE`` when it names a PostgreSQL server)
+  keeps everything in PostgreSQL, schema ``--store-schema``: start as many processes as you
+  like on one database;
+* ``agent-saga cloud-server token create|list|revoke`` manages tokens directly in the store
+  (for whoever can reach the database; over HTTP an admin token does the same).
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+from agent_saga.cli import current_settings
+
+from .settings import ServerSettings
+
+
+def _store_value(store: str | None) -> str | None:
+    """``--store``, else fleet mode's setting (``$AGENT_SAGA_STORE`` or ``store`` in the
+    configuration): only a database URL means anything here, a file or memory log is SQLite."""
+    if store is None:
+        store = current_settings().store()
+    if store is None or store in ("file", "memory"):
+        return None
+    return store
+
+
+def _open(store: str | None, schema: str) -> Any:
+    from .store.db import DatabaseUnavailable, open_database
+
+    try:
+        return open_database(_store_value(store), current_settings().home, schema=schema)
+    except (DatabaseUnavailable, ValueError) as exc:
+        raise click.ClickException(" ".join(str(exc).split())) from None
+
+
+_STORE = click.option(
+    "--store",
+    default=None,
+    help="postgresql://... for a fleet (several server processes); default: the configured "
+    "store ($AGENT_SAGA_STORE, store in agent-saga.toml) when it is PostgreSQL, else SQLite "
+    "in the home.",
+)
+_SCHEMA = click.option(
+    "--store-schema",
+    default="agent_saga_server",
+    show_default=True,
+    help="The PostgreSQL schema of the control plane's tables.",
+)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port.")
+@_STORE
+@_SCHEMA
+@click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True,
+              type=click.IntRange(1024, 1 << 30),
+              help="Larger bodies are refused (413).")  # fmt: skip
+@click.option("--cors-origin", multiple=True, help="A browser origin allowed to call the API.")
+@click.option("--heartbeat", default=0.2, show_default=True, type=float,
+              help="Seconds between kill-switch messages on each agent's stream.")  # fmt: skip
+@click.option("--max-wait", default=30.0, show_default=True, type=click.FloatRange(0, 30),
+              help="The longest a long-poll (?wait=) is held, in seconds.")  # fmt: skip
+@click.pass_context
+def cloud_server(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    store: str | None,
+    store_schema: str,
+    max_body_bytes: int,
+    cors_origin: tuple[str, ...],
+    heartbeat: float,
+    max_wait: float,
+) -> None:
+    """The control plane for a fleet of agents (REST API under /v1, docs at /docs)."""
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = (store, store_schema)
+        return
+    settings = ServerSettings(
+        max_body_bytes=max_body_bytes,
+        cors_origins=cors_origin,
+        heartbeat=heartbeat,
+        max_wait=max_wait,
+    )
+    serve(host, port, store, store_schema, settings)
+
+
+def serve(host: str, port: int, store: str | None, schema: str, settings: ServerSettings) -> None:
+    """Bind, print the URL (and a first admin token), and serve until interrupted."""
+    import uvicorn
+
+    from .api.app import create_app
+    from .store.tokens import first_admin
+
+    db = _open(store, schema)
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say so,
+        # and a keep-alive answer written in two parts would wait for a delayed ACK (40 ms)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        lines = [f"agent-saga control plane on http://{shown}:{bound} ({db.kind}: {db.where})"]
+        admin = first_admin(db)
+        if admin is not None:
+            lines.append(f"admin token (shown once, keep it safe): {admin}")
+        lines.append(f"API docs: http://{shown}:{bound}/docs")
+        print("\n".join(lines), flush=True)  # read by whoever started the server
+        config = uvicorn.Config(
+            create_app(db, settings),
+            log_level="warning",
+            timeout_graceful_shutdown=2,
+            access_log=False,
+        )
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        db.close()
+
+
+@cloud_server.group()
+def token() -> None:
+    """Create, list and revoke tokens directly in the store."""
+
+
+@token.command("create")
+@click.option("--scope", required=True,
+              type=click.Choice(["agent", "approver", "admin", "auditor"]))  # fmt: skip
+@click.option("--subject", required=True, help="Who holds it (an approver's identity).")
+@click.option("--origin", default=None, help="An agent's origin (default: the subject).")
+@click.option("--expires-in", type=int, default=None, help="Seconds until it expires.")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the token to this file (mode 0600) instead of printing it.")  # fmt: skip
+@click.pass_obj
+def token_create(
+    obj: tuple[str | None, str],
+    scope: str,
+    subject: str,
+    origin: str | None,
+    expires_in: int | None,
+    out: Path | None,
+) -> None:
+    """Issue a token; it is shown (or written) once, and only its hash is kept."""
+    import os
+    import time
+
+    from .store.control import audit
+    from .store.tokens import issue
+
+    db = _open(*obj)
+    try:
+        expires = None if expires_in is None else time.time() + expires_in
+        with db.transaction() as tx:
+            try:
+                text, info = issue(db, scope, subject, origin=origin, expires_at=expires,  # type: ignore[arg-type]
+                                   tx=tx)  # fmt: skip
+            except ValueError as exc:
+                raise click.ClickException(str(exc)) from None
+            audit(tx, None, "token.create", {"id": info.id, "scope": scope, "subject": subject})
+    finally:
+        db.close()
+    if out is None:
+        click.echo(text)
+        return
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when the file was there before
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text + "\n")
+    click.echo(f"token {info.id} ({scope}, {subject}) written to {out}")
+
+
+@token.command("list")
+@click.pass_obj
+def token_list(obj: tuple[str | None, str]) -> None:
+    """Every token: id, scope, subject, origin, state."""
+    import time
+
+    from .store.tokens import list_tokens
+
+    db = _open(*obj)
+    try:
+        rows = list_tokens(db)
+    finally:
+        db.close()
+    now = time.time()
+    for row in rows:
+        state = "revoked" if row.revoked_at else "active"
+        if row.revoked_at is None and row.expires_at is not None and row.expires_at <= now:
+            state = "expired"
+        click.echo(f"{row.id}  {row.scope:<8}  {row.subject}  {row.origin or '-'}  {state}")
+
+
+@token.command("revoke")
+@click.argument("token_id")
+@click.pass_obj
+def token_revoke(obj: tuple[str | None, str], token_id: str) -> None:
+    """Revoke a token by its id."""
+    from .store.control import audit
+    from .store.tokens import revoke
+
+    db = _open(*obj)
+    try:
+        with db.transaction() as tx:
+            if not revoke(db, token_id, tx=tx):
+                raise click.ClickException(f"no token {token_id}")
+            audit(tx, None, "token.revoke", {"id": token_id})
+    finally:
+        db.close()
+    click.echo(f"revoked {token_id}")
+
+
+__all__ = ["cloud_server"]

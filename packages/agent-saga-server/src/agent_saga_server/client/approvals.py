@@ -1,0 +1,135 @@
+"""Approvals through the control plane: the core's approval flow, with the server as channel.
+
+:class:`ServerApprovals` is the core's :class:`agent_saga.Approvals`: the request is built,
+bound to the action's digest and logged durably by the core, and the core's waiter counts the
+votes it finds in the local log (allowed approver, once each, quorum, expiry, the digest
+re-checked after the decision). What changes is where the votes come from:
+
+* the request is posted to the server (``POST /v1/approvals``) by a background thread;
+* the thread then long-polls the request (``GET /v1/approvals/{id}?wait=...``); when the server
+  has decided it (approvers vote there, each as the subject of their own token, and the server
+  decides each request once), the thread writes the server's votes into the local log with
+  :func:`agent_saga.submit_vote`, where the waiting step finds them.
+
+Who may approve: the approvers given, else every subject that holds a valid approver token on
+the server when the request is made (``GET /v1/approvers``); when that cannot be read the
+request has no approver and the core refuses the call (fail closed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from agent_saga import ApprovalRequest, Approvals, LogStore, submit_vote
+
+from .http import ServerClient, ServerRefused, ServerUnreachable
+
+
+class ServerChannel:
+    """Posts requests to the server and brings its decisions back as votes in the local log."""
+
+    def __init__(self, client: ServerClient) -> None:
+        self.client = client
+        self.store: LogStore | None = None
+        self.errors: list[str] = []
+        self.closed = threading.Event()
+        """Set when the kit closes: the threads following requests stop."""
+
+    def request_posted(self, request: ApprovalRequest) -> None:
+        threading.Thread(
+            target=self._follow, args=(request,), daemon=True, name=f"agent-saga-{request.id}"
+        ).start()
+
+    def request_decided(self, request: ApprovalRequest, decision: str) -> None:
+        """Nothing to do: the ``approval.decided`` record reaches the server with the log."""
+
+    def _note(self, text: str) -> None:
+        self.errors = [*self.errors[-19:], text[:300]]
+
+    def _follow(self, request: ApprovalRequest) -> None:
+        body = {
+            "id": request.id, "saga": request.saga, "ordinal": request.ordinal,
+            "tool": request.tool, "semantics": request.semantics, "digest": request.digest,
+            "args": request.args, "rule": request.rule[:2000], "reason": request.reason[:2000],
+            "approvers": list(request.approvers), "quorum": request.quorum,
+            "expires_at": request.expires_at,
+        }  # fmt: skip
+        if not self._retry(lambda: self.client.post("/v1/approvals", body), request):
+            return
+        while time.time() < request.expires_at and not self.closed.is_set():
+            wait = max(0.0, min(5.0, request.expires_at - time.time()))
+            try:
+                row = self.client.get(f"/v1/approvals/{request.id}", params={"wait": wait})
+            except (ServerUnreachable, ServerRefused) as exc:
+                self._note(f"{request.id}: {exc}")
+                self.closed.wait(0.5)
+                continue
+            if row["status"] != "pending":
+                self._deliver(request, row)
+                return
+
+    def _retry(self, call: Any, request: ApprovalRequest) -> bool:
+        while time.time() < request.expires_at and not self.closed.is_set():
+            try:
+                call()
+                return True
+            except ServerUnreachable as exc:
+                self._note(f"{request.id}: {exc}")
+                self.closed.wait(0.5)
+            except ServerRefused as exc:
+                self._note(f"{request.id}: refused by the server: {exc}")
+                return False
+        return False
+
+    def _deliver(self, request: ApprovalRequest, row: dict[str, Any]) -> None:
+        store = self.store
+        if store is None:
+            return
+        for vote in row.get("votes", []):
+            note = f"via the control plane: {vote.get('note', '')}".strip()
+            submit_vote(
+                store, request.id, str(vote["approver"]), str(vote["decision"]),
+                channel="server", note=note[:2000],
+            )  # fmt: skip
+
+
+class ServerApprovals(Approvals):
+    """The core's approvals with :class:`ServerChannel` (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: ServerClient,
+        *,
+        approvers: Iterable[str] = (),
+        expires_after: float = 600.0,
+        poll: float = 0.005,
+    ) -> None:
+        self.channel = ServerChannel(client)
+        self.client = client
+        super().__init__(
+            approvers=approvers, expires_after=expires_after, channels=[self.channel], poll=poll
+        )
+        self._fixed = bool(self.approvers)
+
+    def approve_step(self, step: Any) -> tuple[str, str] | None:
+        if not self._fixed:
+            try:
+                found = self.client.get("/v1/approvers")["approvers"]
+                self.approvers = tuple(str(a) for a in found)
+            except (ServerUnreachable, ServerRefused) as exc:
+                self.channel._note(f"approvers unknown: {exc}")
+                self.approvers = ()
+        return super().approve_step(step)
+
+    def describe(self) -> dict[str, Any]:
+        described = dict(super().describe())
+        described["via"] = f"control plane {self.client.url}"
+        if not self._fixed:
+            described["approvers"] = "every approver token of the server, asked per request"
+        return described
+
+
+__all__ = ["ServerApprovals", "ServerChannel"]

@@ -1,0 +1,30 @@
+"""What a control-plane process is configured with (command-line options, or code)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Settings of one server process; several processes on one PostgreSQL share only the data.
+
+    Args:
+        max_body_bytes: bodies above this are refused with 413 before they are buffered.
+        page_limit: the most items one page of a list may hold (``limit`` above it is a 400).
+        cors_origins: browser origins allowed to call the API; none (no CORS) by default.
+        heartbeat: seconds between kill-switch messages on each agent's stream.
+        watch_interval: seconds between this process's looks at the database for changes made
+            by other replicas (the kill switch, approvals).
+        max_wait: the longest a long-poll may ask to wait, in seconds.
+    """
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    page_limit: int = 500
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    heartbeat: float = 0.2
+    watch_interval: float = 0.05
+    max_wait: float = 30.0
+
+
+__all__ = ["ServerSettings"]

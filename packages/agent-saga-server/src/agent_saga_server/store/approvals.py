@@ -1,0 +1,235 @@
+"""Approvals on the server: agents create requests, approvers vote, each request decided once.
+
+The rules are the core's (``docs/approvals.md``): a request names its allowed approvers (``*``
+allows every approver token of the server) and a quorum; each allowed approver votes once; one
+deny decides ``denied``; ``quorum`` distinct approvals decide ``approved``; a request not
+decided by ``expires_at`` is ``expired``. The voter is the subject of the approver token that
+cast the vote, never a name from the request body. Each vote runs in one transaction with the
+request's row locked, so two replicas taking two votes at once see each other, and a decided
+request takes no more votes.
+
+The waiting agent reads the decision and the votes (``GET .../approvals/{id}``), writes them to
+its own log and decides there too; the ``approval.decided`` record it ships back is kept as the
+request's ``outcome``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .db import Database, Tx
+
+
+class ApprovalRefused(Exception):
+    """A request or vote that cannot be taken; ``status`` is 403, 404 or 409."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class VoteRow:
+    approver: str
+    decision: str
+    note: str
+    at: float
+
+
+@dataclass(frozen=True)
+class ApprovalRow:
+    id: str
+    origin: str
+    saga: str
+    ordinal: int
+    tool: str
+    semantics: str
+    digest: str
+    args: Any
+    rule: str
+    reason: str
+    approvers: list[str]
+    quorum: int
+    requested_at: float
+    expires_at: float
+    status: str
+    decided_at: float | None
+    outcome: str | None
+    votes: list[VoteRow] = field(default_factory=list)
+
+
+_COLUMNS = (
+    "id, origin, saga, ordinal, tool, semantics, digest, args, rule, reason, approvers, quorum, "
+    "requested_at, expires_at, status, decided_at, outcome"
+)
+
+
+def _row(tx: Tx, row: tuple[Any, ...], now: float) -> ApprovalRow:
+    values = list(row)
+    values[7] = json.loads(values[7])
+    values[10] = json.loads(values[10])
+    if values[14] == "pending" and now >= float(values[13]):
+        values[14] = "expired"
+    votes = tx.all(
+        "SELECT approver, decision, note, at FROM approval_votes WHERE request = ? ORDER BY at",
+        (values[0],),
+    )
+    fields: list[Any] = [*values[:17], [VoteRow(*v) for v in votes]]
+    return ApprovalRow(*fields)
+
+
+def create(db: Database, origin: str, request: dict[str, Any]) -> tuple[ApprovalRow, bool]:
+    """Store a request from ``origin``'s agent; ``(row, created)``.
+
+    Idempotent by id: the same request again returns the stored one (``created`` false).
+
+    Raises:
+        ApprovalRefused: 409 when the id is taken by another request.
+    """
+    now = time.time()
+    args_text = json.dumps(request["args"], sort_keys=True, separators=(",", ":"))
+    approvers_text = json.dumps(request["approvers"])
+    with db.transaction() as tx:
+        existing = tx.one(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request["id"],))
+        if existing is not None:
+            row = _row(tx, existing, now)
+            same = (row.origin, row.saga, row.ordinal, row.digest) == (
+                origin,
+                request["saga"],
+                request["ordinal"],
+                request["digest"],
+            )
+            if not same:
+                raise ApprovalRefused(409, f"approval id {request['id']} is taken")
+            return row, False
+        tx.execute(
+            f"INSERT INTO approvals ({_COLUMNS}) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL)",
+            (
+                request["id"], origin, request["saga"], request["ordinal"], request["tool"],
+                request["semantics"], request["digest"], args_text, request["rule"],
+                request["reason"], approvers_text, request["quorum"], now, request["expires_at"],
+            ),
+        )  # fmt: skip
+        bump(tx, "approvals")
+        found = tx.one(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request["id"],))
+        assert found is not None
+        return _row(tx, found, now), True
+
+
+def get(db: Database, request_id: str) -> ApprovalRow | None:
+    with db.transaction(write=False) as tx:
+        found = tx.one(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request_id,))
+        return None if found is None else _row(tx, found, time.time())
+
+
+def list_approvals(
+    db: Database,
+    status: str | None,
+    origin: str | None,
+    limit: int,
+    after: str | None,
+    *,
+    saga: str | None = None,
+) -> list[ApprovalRow]:
+    """Requests, oldest first (by request time, then id), after the request ``after`` (none
+    when that id is unknown); optionally only ``pending`` (undecided and unexpired) ones."""
+    now = time.time()
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status == "pending":
+        clauses.append("status = 'pending' AND expires_at > ?")
+        params.append(now)
+    elif status == "expired":
+        clauses.append("(status = 'expired' OR (status = 'pending' AND expires_at <= ?))")
+        params.append(now)
+    elif status is not None:
+        clauses.append("status = ?")
+        params.append(status)
+    for column, value in (("origin", origin), ("saga", saga)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if after is not None:
+        clauses.append(
+            "(requested_at, id) > (SELECT a.requested_at, a.id FROM approvals a WHERE a.id = ?)"
+        )
+        params.append(after)
+    sql = f"SELECT {_COLUMNS} FROM approvals"
+    if clauses:
+        sql += " WHERE " + " AND ".join(clauses)
+    with db.transaction(write=False) as tx:
+        rows = tx.all(sql + " ORDER BY requested_at, id LIMIT ?", [*params, limit])
+        return [_row(tx, row, now) for row in rows]
+
+
+def vote(
+    db: Database, request_id: str, approver: str, decision: str, note: str, token_id: str
+) -> ApprovalRow:
+    """Record ``approver``'s vote and decide the request when the vote decides it.
+
+    Raises:
+        ApprovalRefused: 404 unknown request; 403 an approver the request does not allow;
+            409 decided, expired, or this approver already voted.
+    """
+    now = time.time()
+    with db.transaction() as tx:
+        found = tx.one(
+            f"SELECT {_COLUMNS} FROM approvals WHERE id = ?" + tx.lock_rows(), (request_id,)
+        )
+        if found is None:
+            raise ApprovalRefused(404, f"no approval request {request_id}")
+        row = _row(tx, found, now)
+        if row.status == "expired":
+            tx.execute(
+                "UPDATE approvals SET status = 'expired', decided_at = ? WHERE id = ? "
+                "AND status = 'pending'",
+                (row.expires_at, request_id),
+            )
+            raise ApprovalRefused(409, f"approval request {request_id} has expired")
+        if row.status != "pending":
+            raise ApprovalRefused(409, f"approval request {request_id} is already {row.status}")
+        if "*" not in row.approvers and approver not in row.approvers:
+            raise ApprovalRefused(403, f"{approver} may not decide approval request {request_id}")
+        if any(v.approver == approver for v in row.votes):
+            raise ApprovalRefused(409, f"{approver} has already voted on {request_id}")
+        tx.execute(
+            "INSERT INTO approval_votes (request, approver, decision, note, at, token_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (request_id, approver, decision, note, now, token_id),
+        )
+        approvals = 1 + sum(1 for v in row.votes if v.decision == "approve")
+        status = None
+        if decision == "deny":
+            status = "denied"
+        elif approvals >= row.quorum:
+            status = "approved"
+        if status is not None:
+            tx.execute(
+                "UPDATE approvals SET status = ?, decided_at = ? WHERE id = ?",
+                (status, now, request_id),
+            )
+        bump(tx, "approvals")
+        again = tx.one(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request_id,))
+        assert again is not None
+        return _row(tx, again, now)
+
+
+def bump(tx: Tx, topic: str) -> None:
+    """Tell every replica's watchers that ``topic`` changed (committed with the change)."""
+    tx.execute("UPDATE changes SET version = version + 1 WHERE topic = ?", (topic,))
+
+
+__all__ = [
+    "ApprovalRefused",
+    "ApprovalRow",
+    "VoteRow",
+    "bump",
+    "create",
+    "get",
+    "list_approvals",
+    "vote",
+]

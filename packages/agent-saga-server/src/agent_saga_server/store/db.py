@@ -1,0 +1,252 @@
+"""One SQL database for the control plane: embedded SQLite in the home, or PostgreSQL for fleets.
+
+Every piece of state lives here, never in a server process, so any number of processes may
+serve one PostgreSQL database at once. Queries are written once with ``?`` placeholders and the
+few dialect differences (row locks) go through :meth:`Tx.lock_rows`.
+
+Transactions:
+
+* SQLite: one connection per thread (WAL, ``synchronous=FULL``, a busy timeout); a writing
+  transaction starts with ``BEGIN IMMEDIATE``, so writers are serialized across threads and
+  processes and every read-check-write inside one is atomic.
+* PostgreSQL: a bounded connection pool (psycopg_pool); transactions run at READ COMMITTED and
+  take row locks (``SELECT ... FOR UPDATE``) where a read decides a write.
+
+When :meth:`Database.transaction` returns normally, the transaction is committed (durably:
+``synchronous=FULL`` / PostgreSQL's default ``synchronous_commit``); when it raises, nothing of
+it was applied.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from .schema import POSTGRES_LOCK_ID, statements
+
+Row = tuple[Any, ...]
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached or refused the statement's connection."""
+
+
+class Tx(Protocol):
+    """An open transaction."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    def lock_rows(self) -> str:
+        """The clause that locks the rows a ``SELECT`` reads ("" where writers are serialized)."""
+        ...
+
+
+class Database(Protocol):
+    """Where the control plane keeps its state."""
+
+    kind: str
+    where: str
+
+    def transaction(self, *, write: bool = True) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class _SqliteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.conn.execute(sql, tuple(params))
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, [tuple(row) for row in rows])
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        row: Row | None = self.conn.execute(sql, tuple(params)).fetchone()
+        return row
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return list(self.conn.execute(sql, tuple(params)).fetchall())
+
+    def lock_rows(self) -> str:
+        return ""
+
+
+class SqliteDatabase:
+    """The zero-configuration database: one SQLite file (WAL mode, fsync on every commit)."""
+
+    kind = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.where = str(path)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        with self.transaction() as tx:
+            for statement in statements("sqlite"):
+                tx.execute(statement)
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.Error as exc:
+            raise DatabaseUnavailable(f"{self.where}: {exc}") from exc
+        try:
+            yield _SqliteTx(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+
+
+class _PgTx:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.conn.execute(_pg(sql), tuple(params))
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            with self.conn.cursor() as cursor:
+                cursor.executemany(_pg(sql), [tuple(row) for row in rows])
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        row: Row | None = self.conn.execute(_pg(sql), tuple(params)).fetchone()
+        return row
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return list(self.conn.execute(_pg(sql), tuple(params)).fetchall())
+
+    def lock_rows(self) -> str:
+        return " FOR UPDATE"
+
+
+def _pg(sql: str) -> str:
+    return sql.replace("?", "%s")
+
+
+class PostgresDatabase:
+    """A PostgreSQL database shared by every server replica; tables in schema ``schema``."""
+
+    kind = "postgres"
+
+    def __init__(self, url: str, *, schema: str = "agent_saga_server", pool_size: int = 8) -> None:
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError(f"schema must be a lowercase identifier, got {schema!r}")
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:  # pragma: no cover - the extra is part of the dev install
+            raise DatabaseUnavailable(
+                "PostgreSQL needs the extra: pip install 'agent-saga-server[postgres]'"
+            ) from exc
+        self.schema = schema
+        self.where = _display(url) + f" schema {schema}"
+        self._psycopg = psycopg
+
+        def configure(conn: Any) -> None:
+            conn.execute(f"SET search_path TO {schema}")
+            conn.commit()
+
+        try:
+            with psycopg.connect(url, connect_timeout=10) as conn, conn.transaction():
+                # CREATE SCHEMA IF NOT EXISTS races with itself: replicas starting together
+                # take turns (the lock ends with the transaction)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (POSTGRES_LOCK_ID,))
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(f"{self.where}: {_one_line(exc)}") from exc
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            configure=configure,
+            kwargs={"connect_timeout": 10},
+            open=True,
+        )
+        with self.transaction() as tx:
+            tx.execute("SELECT pg_advisory_xact_lock(?)", (POSTGRES_LOCK_ID,))
+            for statement in statements("postgres"):
+                tx.execute(statement)
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        try:
+            with self._pool.connection(timeout=30) as conn, conn.transaction():
+                yield _PgTx(conn)
+        except self._psycopg.OperationalError as exc:  # includes the pool's timeout
+            raise DatabaseUnavailable(f"{self.where}: {_one_line(exc)}") from exc
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _display(url: str) -> str:
+    return re.sub(r"://([^:@/]*):[^@/]*@", r"://\1:***@", url)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def open_database(store: str | None, home: Path, *, schema: str = "agent_saga_server") -> Database:
+    """The database ``store`` names: a ``postgresql://`` URL, or SQLite in ``home``.
+
+    Raises:
+        DatabaseUnavailable: PostgreSQL cannot be reached (the message names the server).
+        ValueError: a store that is neither.
+    """
+    if store is None or store in ("sqlite", ""):
+        return SqliteDatabase(home / "control-plane.sqlite3")
+    if store.startswith(("postgresql://", "postgres://")):
+        return PostgresDatabase(store, schema=schema)
+    if store.startswith("sqlite:///"):
+        return SqliteDatabase(Path(store.removeprefix("sqlite:///")))
+    raise ValueError(f"--store must be a postgresql:// URL or sqlite:///PATH, got {store!r}")
+
+
+__all__ = [
+    "Database",
+    "DatabaseUnavailable",
+    "PostgresDatabase",
+    "Row",
+    "SqliteDatabase",
+    "Tx",
+    "open_database",
+]
