@@ -35,9 +35,9 @@ from pathlib import Path
 
 from _timing import p50, timed
 from agent_saga import REVERSIBLE, AgentKit
+from agent_saga._engine.speculation.keys import MemoryLeaseKeys
+from agent_saga._engine.speculation.lease import LeaseClaims, args_digest, check, issue
 from agent_saga._log.codec import canonical
-from agent_saga._speculate.keys import MemoryLeaseKeys
-from agent_saga._speculate.lease import LeaseClaims, args_digest, check, issue
 
 
 def _kit(home: Path, store: str) -> tuple[AgentKit, object, object]:

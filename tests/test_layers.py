@@ -211,7 +211,7 @@ def test_no_lower_layer_of_the_core_imports_a_higher_one(layers: Layers) -> None
 
 def test_the_top_folder_shows_the_layers() -> None:
     entries = sorted(p.name for p in (CORE_SRC / "agent_saga").iterdir() if p.name != "__pycache__")
-    assert len(entries) <= 17, entries  # one folder per layer, a few modules, py.typed
+    assert len(entries) <= 15, entries
 
 
 MEMBERS = sorted(

@@ -32,14 +32,14 @@ from agent_saga._log.chain import Chain, ChainBreak, check_object, stored_line
 from agent_saga._log.codec import canonical
 from agent_saga._log.commit import open_forms
 from agent_saga._log.records import Kind
-from agent_saga._mesh.certify import certify_merged
-from agent_saga._mesh.conflicts import FleetBudget
-from agent_saga._mesh.merge import merge_logs
-from agent_saga._mesh.origin import read_origin
-from agent_saga._mesh.view import merged_view
 from agent_saga.cli import main
 from agent_saga.proofs._checkpoint import Checkpoint
 from agent_saga.proofs._logtree import tree_of
+from agent_saga.proofs._mesh.certify import certify_merged
+from agent_saga.proofs._mesh.conflicts import FleetBudget
+from agent_saga.proofs._mesh.merge import merge_logs
+from agent_saga.proofs._mesh.origin import read_origin
+from agent_saga.proofs._mesh.view import merged_view
 from agent_saga.proofs._signing import home_signer
 from click.testing import CliRunner
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from agent_saga import REVERSIBLE, AgentKit, FakeClock, SequentialIds
 from agent_saga._log.source import FileLogSource
-from agent_saga._mesh.layout import plan_origin
-from agent_saga._mesh.merge import maximal_branches, merge_logs
-from agent_saga._mesh.origin import Branch, check_branch, read_origin
 from agent_saga.proofs._audit import latest_problem, snapshot
+from agent_saga.proofs._mesh.layout import plan_origin
+from agent_saga.proofs._mesh.merge import maximal_branches, merge_logs
+from agent_saga.proofs._mesh.origin import Branch, check_branch, read_origin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

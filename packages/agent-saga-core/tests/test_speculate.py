@@ -23,9 +23,9 @@ from agent_saga import (
     SequentialIds,
     build_history,
 )
+from agent_saga._engine.speculation.keys import FileLeaseKeys
 from agent_saga._errors import SpeculationError
 from agent_saga._log.records import Kind
-from agent_saga._speculate.keys import FileLeaseKeys
 from agent_saga.cli import main
 from click.testing import CliRunner
 

@@ -18,10 +18,13 @@ from typing import Any
 
 import pytest
 from agent_saga import REVERSIBLE, AgentKit, FakeClock, SequentialIds
-from agent_saga._log.codec import canonical
-from agent_saga._log.records import Kind
-from agent_saga._speculate.keys import MAX_TTL, ROTATE_AFTER, FileLeaseKeys, MemoryLeaseKeys
-from agent_saga._speculate.lease import (
+from agent_saga._engine.speculation.keys import (
+    MAX_TTL,
+    ROTATE_AFTER,
+    FileLeaseKeys,
+    MemoryLeaseKeys,
+)
+from agent_saga._engine.speculation.lease import (
     Lease,
     LeaseClaims,
     Refused,
@@ -30,6 +33,8 @@ from agent_saga._speculate.lease import (
     check,
     issue,
 )
+from agent_saga._log.codec import canonical
+from agent_saga._log.records import Kind
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from ._approvals.request import ApprovalRequest, action_digest
     from ._approvals.votes import VoteResult, submit_vote
     from ._approvals.wait import ApprovalChannel, Approvals
+    from ._engine.speculation.lease import Lease
     from ._gate.budget_pg import PostgresBudgetStore
     from ._history.build import (
         CompensationState,
@@ -81,11 +82,10 @@ if TYPE_CHECKING:
         find_saga,
     )
     from ._history.recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
-    from ._mesh.certify import certify_merged
-    from ._mesh.conflicts import FleetBudget
-    from ._mesh.merge import merge_logs
-    from ._mesh.view import merged_view
-    from ._speculate.lease import Lease
+    from .proofs._mesh.certify import certify_merged
+    from .proofs._mesh.conflicts import FleetBudget
+    from .proofs._mesh.merge import merge_logs
+    from .proofs._mesh.view import merged_view
     from .proofs._redact import RedactionReport, redact_path
 
 # Loaded on first use: reading history and recovering are not needed to run transactions, and
@@ -110,11 +110,11 @@ _LAZY = {
     "VoteResult": "_approvals.votes",
     "action_digest": "_approvals.request",
     "submit_vote": "_approvals.votes",
-    "FleetBudget": "_mesh.conflicts",
-    "certify_merged": "_mesh.certify",
-    "merge_logs": "_mesh.merge",
-    "merged_view": "_mesh.view",
-    "Lease": "_speculate.lease",
+    "FleetBudget": "proofs._mesh.conflicts",
+    "certify_merged": "proofs._mesh.certify",
+    "merge_logs": "proofs._mesh.merge",
+    "merged_view": "proofs._mesh.view",
+    "Lease": "_engine.speculation.lease",
 }
 
 

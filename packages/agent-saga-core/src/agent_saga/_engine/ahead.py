@@ -1,6 +1,6 @@
 """The engine's side of calls run ahead of confirmation: one protocol, two hooks.
 
-A saga may carry :class:`AheadCalls` (``SagaState.ahead``, set by ``_speculate`` when a step is
+A saga may carry :class:`AheadCalls` (``SagaState.ahead``, set by ``speculation`` when a step is
 speculated or a lease is presented). The engine asks it in two places only:
 
 * before a wrapped tool's call runs as a step (:func:`agent_saga._engine.tool.wrap`):
@@ -24,7 +24,7 @@ class Claimed(NamedTuple):
 
 
 class AheadCalls(Protocol):
-    """Steps a saga ran ahead of confirmation (implemented in ``_speculate``)."""
+    """Steps a saga ran ahead of confirmation (implemented in ``speculation``)."""
 
     def claim(
         self, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -4,8 +4,7 @@ Owns: read-only views of sagas rebuilt from records (``views``, ``build``, ``ahe
 run ahead of confirmation), recovery of abandoned sagas (``recovery``), continuing suspended
 ones (``resume``) and settling the budget reservations they left (``budgets``).
 
-May import: the foundation modules, ``_log``, ``_postgres``, ``_gate``, ``_engine`` and
-``_speculate``.
+May import: the foundation modules, ``_log``, ``_postgres``, ``_gate`` and ``_engine``.
 
 Entry points: :func:`~agent_saga._history.build.build_history`,
 :func:`~agent_saga._history.recovery.recover`.

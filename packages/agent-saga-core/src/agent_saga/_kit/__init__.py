@@ -7,7 +7,7 @@ from the live configuration (``manifest``), the kit's side of speculation and of
 sagas (``speculation``, ``mesh``), and this release's version (``version``).
 
 May import: every layer below it (the foundation modules, ``_log``, ``_postgres``, ``_gate``,
-``_engine``, ``_speculate``, ``_history``, ``proofs``, ``_approvals``, ``_mesh``).
+``_engine``, ``_history``, ``proofs``, ``_approvals``).
 
 Entry points: :class:`~agent_saga._kit.agentkit.AgentKit`,
 :func:`~agent_saga._kit.defaults.saga_scope`, :func:`~agent_saga._kit.defaults.default_kit`.

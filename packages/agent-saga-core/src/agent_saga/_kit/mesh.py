@@ -1,4 +1,4 @@
-"""The kit's side of offline mesh sagas: ``sync`` (see :mod:`agent_saga._mesh.sync`)."""
+"""The kit's side of offline mesh sagas: ``sync`` (see :mod:`agent_saga.proofs._mesh.sync`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from .._engine.runtime import Runtime
 from .._errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .._mesh.sync import SyncReport
     from ..proofs._checkpoint import Checkpoint
+    from ..proofs._mesh.sync import SyncReport
 
 
 MESH_AFTER = (
@@ -60,7 +60,7 @@ class MeshMethods:
             ConfigurationError: the kit's log is not the file store in its home, or
                 checkpoints are off.
         """
-        from .._mesh.sync import sync_home
+        from ..proofs._mesh.sync import sync_home
 
         if self.runtime.store.kind != "file":
             raise ConfigurationError("sync needs the file store in the home (a device's log)")

@@ -1,5 +1,5 @@
 """The kit's side of predictive pre-execution: ``speculate``, ``aspeculate``, ``redeem``,
-``aredeem`` (see :mod:`agent_saga._speculate.ledger` for what they guarantee).
+``aredeem`` (see :mod:`agent_saga._engine.speculation.ledger` for what they guarantee).
 
 Lease keys and redeemed leases live in the home (``keys/leases/``, ``speculation/spent/``) for
 a kit on a durable store, and in the process for a kit on the memory store. The speculation
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from .._engine.runtime import Runtime
 
 if TYPE_CHECKING:
-    from .._speculate.lease import Lease
-    from .._speculate.ledger import Speculation
+    from .._engine.speculation.lease import Lease
+    from .._engine.speculation.ledger import Speculation
 
 
 SPECULATION_BEFORE = (
@@ -49,9 +49,9 @@ class SpeculationMethods:
     def speculation(self) -> Speculation:
         """This kit's lease keys, redeemed leases and lease lifetime (``ttl``, seconds)."""
         if self._speculation is None:
-            from .._speculate.keys import FileLeaseKeys, MemoryLeaseKeys
-            from .._speculate.ledger import Speculation
-            from .._speculate.spent import FileSpentLeases, MemorySpentLeases
+            from .._engine.speculation.keys import FileLeaseKeys, MemoryLeaseKeys
+            from .._engine.speculation.ledger import Speculation
+            from .._engine.speculation.spent import FileSpentLeases, MemorySpentLeases
 
             if self.runtime.store.describe().get("durable"):
                 self._speculation = Speculation(
@@ -83,13 +83,13 @@ class SpeculationMethods:
             SpeculationError: the tool is not REVERSIBLE (or not a tool, or async), there is
                 no transaction of this kit, or its arguments cannot be bound by a lease.
         """
-        from .._speculate.run import speculate
+        from .._engine.speculation.run import speculate
 
         return speculate(self.speculation, tool, args, kwargs)
 
     async def aspeculate(self, tool: Any, /, *args: Any, **kwargs: Any) -> Lease:
         """:meth:`speculate` for an async tool."""
-        from .._speculate.run import aspeculate
+        from .._engine.speculation.run import aspeculate
 
         return await aspeculate(self.speculation, tool, args, kwargs)
 
@@ -100,12 +100,12 @@ class SpeculationMethods:
         tool and arguments, unexpired, never redeemed); otherwise the call runs normally and
         the reason is logged (``speculation.refused``).
         """
-        from .._speculate.run import redeem
+        from .._engine.speculation.run import redeem
 
         return redeem(self.speculation, lease, tool, args, kwargs)
 
     async def aredeem(self, lease: object, tool: Any, /, *args: Any, **kwargs: Any) -> Any:
         """:meth:`redeem` for an async tool."""
-        from .._speculate.run import aredeem
+        from .._engine.speculation.run import aredeem
 
         return await aredeem(self.speculation, lease, tool, args, kwargs)

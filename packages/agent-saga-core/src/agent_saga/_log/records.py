@@ -87,12 +87,12 @@ class Kind(enum.StrEnum):
     REDACTION = "log.redaction"
     """Records masked after they were written (see :mod:`agent_saga._log.redaction`)."""
     SPECULATION_ISSUED = "speculation.issued"
-    """A REVERSIBLE step ran ahead of confirmation under a lease (see ``_speculate``)."""
+    """A REVERSIBLE step ran ahead of confirmation under a lease (see ``_engine.speculation``)."""
     SPECULATION_REDEEMED = "speculation.redeemed"
     SPECULATION_REFUSED = "speculation.refused"
     SPECULATION_DISCARDED = "speculation.discarded"
     MESH_SEEN = "mesh.seen"
-    """What a device had seen of the other origins of its mesh when it synced (see ``_mesh``)."""
+    """What a device had seen of the other origins of its mesh when it synced (``proofs._mesh``)."""
 
 
 class SagaStatus(enum.StrEnum):

@@ -27,7 +27,7 @@ from .._log.files import LOCK_NAME, LOG_NAME
 from .._log.read import verify_file
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
-from .._mesh.layout import is_mesh
+from ..proofs._mesh.layout import is_mesh
 from ._errors import BadInputError, CliError
 from ._settings import KEY_SOURCES, Settings
 
@@ -108,7 +108,7 @@ def log_source(settings: Settings) -> LogSource:
     """
     key = settings.chain_key()
     if is_mesh(settings.home):  # a merged log of offline devices
-        from .._mesh.source import MeshLogSource
+        from ..proofs._mesh.source import MeshLogSource
 
         return MeshLogSource(settings.home, key=key)
     store = settings.store()

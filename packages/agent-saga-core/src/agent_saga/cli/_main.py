@@ -30,8 +30,8 @@ from .._history.build import SagaLookupError, find_saga
 from .._kit.manifest import Status
 from .._kit.version import __version__
 from .._log.records import SagaStatus
-from .._mesh.layout import is_mesh
 from ..proofs._audit import snapshot
+from ..proofs._mesh.layout import is_mesh
 from ._approvals import COMMANDS as APPROVAL_COMMANDS
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import (

@@ -4,7 +4,7 @@ a mesh directory (``--home`` naming one).
 ``merge`` reads device homes and mesh directories and writes only the mesh given with
 ``--into``; ``sync`` runs on a device's home (it signs a checkpoint there and appends a
 ``mesh.seen`` record to its log). ``sagas`` and ``replay`` read a mesh through
-:class:`~agent_saga._mesh.source.MeshLogSource` (see :mod:`._logfile`).
+:class:`~agent_saga.proofs._mesh.source.MeshLogSource` (see :mod:`._logfile`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import click
 
-from .._mesh.conflicts import FleetBudget
-from .._mesh.merge import merge_logs
-from .._mesh.view import merged_view
+from ..proofs._mesh.conflicts import FleetBudget
+from ..proofs._mesh.merge import merge_logs
+from ..proofs._mesh.view import merged_view
 from ..proofs._note import NoteVerifier
 from ..proofs._signing import read_verifier
 from ._errors import EXIT_FAILED, BadInputError, one_line

@@ -17,7 +17,6 @@ import click
 from .._history.build import resolve_saga_id
 from .._history.views import SagaLookupError
 from .._log.chain import HASH_MISMATCH
-from .._mesh.layout import is_mesh
 from ..proofs._audit import (
     LogSnapshot,
     certify,
@@ -31,10 +30,11 @@ from ..proofs._audit import (
 from ..proofs._certify import CRITICAL
 from ..proofs._checkpoint import CheckpointError, open_checkpoint
 from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
+from ..proofs._mesh.layout import is_mesh
 from ..proofs._note import NoteVerifier
 from ..proofs._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
-from ._logfile import reading, require_home, require_log
+from ._logfile import reading, require_home
 from ._mesh import fleet_budgets
 from ._redact import admin_key_option, redact
 from ._settings import KEY_SOURCES, current_settings
@@ -192,7 +192,7 @@ def certify_command(out: Path | None, budgets: tuple[str, ...]) -> None:
     """
     settings = current_settings()
     if is_mesh(settings.home):
-        from .._mesh.certify import certify_merged
+        from ..proofs._mesh.certify import certify_merged
 
         limits = fleet_budgets(budgets)
         cert, findings = certify_merged(settings.home, budgets=limits, key=settings.chain_key())

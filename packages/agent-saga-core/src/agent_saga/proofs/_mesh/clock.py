@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .._log.records import Kind, Record
+from ..._log.records import Kind, Record
 
 SEEN_KIND = Kind.MESH_SEEN.value
 """A device's record of what it had seen of the other origins when it synced."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from pathlib import Path
 
-from .._errors import CorruptLogError
-from .._log.records import Record
+from ..._errors import CorruptLogError
+from ..._log.records import Record
 from .layout import is_mesh
 from .view import merged_view
 

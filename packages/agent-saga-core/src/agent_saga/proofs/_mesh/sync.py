@@ -16,11 +16,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._clock import Clock
-from .._gate.killswitch import KillSwitch
-from .._log.codec import JSONValue
-from .._log.records import Entry, Kind
-from .._log.store import LogStore
+from ..._clock import Clock
+from ..._gate.killswitch import KillSwitch
+from ..._log.codec import JSONValue
+from ..._log.records import Entry, Kind
+from ..._log.store import LogStore
 from .clock import MeshRecord
 from .merge import MergeReport, merge_logs
 from .origin import read_origin

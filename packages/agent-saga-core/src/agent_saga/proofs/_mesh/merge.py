@@ -28,10 +28,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import ConfigurationError
-from .._log.files import LOCK_NAME, LOG_NAME, ensure_dir
-from ..proofs._checkpoint import Checkpoint
-from ..proofs._note import NoteVerifier
+from ..._errors import ConfigurationError
+from ..._log.files import LOCK_NAME, LOG_NAME, ensure_dir
+from .._checkpoint import Checkpoint
+from .._note import NoteVerifier
 from .layout import (
     ORIGINS,
     STAGING,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .._errors import ConfigurationError
-from .._log.files import ensure_dir, fsync_dir, fsync_fd
+from ..._errors import ConfigurationError
+from ..._log.files import ensure_dir, fsync_dir, fsync_fd
 
 KEYS_DIR = Path("keys") / "leases"
 ROTATE_AFTER = 24 * 3600.0

@@ -23,18 +23,18 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from .._engine.ahead import Claimed
-from .._engine.calls import call_to_completion
-from .._engine.compensation import compensator_kwargs
-from .._engine.rollback import comp_key, error_info
-from .._engine.runtime import Runtime
-from .._engine.saga import Saga, current_saga
-from .._engine.spec import ToolSpec
-from .._engine.steps import Step
-from .._engine.tool import tool_spec
-from .._errors import SpeculationError
-from .._log.codec import CodecError, JSONValue, canonical
-from .._log.records import Kind, Semantics
+from ..._errors import SpeculationError
+from ..._log.codec import CodecError, JSONValue, canonical
+from ..._log.records import Kind, Semantics
+from ..ahead import Claimed
+from ..calls import call_to_completion
+from ..compensation import compensator_kwargs
+from ..rollback import comp_key, error_info
+from ..runtime import Runtime
+from ..saga import Saga, current_saga
+from ..spec import ToolSpec
+from ..steps import Step
+from ..tool import tool_spec
 from .keys import MAX_TTL, LeaseKeys
 from .lease import Lease, LeaseClaims, Refused, args_digest, check, intent_digest, issue
 from .spent import SpentLeases

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non-ASCII
 from typing import Any, NamedTuple
 
-from .._log.codec import canonical
+from ..._log.codec import canonical
 from .keys import LeaseKey, LeaseKeys
 
 PREFIX = "asl1"

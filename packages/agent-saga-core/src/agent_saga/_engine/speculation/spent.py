@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from .._log.files import ensure_dir, fsync_dir, fsync_fd
+from ..._log.files import ensure_dir, fsync_dir, fsync_fd
 
 SPENT_DIR = Path("speculation") / "spent"
 KEEP_AFTER_EXPIRY = 24 * 3600.0

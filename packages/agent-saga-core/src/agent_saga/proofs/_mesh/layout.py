@@ -29,9 +29,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from .._errors import ConfigurationError
-from .._log.files import LOG_NAME, ensure_dir, fsync_dir, fsync_fd
-from ..proofs._checkpoint import Checkpoint
+from ..._errors import ConfigurationError
+from ..._log.files import LOG_NAME, ensure_dir, fsync_dir, fsync_fd
+from .._checkpoint import Checkpoint
 from .origin import LATEST, PUBLIC_KEY, SEEN, Branch
 
 MARKER = "mesh.json"

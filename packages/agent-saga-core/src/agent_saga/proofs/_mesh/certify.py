@@ -17,11 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .._history.build import build_history
-from .._log.store import VerifyReport
-from ..proofs._certify import Finding, certificate, certify_records
-from ..proofs._note import NoteVerifier
-from ..proofs._signing import home_signer
+from ..._history.build import build_history
+from ..._log.store import VerifyReport
+from .._certify import Finding, certificate, certify_records
+from .._note import NoteVerifier
+from .._signing import home_signer
 from .conflicts import FleetBudget, find_conflicts, saga_origins
 from .view import merged_view
 

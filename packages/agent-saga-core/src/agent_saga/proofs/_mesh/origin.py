@@ -21,20 +21,20 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import ConfigurationError, CorruptLogError
-from .._log.chain import HASH_MISMATCH, MAX_RECORD_BYTES, Chain
-from .._log.files import LOG_NAME
-from .._log.read import iter_log
-from .._log.records import Record
-from ..proofs._checkpoint import (
+from ..._errors import ConfigurationError, CorruptLogError
+from ..._log.chain import HASH_MISMATCH, MAX_RECORD_BYTES, Chain
+from ..._log.files import LOG_NAME
+from ..._log.read import iter_log
+from ..._log.records import Record
+from .._checkpoint import (
     MAX_CHECKPOINT_BYTES,
     Checkpoint,
     CheckpointError,
     open_checkpoint,
 )
-from ..proofs._logtree import record_leaf
-from ..proofs._note import NoteVerifier
-from ..proofs._tree import MerkleTree
+from .._logtree import record_leaf
+from .._note import NoteVerifier
+from .._tree import MerkleTree
 
 PUBLIC_KEY = Path("keys") / "checkpoint.pub"
 LATEST = Path("checkpoints") / "latest.note"
@@ -123,7 +123,7 @@ def read_origin(directory: Path) -> Origin:
         ConfigurationError: no key, an unreadable one, or a key whose name is not the one its
             public key gives (it would speak for another origin).
     """
-    from ..proofs._signing import key_name, read_verifier  # cryptography: only when needed
+    from .._signing import key_name, read_verifier  # cryptography: only when needed
 
     path = directory / PUBLIC_KEY
     if not path.is_file():

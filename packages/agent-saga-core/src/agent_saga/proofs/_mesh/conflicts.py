@@ -25,10 +25,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from .._history.views import CompensationState, SagaView, StepOutcome
-from .._log.codec import JSONValue
-from .._log.records import Kind, Semantics
-from ..proofs._certify import CRITICAL, WARNING, Finding
+from ..._history.views import CompensationState, SagaView, StepOutcome
+from ..._log.codec import JSONValue
+from ..._log.records import Kind, Semantics
+from .._certify import CRITICAL, WARNING, Finding
 from .clock import SEEN_KIND, MeshRecord, seen_frontier
 from .view import MeshView
 

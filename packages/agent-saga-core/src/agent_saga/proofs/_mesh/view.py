@@ -13,8 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._log.records import Record
-from ..proofs._note import NoteVerifier
+from ..._log.records import Record
+from .._note import NoteVerifier
 from .clock import MeshRecord, hlc_order
 from .layout import ORIGINS, branch_dirs, mesh_lock
 from .merge import maximal_branches, require_mesh
