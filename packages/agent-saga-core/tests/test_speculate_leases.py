@@ -8,6 +8,8 @@ accepted; the field binding is checked one field at a time.
 
 from __future__ import annotations
 
+import base64
+import hmac
 import os
 import signal
 import subprocess
@@ -19,6 +21,8 @@ from typing import Any
 import pytest
 from agent_saga import REVERSIBLE, AgentKit, FakeClock, SequentialIds
 from agent_saga._engine.speculation.keys import (
+    ARGS_DOMAIN,
+    LEASE_DOMAIN,
     MAX_TTL,
     ROTATE_AFTER,
     FileLeaseKeys,
@@ -76,6 +80,19 @@ OTHER = MemoryLeaseKeys()  # a second party's key, under its own id
 def test_the_valid_lease_holds() -> None:
     assert _check(TOKEN, KEYS) == CLAIMS
     assert _check(Lease(TOKEN, "s", "t", 1, CLAIMS.kid, 0.0, CLAIMS.nonce), KEYS) == CLAIMS
+
+
+def test_the_mac_and_the_argument_digest_are_plain_hmac_sha256_under_the_key() -> None:
+    """The pre-keyed HMAC objects a key holds give the standard HMAC-SHA-256, copy after copy."""
+    key = KEYS.current(NOW)
+    signed, _, mac = TOKEN.rpartition(".")
+    expected = hmac.digest(key.secret, LEASE_DOMAIN + signed.encode(), "sha256")
+    assert mac == base64.urlsafe_b64encode(expected).rstrip(b"=").decode()
+    for _ in range(3):  # the key's objects are copied, never consumed
+        assert (
+            args_digest(key, ARGS) == hmac.new(key.secret, ARGS_DOMAIN + ARGS, "sha256").hexdigest()
+        )
+    assert issue(key, CLAIMS) == TOKEN
 
 
 @MANY
@@ -155,7 +172,7 @@ def test_expiry_is_exclusive_and_unknown_key_ids_are_refused() -> None:
     verdict = _check(TOKEN, OTHER)
     assert isinstance(verdict, Refused)
     assert verdict.reason.startswith("unknown or retired key id")
-    assert _check(b"asl1", KEYS) == Refused("not a lease (text of at most 2048 ASCII characters)")
+    assert _check(b"asl2", KEYS) == Refused("not a lease (text of at most 2048 ASCII characters)")
     assert isinstance(_check("é" + TOKEN, KEYS), Refused)
 
 

@@ -15,14 +15,16 @@ not know makes it read the directory again, at most once a second).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import itertools
 import json
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..._errors import ConfigurationError
 from ..._log.files import ensure_dir, fsync_dir, fsync_fd
@@ -36,14 +38,39 @@ _KID = re.compile(r"[0-9a-f]{16}")
 _RESCAN = 1.0
 
 
+def _sha256(data: bytes = b"") -> Any:
+    """SHA-256 as a constructor the standard :mod:`hmac` builds its HMAC from: it then keeps
+    the keyed inner and outer states and copies them per MAC, which costs less than copying
+    an OpenSSL HMAC context (what it does given ``"sha256"``). The MAC is the same."""
+    return hashlib.sha256(data)
+
+
+LEASE_DOMAIN = b"agent-saga lease v2\x00"
+"""What a lease's MAC is computed over first (then the lease text before its MAC)."""
+ARGS_DOMAIN = b"agent-saga lease arguments v1\x00"
+"""What an argument digest is computed over first (then the canonical arguments)."""
+
+
 @dataclass(frozen=True, repr=False)
 class LeaseKey:
-    """One lease key. Its ``repr`` names the key id only."""
+    """One lease key. Its ``repr`` names the key id only.
+
+    ``lease_mac`` and ``args_mac`` are HMAC-SHA-256 objects under the secret, already fed their
+    domain (:data:`LEASE_DOMAIN`, :data:`ARGS_DOMAIN`): a MAC is ``.copy()``, ``update`` and
+    ``digest``, so the key's pads are computed once per key, not once per lease. They are
+    never updated in place.
+    """
 
     kid: str
     secret: bytes
     created: float
     """Seconds since the epoch, on the kit's clock."""
+    lease_mac: Any = field(init=False, compare=False)
+    args_mac: Any = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lease_mac", hmac.new(self.secret, LEASE_DOMAIN, _sha256))
+        object.__setattr__(self, "args_mac", hmac.new(self.secret, ARGS_DOMAIN, _sha256))
 
     def __repr__(self) -> str:
         return f"LeaseKey({self.kid!r})"
