@@ -29,8 +29,9 @@ SPECULATION_NOT_CLAIMED = (
     "redeemed is undone when its saga ends, but not after a crash (like any REVERSIBLE step)",
     "a result run ahead is held by its process: a lease presented after a restart, or in "
     "another process, yields nothing (its redemption mark still makes it single-use)",
-    "only a call of the @tool function itself (or kit.redeem) takes a result run ahead: a "
-    "call through a framework adapter's seam (ToolCallGuard) runs normally",
+    "a call through a framework adapter takes a result run ahead only through the one-phase "
+    "seam (ToolCallGuard.run or arun, as the LangChain adapter calls it); a two-phase call "
+    "(ToolCallGuard.begin) runs normally",
 )
 MEMORY_LEASES = (
     "leases of a kit on the memory store are single-use within its process only: their keys "
@@ -73,9 +74,13 @@ class SpeculationMethods:
     def speculate(self, tool: Any, /, *args: Any, **kwargs: Any) -> Lease:
         """Run a sync REVERSIBLE tool now, ahead of the model's confirmation; its lease.
 
+        ``tool`` is a ``@tool`` function, or a framework tool whose adapter lets it run ahead
+        (``agent_saga_langchain.saga_tool``), called with named arguments.
+
         The step is gated and logged like any step of the current transaction. The confirmed
-        call (the tool called again with the same arguments in the same transaction, or
-        :meth:`redeem` with the lease) gets its result once, while the lease holds
+        call (the tool called again with the same arguments in the same transaction, through
+        its adapter for a framework tool, or :meth:`redeem` with the lease) gets its result
+        once, while the lease holds
         (``kit.speculation.ttl`` seconds, 60 by default); a step never redeemed is undone
         when the transaction ends.
 

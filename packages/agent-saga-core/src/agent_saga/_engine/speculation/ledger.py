@@ -26,6 +26,7 @@ from typing import Any
 from ..._errors import SpeculationError
 from ..._log.codec import CodecError, JSONValue, canonical
 from ..._log.records import Kind, Semantics
+from ..adapt import ToolCallGuard
 from ..ahead import Claimed
 from ..calls import call_to_completion
 from ..compensation import compensator_kwargs
@@ -53,6 +54,15 @@ class _Ahead:
     result: Any
     closed: bool = False
     """Redeemed or discarded: never handed out again."""
+
+
+def guard_of(tool: object) -> ToolCallGuard | None:
+    """The guard of a framework tool that can run ahead (``guard`` and ``call_ahead``), if
+    ``tool`` is one (see :mod:`agent_saga._engine.adapt`)."""
+    guard = getattr(tool, "guard", None)
+    if isinstance(guard, ToolCallGuard) and callable(getattr(tool, "call_ahead", None)):
+        return guard
+    return None
 
 
 def call_arguments(spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
@@ -227,6 +237,10 @@ class Speculation:
 
     def _spec(self, tool: object, *, is_async: bool, what: str) -> ToolSpec:
         spec = tool_spec(tool) if callable(tool) else None
+        if spec is None and what == "speculate":
+            guard = guard_of(tool)
+            if guard is not None:  # a framework tool: it runs ahead sync or async alike
+                return guard.spec
         if spec is None:
             raise SpeculationError(f"{what} takes a tool declared with @tool, got {tool!r}")
         if spec.is_async is not is_async:
