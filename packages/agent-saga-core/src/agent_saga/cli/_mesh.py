@@ -3,7 +3,8 @@ a mesh directory (``--home`` naming one).
 
 ``merge`` reads device homes and mesh directories and writes only the mesh given with
 ``--into``; ``sync`` runs on a device's home (it signs a checkpoint there and appends a
-``mesh.seen`` record to its log). ``sagas`` and ``replay`` read a mesh through
+``mesh.seen`` record to its log), or, with ``--server``, ships the log to a control plane.
+``sagas`` and ``replay`` read a mesh through
 :class:`~agent_saga.proofs._mesh.source.MeshLogSource` (see :mod:`._logfile`).
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from .._config import read_token_file
 from ..proofs._mesh.conflicts import FleetBudget
 from ..proofs._mesh.merge import merge_logs
 from ..proofs._mesh.view import merged_view
@@ -71,15 +73,43 @@ def merge(sources: tuple[Path, ...], into: Path, trust: tuple[str, ...]) -> None
 
 
 @click.command()
-@click.argument("mesh", type=click.Path(file_okay=False, path_type=Path))
-def sync(mesh: Path) -> None:
-    """Sync this device (the home) with the mesh directory MESH, through files.
+@click.argument("mesh", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--server", help="Sync through this control plane's ingest instead of MESH.")
+@click.option(
+    "--token", help="The device's agent token for --server (visible to ps: prefer --token-file)."
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A file (chmod 600) holding the agent token for --server.",
+)
+@click.option(
+    "--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for --server."
+)
+def sync(
+    mesh: Path | None,
+    server: str | None,
+    token: str | None,
+    token_file: Path | None,
+    timeout: float,
+) -> None:
+    """Sync this device (the home) with the mesh directory MESH, or with a control plane.
 
-    Signs a checkpoint, merges this device's log into MESH, then records in this device's log
-    what it has now seen of the other origins. A fleet halt in the merged view engages this
-    device's kill switch (released only by 'agent-saga resume').
+    Signs a checkpoint, then either merges this device's log into MESH and records in its log
+    what it has now seen of the other origins, or (--server) ships the log and the checkpoint
+    to the control plane's ingest and waits until it holds them all (exit 1 if it does not).
+    A fleet halt (in the merged view, or on the server) engages this device's kill switch
+    (released only by 'agent-saga resume').
     """
+    if (mesh is None) == (server is None):
+        raise BadInputError("give either a mesh directory or --server URL")
+    if server is None and (token or token_file):
+        raise BadInputError("--token and --token-file go with --server")
     settings = current_settings()
+    if server is not None:
+        _sync_server(settings, server, token, token_file, timeout)
+        return
+    assert mesh is not None
     with settings.open_kit() as kit:
         report = kit.sync(mesh)
     for rejection in report.merge.rejected:
@@ -91,6 +121,30 @@ def sync(mesh: Path) -> None:
             f"fleet halted: {one_line(report.fleet_halt)}; this device is halted", markup=False
         )
     if report.merge.rejected:
+        raise SystemExit(EXIT_FAILED)
+
+
+def _sync_server(
+    settings: Settings, server: str, token: str | None, token_file: Path | None, timeout: float
+) -> None:
+    if token is not None and token_file is not None:
+        raise BadInputError("give --token or --token-file, not both")
+    if token_file is not None:
+        token = read_token_file(token_file)
+    with settings.open_kit() as kit:
+        report = kit.sync_server(server, token=token, timeout=timeout)
+    origin = report.origin or "?"
+    settings.console.print(
+        f"synced with {server} as origin {origin}: the server holds {report.shipped} of "
+        f"{report.records} records, checkpoint of {report.checkpoint}",
+        markup=False,
+    )
+    if report.fleet_halt is not None:
+        settings.console.print(
+            f"fleet halted: {one_line(report.fleet_halt)}; this device is halted", markup=False
+        )
+    if report.problem is not None:
+        settings.console.print(f"NOT SYNCED {one_line(report.problem)}", markup=False)
         raise SystemExit(EXIT_FAILED)
 
 
