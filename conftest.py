@@ -13,17 +13,39 @@ still finds the repository's ``pyproject.toml``, so its rootdir is this director
 own conftests clear their frameworks' settings (``SLACK_*``, ``OTEL_*``, ...) in addition.
 
 ``--inherit-environment`` turns this off, to show what the suite would depend on.
+
+Hypothesis keeps its example database and caches in the session's temporary directory, never
+in the directory the run started in (tests write only below their temporary directories).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 from agent_saga.testing.environment import variables_to_clear
+from hypothesis.configuration import set_hypothesis_home_dir
 
 INHERIT_OPTION = "--inherit-environment"
+_HYPOTHESIS_HOME = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before collection: Hypothesis reads its storage directory on first use, which may come
+    # before any fixture runs.
+    home = tempfile.mkdtemp(prefix="agent-saga-hypothesis-")
+    config.stash[_HYPOTHESIS_HOME] = home
+    set_hypothesis_home_dir(home)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    home = config.stash.get(_HYPOTHESIS_HOME, None)
+    if home is not None:
+        set_hypothesis_home_dir(None)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -7,23 +7,20 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_saga import AgentKit, SagaRolledBack, SequentialIds
+from agent_saga_langchain import testing
 from agent_saga_otel import SAGA_ID, OTelObserver
 from agent_saga_otel._names import OWN_SCOPE as OWN
 from agent_saga_otel.langchain import LangChainLink, RunSpans
 from agent_saga_otel.langsmith import LangSmithLink
 from agent_saga_otel.phoenix import register
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from langchain_core.tools import BaseTool, tool
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.tools import tool
 from langchain_core.tracers.context import collect_runs
 from langsmith.run_helpers import get_tracing_context
 from opentelemetry.sdk.trace import TracerProvider
@@ -31,45 +28,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 
-class ScriptedChat(BaseChatModel):
-    """Answers with the next scripted message on each call."""
+class ScriptedChat(testing.ScriptedChat):
+    """The LangChain package's scripted model, with a model name for the chat spans."""
 
-    script: list[AIMessage]
     model: str = "scripted-1"
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self.script.pop(0))])
-
-
-def agent(model: BaseChatModel, tools: Sequence[BaseTool]) -> Runnable[Any, Any]:
-    """A tool-calling loop: a tool's exception becomes an error message and the loop goes on."""
-    by_name = {t.name: t for t in tools}
-
-    def loop(messages: list[BaseMessage], config: RunnableConfig) -> list[BaseMessage]:
-        messages = list(messages)
-        while True:
-            ai = model.invoke(messages, config)
-            messages.append(ai)
-            if not isinstance(ai, AIMessage) or not ai.tool_calls:
-                return messages
-            for call in ai.tool_calls:
-                try:
-                    out = by_name[call["name"]].invoke(dict(call), config)
-                except Exception as exc:
-                    out = ToolMessage(f"Error: {exc}", tool_call_id=call["id"], status="error")
-                messages.append(out)
-
-    return RunnableLambda(loop, name="agent_loop")
 
 
 def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
@@ -77,6 +39,41 @@ def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
     return AIMessage(
         "", tool_calls=[{"name": name, "args": args, "id": call_id}], usage_metadata=usage
     )
+
+
+def order_agent(kit: AgentKit, refunds: list[int]) -> tuple[Runnable[Any, Any], Any]:
+    """An agent whose script charges 30, then fails to book a courier and gives up; and the
+    charge tool itself (``payments.charge``, compensated by appending to ``refunds``)."""
+
+    def refund(amount: int) -> None:
+        refunds.append(amount)
+
+    @kit.tool(name="payments.charge", compensate=refund)
+    def charge_card(amount: int) -> str:
+        return f"charged {amount}"
+
+    @kit.tool(name="shipping.book", compensate=lambda: None)
+    def book_courier(city: str) -> str:
+        raise RuntimeError(f"no courier in {city}")
+
+    @tool
+    def charge(amount: int) -> str:
+        """Charge the customer."""
+        return charge_card(amount=amount)
+
+    @tool
+    def ship(city: str) -> str:
+        """Book a courier."""
+        return book_courier(city=city)
+
+    model = ScriptedChat(
+        script=[
+            call("charge", {"amount": 30}, "call_1"),
+            call("ship", {"city": "Oslo"}, "call_2"),
+            AIMessage("I could not ship it."),
+        ]
+    )
+    return testing.agent_loop(model, [charge, ship]), charge_card
 
 
 def test_agent_runs_and_spans_carry_the_saga_id(
@@ -88,36 +85,7 @@ def test_agent_runs_and_spans_carry_the_saga_id(
         ids=SequentialIds(),
         observers=[OTelObserver(provider), LangChainLink(provider)],
     ) as kit:
-
-        def refund(amount: int) -> None:
-            refunds.append(amount)
-
-        @kit.tool(name="payments.charge", compensate=refund)
-        def charge_card(amount: int) -> str:
-            return f"charged {amount}"
-
-        @kit.tool(name="shipping.book", compensate=lambda: None)
-        def book_courier(city: str) -> str:
-            raise RuntimeError(f"no courier in {city}")
-
-        @tool
-        def charge(amount: int) -> str:
-            """Charge the customer."""
-            return charge_card(amount=amount)
-
-        @tool
-        def ship(city: str) -> str:
-            """Book a courier."""
-            return book_courier(city=city)
-
-        model = ScriptedChat(
-            script=[
-                call("charge", {"amount": 30}, "call_1"),
-                call("ship", {"city": "Oslo"}, "call_2"),
-                AIMessage("I could not ship it."),
-            ]
-        )
-        loop = agent(model, [charge, ship])
+        loop, _ = order_agent(kit, refunds)
         with (
             collect_runs() as runs,
             pytest.raises(SagaRolledBack),
@@ -296,36 +264,9 @@ def test_rolled_back_agent_run_is_one_trace_filterable_by_saga_id(
         provider = register(kit, endpoint=f"{phoenix_server}/v1/traces", project_name=project)
         kit.observe(LangChainLink(provider))
 
-        def refund(amount: int) -> None:
-            refunds.append(amount)
-
-        @kit.tool(name="payments.charge", compensate=refund)
-        def charge_card(amount: int) -> str:
-            return f"charged {amount}"
-
-        @kit.tool(name="shipping.book", compensate=lambda: None)
-        def book_courier(city: str) -> str:
-            raise RuntimeError(f"no courier in {city}")
-
-        @tool
-        def charge(amount: int) -> str:
-            """Charge the customer."""
-            return charge_card(amount=amount)
-
-        @tool
-        def ship(city: str) -> str:
-            """Book a courier."""
-            return book_courier(city=city)
-
-        model = ScriptedChat(
-            script=[
-                call("charge", {"amount": 30}, "call_1"),
-                call("ship", {"city": "Oslo"}, "call_2"),
-                AIMessage("I could not ship it."),
-            ]
-        )
+        loop, charge_card = order_agent(kit, refunds)
         with pytest.raises(SagaRolledBack), kit.transaction("order") as saga:
-            agent(model, [charge, ship]).invoke([HumanMessage("buy and ship")])
+            loop.invoke([HumanMessage("buy and ship")])
             raise RuntimeError("the agent could not finish the order")
         with kit.transaction("another order") as other:
             charge_card(amount=5)

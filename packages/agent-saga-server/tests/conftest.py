@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 from agent_saga.testing import loopback_only
 from agent_saga.testing.postgres import scratch_schema, server_for_tests
-from hypothesis.configuration import set_hypothesis_home_dir
 from pytest_agent_saga import clean_environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,15 +35,6 @@ from plane_testkit import (
     cloud_server,
     cloud_servers,
 )
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _hypothesis_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Hypothesis (under schemathesis) keeps its caches in the session's temporary directory,
-    not in the working directory the run started in."""
-    set_hypothesis_home_dir(tmp_path_factory.mktemp("hypothesis"))
-    yield
-    set_hypothesis_home_dir(None)
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._assertions import assert_exactly_once, assert_log_verifies, assert_rolled_back
-    from ._chaos import ChaosReport, ChaosRunner, PointResult
+    from ._chaos import ChaosRunner
     from ._environment import clean_environment
     from ._faults import (
         FAULT_KINDS,
@@ -28,15 +28,16 @@ if TYPE_CHECKING:
     from ._invariants import RunOutcome, Violation
     from ._ledger import JournalLedger, LedgerEvent
     from ._replay import ReplayDivergence, assert_replay_deterministic
+    from ._report import ChaosReport, PointResult
     from ._scripted import ScriptedCall, ScriptedTool
 
 _LAZY = {
     "assert_exactly_once": "_assertions",
     "assert_log_verifies": "_assertions",
     "assert_rolled_back": "_assertions",
-    "ChaosReport": "_chaos",
+    "ChaosReport": "_report",
     "ChaosRunner": "_chaos",
-    "PointResult": "_chaos",
+    "PointResult": "_report",
     "clean_environment": "_environment",
     "FAULT_KINDS": "_faults",
     "Baseline": "_faults",

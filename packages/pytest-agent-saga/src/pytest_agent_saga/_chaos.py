@@ -23,7 +23,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +41,7 @@ from ._faults import FAULT_KINDS, Baseline, FaultPoint, Injector, RaiseAtStep, W
 from ._intercept import InterceptingStore
 from ._invariants import EXERCISED, RunOutcome, Violation, check
 from ._registry import ACTIVE
+from ._report import ChaosReport, PointResult
 
 if TYPE_CHECKING:
     from agent_saga import CompensatorRegistry, Record
@@ -49,59 +49,7 @@ if TYPE_CHECKING:
     from ._ledger import JournalLedger
 
 CHILD_TIMEOUT = 60.0
-MAX_SHOWN = 20
-"""Failing fault points shown in full in a failure message."""
 CHILD_FAILED = 70
-
-
-@dataclass
-class PointResult:
-    """One fault point's run: what the saga ended as, and the invariants it broke."""
-
-    kind: str
-    label: str
-    outcome: str
-    violations: list[Violation]
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ChaosReport:
-    """Every fault point run for one transaction."""
-
-    transaction: str
-    results: list[PointResult] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    """``(point, reason)`` for points that could not be exercised."""
-
-    @property
-    def failures(self) -> list[PointResult]:
-        return [r for r in self.results if r.violations]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def summary(self) -> str:
-        """The failures in plain words: which fault point broke which invariant, and how."""
-        failed = self.failures
-        lines = [
-            f"agent-saga chaos: {len(failed)} of {len(self.results)} fault point(s) broke an "
-            f"invariant of transaction {self.transaction!r}"
-        ]
-        for result in failed[:MAX_SHOWN]:
-            lines.append(f"- fault point: {result.label} (saga: {result.outcome})")
-            for violation in result.violations:
-                lines.append(f"    broke: {violation.invariant}")
-                lines.append(f"      {violation.detail}")
-            lines += [f"    note: {note}" for note in result.notes]
-        if len(failed) > MAX_SHOWN:
-            lines.append(
-                f"- and {len(failed) - MAX_SHOWN} more fault point(s); report.failures lists all"
-            )
-        for point, reason in self.skipped:
-            lines.append(f"- not exercised: {point}: {reason}")
-        return "\n".join(lines)
 
 
 Transaction = Callable[[], Any]

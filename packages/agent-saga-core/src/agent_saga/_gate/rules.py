@@ -126,13 +126,11 @@ def _same(value: object, listed: object) -> bool:
     return (type(value) is bool) == (type(listed) is bool) and bool(value == listed)
 
 
-class AllowValues:
-    """Refuse calls whose argument at ``path`` is not one of ``values`` (missing: refused).
-
-    ``AllowValues("currency", ["EUR", "USD"], tools="bank.transfer")``.
-    """
+class _ValueListRule:
+    """A rule on whether the argument at ``path`` is one of ``values`` (``True`` is never ``1``)."""
 
     kind = "rule"
+    default_name = ""
 
     def __init__(
         self,
@@ -140,17 +138,34 @@ class AllowValues:
         values: Iterable[object],
         *,
         tools: Iterable[str] | str | None = None,
-        name: str = "allow_values",
+        name: str | None = None,
     ) -> None:
         self.path, self.values = path, tuple(values)
         self.tools = tool_scope(tools)
-        self.name = name
+        self.name = name or self.default_name
+
+    def _listed(self, call: ToolCall) -> tuple[bool, object]:
+        """Whether the call's value is listed, and the value (``None`` when missing)."""
+        value = call.arg(self.path)
+        return any(_same(value, listed) for listed in self.values), value
+
+    def _in_scope(self, call: ToolCall) -> bool:
+        return self.tools is None or call.tool in self.tools
+
+
+class AllowValues(_ValueListRule):
+    """Refuse calls whose argument at ``path`` is not one of ``values`` (missing: refused).
+
+    ``AllowValues("currency", ["EUR", "USD"], tools="bank.transfer")``.
+    """
+
+    default_name = "allow_values"
 
     def evaluate(self, call: ToolCall) -> Decision:
-        if self.tools is not None and call.tool not in self.tools:
+        if not self._in_scope(call):
             return ALLOW
-        value = call.arg(self.path)
-        if any(_same(value, listed) for listed in self.values):
+        listed, value = self._listed(call)
+        if listed:
             return ALLOW
         return Deny(self.name, f"{self.path}={value!r} is not one of {list(self.values)!r}")
 
@@ -158,31 +173,19 @@ class AllowValues:
         return f"{self.path} in {list(self.values)!r} on {describe_scope(self.tools)}"
 
 
-class DenyValues:
+class DenyValues(_ValueListRule):
     """Refuse calls whose argument at ``path`` is one of ``values`` (missing: not refused).
 
     ``DenyValues("to", ["ACC-OFFSHORE-1"], tools="bank.transfer")``.
     """
 
-    kind = "rule"
-
-    def __init__(
-        self,
-        path: str,
-        values: Iterable[object],
-        *,
-        tools: Iterable[str] | str | None = None,
-        name: str = "deny_values",
-    ) -> None:
-        self.path, self.values = path, tuple(values)
-        self.tools = tool_scope(tools)
-        self.name = name
+    default_name = "deny_values"
 
     def evaluate(self, call: ToolCall) -> Decision:
-        if self.tools is not None and call.tool not in self.tools:
+        if not self._in_scope(call):
             return ALLOW
-        value = call.arg(self.path)
-        if any(_same(value, listed) for listed in self.values):
+        listed, value = self._listed(call)
+        if listed:
             return Deny(self.name, f"{self.path}={value!r} is on the deny list")
         return ALLOW
 
