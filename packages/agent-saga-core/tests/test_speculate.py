@@ -19,8 +19,11 @@ from agent_saga import (
     DenyTools,
     FakeClock,
     GateRefused,
+    PendingCall,
     SagaRolledBack,
     SequentialIds,
+    StepRef,
+    ToolCallGuard,
     build_history,
 )
 from agent_saga._engine.speculation.keys import FileLeaseKeys
@@ -286,3 +289,48 @@ def test_a_suspended_saga_discards_what_ran_ahead(kit: AgentKit) -> None:
         assert kit.redeem(lease, lookup, sku="A1") == "A1"
     assert calls == ["A1", "A1"]
     assert _reasons(kit) == ["no result is held for it in this process"]
+
+
+class FrameworkTool:
+    """What an adapter gives a framework tool so it can run ahead: its guard and its body."""
+
+    def __init__(self) -> None:
+        self.guard = ToolCallGuard("shop.price", semantics=REVERSIBLE, parameters=["sku"])
+        self.bodies: list[str] = []
+
+    def call_ahead(self, arguments: dict[str, Any]) -> Any:
+        def body(step: StepRef) -> tuple[Any, Any]:
+            self.bodies.append(arguments["sku"])
+            return {"framework": "output"}, f"price of {arguments['sku']}"
+
+        return body
+
+    def call(self, sku: str) -> Any:
+        """The confirmed call, as an adapter makes it through the one-phase seam."""
+
+        def effect(step: StepRef | None) -> Any:
+            self.bodies.append(sku)
+            return {"framework": sku}
+
+        return self.guard.run({"sku": sku}, effect)
+
+
+def test_a_call_through_the_adapter_seam_takes_a_step_run_ahead(kit: AgentKit) -> None:
+    shop = FrameworkTool()
+    with kit.transaction("quote") as saga:
+        lease = kit.speculate(shop, sku="A-7")
+        assert shop.call("A-7") == {"framework": "output"}  # what the body run ahead gave
+        assert shop.call("A-7") == {"framework": "A-7"}  # once: the next call runs
+        kit.speculate(shop, sku="B-2")
+        pending = shop.guard.begin({"sku": "B-2"})  # two phases: never takes one
+        assert isinstance(pending, PendingCall)
+        assert pending.run(lambda step: "ran") == "ran"
+        with pytest.raises(SpeculationError, match="named arguments only"):
+            kit.speculate(shop, "C-1")
+    assert shop.bodies == ["A-7", "A-7", "B-2"]
+    records = [r for r in kit.store.records() if r.saga == saga.id]
+    done = [r.data for r in records if r.kind == Kind.STEP_DONE]
+    assert done[0]["result"] == "price of A-7"  # the result the adapter logs
+    redeemed = [r.data["lease"] for r in records if r.kind == Kind.SPECULATION_REDEEMED]
+    assert redeemed == [lease.nonce]
+    assert [r.kind for r in records].count(Kind.SPECULATION_DISCARDED) == 1  # B-2's guess
