@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..._config import read_private_file
 from ..._errors import ConfigurationError
 from ..._log.files import ensure_dir, fsync_dir, fsync_fd
 
@@ -139,17 +140,7 @@ def read_key(path: Path) -> LeaseKey:
     Raises:
         ConfigurationError: the file is open to other users, unreadable or malformed.
     """
-    try:
-        with path.open("rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if mode & 0o077:
-                raise ConfigurationError(
-                    f"the lease key file {path} is open to other users (mode {mode & 0o777:o}); "
-                    f"make it private: chmod 600 {path}"
-                )
-            raw = handle.read(4096)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the lease key file {path}: {exc}") from exc
+    raw = read_private_file(path, "lease key file", 4096)
     try:
         info = json.loads(raw)
         kid, secret, created = info["kid"], bytes.fromhex(info["secret"]), float(info["created"])

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..._errors import ConfigurationError
-from ..._log.files import LOG_NAME, ensure_dir, fsync_dir, fsync_fd
+from ..._log.files import LOG_NAME, OS, ensure_dir, fsync_dir, fsync_fd, write_fully
 from .._checkpoint import Checkpoint
 from .origin import LATEST, PUBLIC_KEY, SEEN, Branch
 
@@ -97,9 +97,7 @@ def write_file(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
     """Create ``path`` holding ``data``, fsynced (and its directory, with ``sync_dir``)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_fully(OS, fd, data)
         fsync_fd(fd)
     finally:
         os.close(fd)
