@@ -62,6 +62,30 @@ def test_what_the_commands_verify_is_stated_in_the_doc_and_the_manifest(tmp_path
     assert BEYOND_CHECKPOINT in manifest["not_claimed"]
 
 
+def test_what_speculation_and_merging_do_not_claim_is_in_the_doc_and_the_manifest(
+    tmp_path: Path,
+) -> None:
+    from agent_saga._kit.mesh import MESH_AFTER, MESH_NOT_CLAIMED
+    from agent_saga._kit.speculation import (
+        MEMORY_LEASES,
+        SPECULATION_BEFORE,
+        SPECULATION_NOT_CLAIMED,
+    )
+
+    text = " ".join(DOC.read_text().split())
+    for sentence in (*SPECULATION_NOT_CLAIMED, MEMORY_LEASES, *MESH_NOT_CLAIMED):
+        assert sentence in text, f"not stated in docs/guarantees.md: {sentence}"
+    with AgentKit(home=tmp_path / "home") as kit:
+        manifest = kit.guarantees()
+    assert SPECULATION_BEFORE in manifest["enforced_before_effect"]
+    assert MESH_AFTER in manifest["guaranteed_after"]
+    for sentence in (*SPECULATION_NOT_CLAIMED, *MESH_NOT_CLAIMED):
+        assert sentence in manifest["not_claimed"]
+    assert MEMORY_LEASES not in manifest["not_claimed"]
+    with AgentKit(store="memory") as memory:
+        assert MEMORY_LEASES in memory.guarantees()["not_claimed"]
+
+
 def test_what_redactions_and_approvals_rest_on_is_stated_in_the_doc_and_the_manifest(
     tmp_path: Path,
 ) -> None:

@@ -112,6 +112,12 @@ EXPECTED = {
     "tool_spec",
     "use_kit",
     "verify_file",
+    "FleetBudget",
+    "Lease",
+    "SpeculationError",
+    "certify_merged",
+    "merge_logs",
+    "merged_view",
 }
 
 

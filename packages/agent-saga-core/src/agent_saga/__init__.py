@@ -36,6 +36,7 @@ from ._errors import (
     LogError,
     ResumeError,
     SagaEndedError,
+    SpeculationError,
     StoreFailedError,
 )
 from ._gate.budget import Budget
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from ._approvals.request import ApprovalRequest, action_digest
     from ._approvals.votes import VoteResult, submit_vote
     from ._approvals.wait import ApprovalChannel, Approvals
+    from ._engine.speculation.lease import Lease
     from ._gate.budget_pg import PostgresBudgetStore
     from ._history.build import (
         CompensationState,
@@ -80,6 +82,10 @@ if TYPE_CHECKING:
         find_saga,
     )
     from ._history.recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
+    from .proofs._mesh.certify import certify_merged
+    from .proofs._mesh.conflicts import FleetBudget
+    from .proofs._mesh.merge import merge_logs
+    from .proofs._mesh.view import merged_view
     from .proofs._redact import RedactionReport, redact_path
 
 # Loaded on first use: reading history and recovering are not needed to run transactions, and
@@ -104,6 +110,11 @@ _LAZY = {
     "VoteResult": "_approvals.votes",
     "action_digest": "_approvals.request",
     "submit_vote": "_approvals.votes",
+    "FleetBudget": "proofs._mesh.conflicts",
+    "certify_merged": "proofs._mesh.certify",
+    "merge_logs": "proofs._mesh.merge",
+    "merged_view": "proofs._mesh.view",
+    "Lease": "_engine.speculation.lease",
 }
 
 
@@ -151,6 +162,7 @@ __all__ = [
     "FileBudgetStore",
     "FileKillSwitch",
     "FileLogStore",
+    "FleetBudget",
     "Gate",
     "GateRefused",
     "HaltState",
@@ -158,6 +170,7 @@ __all__ = [
     "IRREVERSIBLE",
     "KillSwitch",
     "Kind",
+    "Lease",
     "LogError",
     "LogStore",
     "MaxValue",
@@ -192,6 +205,7 @@ __all__ = [
     "SelfHealingLoop",
     "Semantics",
     "SequentialIds",
+    "SpeculationError",
     "Status",
     "StepOutcome",
     "StepRecovery",
@@ -209,12 +223,15 @@ __all__ = [
     "__version__",
     "action_digest",
     "build_history",
+    "certify_merged",
     "compensator",
     "current_saga",
     "declarations_for",
     "default_kit",
     "find_saga",
     "idempotency_key",
+    "merge_logs",
+    "merged_view",
     "read_log",
     "recover",
     "redact_path",

@@ -162,6 +162,27 @@ def server_token_file_setting(config: Config) -> Path | None:
     return Path(env) if env else config.server_token_file
 
 
+def read_private_file(path: Path, what: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path``, a file only its owner may read or write (as ssh
+    refuses a private key open to others: ``chmod 600``).
+
+    Raises:
+        ConfigurationError: the file cannot be read, or other users may read or write it; the
+            message names the file as ``what`` (``"token file"``).
+    """
+    try:
+        with path.open("rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if mode & 0o077:
+                raise ConfigurationError(
+                    f"the {what} {path} is open to other users (mode {mode & 0o777:o}); "
+                    f"make it private: chmod 600 {path}"
+                )
+            return handle.read(limit)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the {what} {path}: {exc}") from exc
+
+
 def read_token_file(path: Path) -> str:
     """The token held in ``path`` (its text, surrounding whitespace removed).
 
@@ -169,17 +190,7 @@ def read_token_file(path: Path) -> str:
         ConfigurationError: the file cannot be read, is open to other users than its owner
             (``chmod 600``), is not UTF-8 text or is empty; the message names the file.
     """
-    try:
-        with path.open("rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if mode & 0o077:
-                raise ConfigurationError(
-                    f"the token file {path} is open to other users (mode {mode & 0o777:o}); "
-                    f"make it private: chmod 600 {path}"
-                )
-            raw = handle.read(4097)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the token file {path}: {exc}") from exc
+    raw = read_private_file(path, "token file", 4097)
     try:
         token = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -197,17 +208,7 @@ def read_chain_key(path: Path) -> bytes:
             its owner (as ssh refuses a private key: ``chmod 600``), is not UTF-8 text, or holds
             a key shorter than 16 or longer than 4096 bytes; the message names the file.
     """
-    try:
-        with path.open("rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if mode & 0o077:
-                raise ConfigurationError(
-                    f"the chain key file {path} is open to other users (mode {mode & 0o777:o}); "
-                    f"make it private: chmod 600 {path}"
-                )
-            raw = handle.read(MAX_CHAIN_KEY_BYTES * 2 + 1)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the chain key file {path}: {exc}") from exc
+    raw = read_private_file(path, "chain key file", MAX_CHAIN_KEY_BYTES * 2 + 1)
     try:
         key = raw.decode("utf-8").strip().encode("utf-8")
     except UnicodeDecodeError:

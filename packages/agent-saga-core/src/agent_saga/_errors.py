@@ -89,3 +89,8 @@ class StoreFailedError(LogError):
 
 class LogLockedError(LogError):
     """Another open store in this process already owns the log (one writer object per file)."""
+
+
+class SpeculationError(AgentSagaError, ValueError):
+    """A step cannot be run ahead of confirmation: it is not REVERSIBLE, not a tool of this
+    kit, called outside a transaction, or its arguments cannot be bound by a lease."""

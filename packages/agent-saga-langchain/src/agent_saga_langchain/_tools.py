@@ -13,7 +13,7 @@ see the body's own return value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from typing import Any
 
@@ -21,6 +21,7 @@ from agent_saga import (
     OnRefusal,
     RefusedCall,
     Semantics,
+    SpeculationError,
     StepRef,
     ToolCallGuard,
     ToolDeclaration,
@@ -29,7 +30,7 @@ from agent_saga import (
 )
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.messages import ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool
 from langchain_core.tools.base import ArgsSchema, _get_runnable_config_param
@@ -183,6 +184,71 @@ class SagaTool(BaseTool):
 
         out = await self.guard.arun(self._arguments(args, kwargs), effect, result_of=self._result)
         return self._refused(out) if isinstance(out, RefusedCall) else out
+
+    # -- running ahead of confirmation (AgentKit.speculate) -----------------------------------
+
+    def call_ahead(self, arguments: dict[str, Any]) -> Callable[[StepRef], tuple[Any, Any]]:
+        """The body to run ahead of the model's confirmation for these arguments (what
+        ``kit.speculate(this_tool, **arguments)`` runs as a step): it returns the output the
+        confirmed call will get, and the result logged.
+
+        The arguments are the model's, by name, validated now by the tool's schema; the body
+        sees the step's config and key as in a call.
+
+        Raises:
+            SpeculationError: the tool takes injected arguments, which only a call supplies;
+                pydantic.ValidationError: the arguments do not fit the tool's schema.
+        """
+        named = self._ahead_arguments(arguments)
+        inner_run = self.inner._run
+
+        def body(step: StepRef) -> tuple[Any, Any]:
+            extra = _extras(inner_run, ensure_config(), None)
+            token = _enter_step(step)
+            try:
+                out = inner_run(**self._with_key(named, step), **extra)
+            finally:
+                if token is not None:
+                    var_child_runnable_config.reset(token)
+            return out, self._result(out)
+
+        return body
+
+    def acall_ahead(
+        self, arguments: dict[str, Any]
+    ) -> Callable[[StepRef], Awaitable[tuple[Any, Any]]]:
+        """:meth:`call_ahead` for async code: the tool's own ``_arun`` when it has one."""
+        named = self._ahead_arguments(arguments)
+        inner = self.inner
+        own = type(inner)._arun is not BaseTool._arun
+
+        async def body(step: StepRef) -> tuple[Any, Any]:
+            method = inner._arun if own else inner._run
+            extra = _extras(method, ensure_config(), None)
+            token = _enter_step(step)
+            try:
+                if own:
+                    out = await inner._arun(**self._with_key(named, step), **extra)
+                else:
+                    out = inner._run(**self._with_key(named, step), **extra)
+            finally:
+                if token is not None:
+                    var_child_runnable_config.reset(token)
+            return out, self._result(out)
+
+        return body
+
+    def _ahead_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self.inner._injected_args_keys:
+            raise SpeculationError(
+                f"{self.name} takes injected arguments, which only a call supplies: it cannot "
+                "run ahead"
+            )
+        schema = self.inner.tool_call_schema
+        if isinstance(schema, type) and hasattr(schema, "model_validate"):
+            parsed = schema.model_validate(arguments)
+            return {name: getattr(parsed, name) for name in arguments}
+        return dict(arguments)
 
     # -- translation ------------------------------------------------------------------------
 

@@ -4,8 +4,9 @@ Owns: tool semantics and specs (``semantics``), compensators and their calling c
 (``compensation``), what a rollback reports (``report``), observers (``observe``), the injected
 parts of an engine (``runtime``), per-step state (``steps``), rollback (``rollback``), the
 running saga and savepoints (``saga``), the transaction context manager (``transaction``),
-``@tool`` (``tool``), the seam the framework adapters translate onto (``adapt``) and the
-self-healing loop (``selfheal``).
+``@tool`` (``tool``), the seam the framework adapters translate onto (``adapt``), the
+self-healing loop (``selfheal``), and steps run ahead of confirmation: the protocol the saga and
+``@tool`` ask (``ahead``) and its implementation, leases included (``speculation``).
 
 May import: the foundation modules, ``_log``, ``_postgres`` and ``_gate``. Approvals are reached
 through the :class:`~agent_saga._engine.runtime.StepApprover` protocol that ``_approvals``

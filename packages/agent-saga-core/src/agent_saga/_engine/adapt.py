@@ -29,6 +29,15 @@ does for a plain function. What frameworks add, and this seam absorbs so that no
   none.
 * **Two phases.** :meth:`ToolCallGuard.begin` gates and logs the intent;
   :meth:`PendingCall.run` / :meth:`PendingCall.arun` run the effect later, from another hook.
+* **Steps run ahead.** :meth:`ToolCallGuard.run` / :meth:`ToolCallGuard.arun` first ask the
+  saga's steps run ahead of confirmation, as a ``@tool`` function's call does: a step run ahead
+  for this tool and these arguments (``AgentKit.speculate``) gives its result once, and the
+  effect does not run. An adapter lets its tools run ahead by giving them ``guard`` (their
+  :class:`ToolCallGuard`) and ``call_ahead(arguments)`` / ``acall_ahead(arguments)``: each
+  checks the arguments (raising before anything is gated or logged) and returns the body, a
+  function of the step (a coroutine function for ``acall_ahead``) that runs it as that step
+  and returns ``(output, result)``: what the confirmed call gets, and the step's result as
+  logged. The two-phase :meth:`ToolCallGuard.begin` never takes one.
 
 Outside any transaction every call runs untouched.
 """
@@ -39,10 +48,11 @@ import inspect
 import keyword
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, cast
 
 from .._errors import GateRefused
 from .._log.records import Semantics
+from .ahead import Claimed
 from .compensation import DEFAULT_REGISTRY, CompensatorRegistry
 from .pending import PendingCall, ToolFailed, call_key
 from .report import StepRef
@@ -236,6 +246,14 @@ class ToolCallGuard:
 
         return await asyncio.to_thread(self.begin, arguments)
 
+    def _ahead(self, arguments: Mapping[str, Any]) -> Claimed | None:
+        """The result of a step run ahead for exactly this call (see the module docstring)."""
+        saga = current_saga()
+        if saga is None or saga.ahead is None:
+            return None
+        kwargs = {k: v for k, v in arguments.items() if k != "idempotency_key"}
+        return saga.ahead.claim(self.spec, (), kwargs)
+
     def run(
         self,
         arguments: Mapping[str, Any],
@@ -248,6 +266,9 @@ class ToolCallGuard:
 
         Outside a transaction ``effect(None)`` runs untouched.
         """
+        claimed = self._ahead(arguments)
+        if claimed is not None:
+            return cast(T, claimed.result)
         pending = self.begin(arguments)
         if pending is None:
             return effect(None)
@@ -264,6 +285,9 @@ class ToolCallGuard:
         error_of: Callable[[T], BaseException | None] | None = None,
     ) -> T | RefusedCall:
         """:meth:`run` for an async effect (see :meth:`abegin` for the gate)."""
+        claimed = self._ahead(arguments)
+        if claimed is not None:
+            return cast(T, claimed.result)
         pending = await self.abegin(arguments)
         if pending is None:
             return await effect(None)

@@ -79,6 +79,7 @@ class Saga(SagaAdmission):
 
     def commit(self) -> None:
         """Write the terminal ``committed`` record durably."""
+        self.end_ahead(committed=True)
         self.status = SagaStatus.COMMITTED
         try:
             self.log(
@@ -376,12 +377,14 @@ class Saga(SagaAdmission):
         A failing compensation is recorded and the rest still run; the saga then ends
         ``needs_human``. With ``terminal``, the saga's end record is durable on return.
         """
+        self.end_ahead(committed=False, ending=terminal)
         return roll_back(self, cause, savepoint, terminal)
 
     async def arollback(
         self, cause: BaseException, *, savepoint: int | None = None, terminal: bool = True
     ) -> RollbackReport:
         """:meth:`rollback` for async transactions: async compensators are awaited."""
+        self.end_ahead(committed=False, ending=terminal)
         return await aroll_back(self, cause, savepoint, terminal)
 
 

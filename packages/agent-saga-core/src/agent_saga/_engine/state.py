@@ -14,6 +14,7 @@ import threading
 from .._log.codec import CodecError, JSONValue
 from .._log.fit import problem, shrink_to_fit
 from .._log.records import Entry, Kind, SagaStatus
+from .ahead import AheadCalls
 from .events import Dispatch
 from .report import CompensationFailure
 from .runtime import Runtime
@@ -55,6 +56,8 @@ class SagaState:
         self.fast_path = runtime.fast_path
         self.events: Dispatch | None = runtime.observers.active()
         """The saga's observers, fixed when it starts; ``None`` (no cost) when there are none."""
+        self.ahead: AheadCalls | None = None
+        """Steps run ahead of confirmation (see ``ahead.py``); ``None`` when there are none."""
 
     def log(
         self, kind: Kind, data: dict[str, JSONValue], *, durable: bool, flush: bool = False
@@ -103,6 +106,12 @@ class SagaState:
         self.written += len(kept)
         if refused is not None:
             raise CodecError(f"{current.kind} of saga {self.id} cannot be logged: {refused}")
+
+    def end_ahead(self, *, committed: bool, ending: bool = True) -> None:
+        """When the saga ends (``ending``; a savepoint's rollback is not its end): discard the
+        steps run ahead and never claimed (see ``ahead.py``)."""
+        if ending and self.ahead is not None:
+            self.ahead.discard(committed=committed)
 
     def committed_steps(self) -> list[Step]:
         """The steps whose effect took place, in order (rollback reads them)."""

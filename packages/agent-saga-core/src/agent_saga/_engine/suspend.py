@@ -38,6 +38,7 @@ def check_suspendable(saga: SagaState, expires_after: float | None) -> float | N
 def write_suspended(saga: SagaState, next_ordinal: int, expires_after: float | None) -> None:
     """Write the durable ``saga.suspended`` record; the saga's observers see it end here."""
     check_suspendable(saga, expires_after)
+    saga.end_ahead(committed=True)  # a result run ahead lives in this process only: undone
     expires_at = None if expires_after is None else int((saga.now() + expires_after) * 1000)
     data: dict[str, JSONValue] = {
         "owner": saga.runtime.store.owner_id,

@@ -112,6 +112,10 @@ def wrap(spec: ToolSpec) -> Callable[..., Any]:
             saga = _current()
             if saga is None:
                 return await func(*args, **kwargs)
+            if saga.ahead is not None:
+                claimed = saga.ahead.claim(spec, args, kwargs)
+                if claimed is not None:
+                    return claimed.result
             return await saga.run_async(spec, args, kwargs)
 
         wrapper: Callable[..., Any] = async_wrapper
@@ -122,6 +126,10 @@ def wrap(spec: ToolSpec) -> Callable[..., Any]:
             saga = _current()
             if saga is None:
                 return func(*args, **kwargs)
+            if saga.ahead is not None:
+                claimed = saga.ahead.claim(spec, args, kwargs)
+                if claimed is not None:
+                    return claimed.result
             return saga.run_sync(spec, args, kwargs)
 
         wrapper = sync_wrapper

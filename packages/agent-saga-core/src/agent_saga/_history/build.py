@@ -22,6 +22,7 @@ from typing import Any
 
 from .._log.codec import JSONValue
 from .._log.records import Kind, Record, SagaStatus
+from .ahead import AHEAD_KINDS, ahead_note
 from .views import (
     AmbiguousSagaError,
     CompensationState,
@@ -301,8 +302,18 @@ class _SagaBuilder:
             case Kind.SAGA_END:
                 self._end(record, rollback)
             case _:
-                if record.kind not in self.unknown:
+                if not self._speculation(record) and record.kind not in self.unknown:
                     self.unknown.append(record.kind)
+
+    def _speculation(self, record: Record) -> bool:
+        """Note a ``speculation.*`` record on its step; ``False`` for any other kind."""
+        if record.kind not in AHEAD_KINDS:
+            return False
+        ordinal = _int(record.data, "ordinal")
+        if ordinal is not None:  # else a lease refused before it named a step of this saga
+            before = self.steps[ordinal].speculation if ordinal in self.steps else None
+            self._update(record, speculation=ahead_note(record, before))
+        return True
 
     def _lifecycle(self, record: Record) -> None:
         """Who owns the saga: its first owner, a resuming one, or nobody while suspended."""

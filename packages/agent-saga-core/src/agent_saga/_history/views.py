@@ -90,6 +90,9 @@ class StepView:
     """What the tool's probe answered after the tool raised or the process died: ``landed``,
     ``not_landed`` or ``cannot_tell`` (``None``: never asked)."""
     """Where a human approval of the step stands (requested, approved by ..., denied, ...)."""
+    speculation: str | None = None
+    """For a step run ahead of confirmation: its lease, and whether it was redeemed, refused
+    or discarded."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ from .._log.records import Entry, Kind, Semantics
 from .._log.store import LogStore, VerifyReport
 from .connect import Connection, connect, server_setting
 from .manifest import Status, guarantees, status
+from .mesh import MeshMethods, mesh_manifest
+from .speculation import SpeculationMethods
 from .stores import configured_approvals, default_switch, open_store
 from .version import __version__
 
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class AgentKit:
+class AgentKit(SpeculationMethods, MeshMethods):
     """Store, gate, kill switch and compensators in one object.
 
     With no arguments the log is the durable file store under the agent-saga home
@@ -102,6 +104,7 @@ class AgentKit:
     ) -> None:
         self.home: Path = resolve_home(home)
         self.name = name or str(self.home)
+        self._chain_key = chain_key
         clock = clock or SystemClock()
         url = server_setting(server)
         self.connection: Connection | None = (
@@ -316,10 +319,11 @@ class AgentKit:
         manifest["checkpoints"] = (
             None if self.checkpointer is None else self.checkpointer.describe()
         )
+        self.speculation_manifest(manifest)
         if self.connection is not None:
             manifest["server"] = self.connection.describe()
             manifest["not_claimed"].extend(self.connection.not_claimed())
-        return manifest
+        return mesh_manifest(manifest)
 
     def checkpoint(self) -> Checkpoint:
         """Publish a signed checkpoint of every record so far (``checkpoints/latest.note``).

@@ -52,6 +52,15 @@ class Connection(Protocol):
         """Start shipping ``store``'s records (and the home's checkpoints) in the background."""
         ...
 
+    def drain(self, size: int, timeout: float) -> dict[str, Any]:
+        """Wait, at most ``timeout`` seconds, until the server holds the attached log's first
+        ``size`` records and a checkpoint covering them (a device's sync, ``kit.sync(server=)``).
+
+        Returns the shipping state then: ``drained`` (bool), ``origin``, ``shipped_seq``,
+        ``server_checkpoint_size``, and ``problem`` / ``last_error`` when it is not drained.
+        """
+        ...
+
     def health(self) -> list[str]:
         """Problems that make the kit not ready (empty when none)."""
         ...

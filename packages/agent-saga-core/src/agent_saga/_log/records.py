@@ -86,6 +86,13 @@ class Kind(enum.StrEnum):
     """An attempt to register or revoke an approver key without the authority to."""
     REDACTION = "log.redaction"
     """Records masked after they were written (see :mod:`agent_saga._log.redaction`)."""
+    SPECULATION_ISSUED = "speculation.issued"
+    """A REVERSIBLE step ran ahead of confirmation under a lease (see ``_engine.speculation``)."""
+    SPECULATION_REDEEMED = "speculation.redeemed"
+    SPECULATION_REFUSED = "speculation.refused"
+    SPECULATION_DISCARDED = "speculation.discarded"
+    MESH_SEEN = "mesh.seen"
+    """What a device had seen of the other origins of its mesh when it synced (``proofs._mesh``)."""
 
 
 class SagaStatus(enum.StrEnum):

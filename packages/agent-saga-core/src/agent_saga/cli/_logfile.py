@@ -27,6 +27,7 @@ from .._log.files import LOCK_NAME, LOG_NAME
 from .._log.read import verify_file
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
+from ..proofs._mesh.layout import is_mesh
 from ._errors import BadInputError, CliError
 from ._settings import KEY_SOURCES, Settings
 
@@ -106,6 +107,10 @@ def log_source(settings: Settings) -> LogSource:
         StoreFailedError: the server cannot be reached.
     """
     key = settings.chain_key()
+    if is_mesh(settings.home):  # a merged log of offline devices
+        from ..proofs._mesh.source import MeshLogSource
+
+        return MeshLogSource(settings.home, key=key)
     store = settings.store()
     if is_postgres_url(store):
         from .._postgres.source import PostgresLogSource  # psycopg only for a fleet

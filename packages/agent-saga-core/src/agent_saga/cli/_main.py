@@ -31,6 +31,7 @@ from .._kit.manifest import Status
 from .._kit.version import __version__
 from .._log.records import SagaStatus
 from ..proofs._audit import snapshot
+from ..proofs._mesh.layout import is_mesh
 from ._approvals import COMMANDS as APPROVAL_COMMANDS
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import (
@@ -41,6 +42,8 @@ from ._logfile import (
     require_home,
     require_store,
 )
+from ._mesh import COMMANDS as MESH_COMMANDS
+from ._mesh import verify_mesh
 from ._plugins import load_plugin_command, plugin_commands
 from ._proofs import COMMANDS as PROOF_COMMANDS
 from ._proofs import KEY_HELP, checkpoint_lines
@@ -242,6 +245,10 @@ def verify(settings: Settings, since: Path | None, key: str | None) -> None:
     also catches a truncated tail or a log rewritten from some record on. Exit 1 at the first
     break or inconsistency. Checkpoints are the home's, for a fleet log too.
     """
+    if is_mesh(settings.home):  # a merged log: every origin against its own key
+        if not verify_mesh(settings):
+            raise SystemExit(EXIT_FAILED)
+        return
     with reading(settings) as source:
         log = snapshot(source, keep_records=False, home=settings.home)
     render_verify(settings.console, log.chain, source.where, source.unit)
@@ -351,5 +358,5 @@ def guarantees(settings: Settings, raw: bool) -> None:
 
 main.add_command(recover)
 main.add_command(settle)
-for _command in (*PROOF_COMMANDS, *APPROVAL_COMMANDS):
+for _command in (*PROOF_COMMANDS, *APPROVAL_COMMANDS, *MESH_COMMANDS):
     main.add_command(_command)

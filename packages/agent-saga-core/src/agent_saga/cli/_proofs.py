@@ -30,10 +30,12 @@ from ..proofs._audit import (
 from ..proofs._certify import CRITICAL
 from ..proofs._checkpoint import CheckpointError, open_checkpoint
 from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
+from ..proofs._mesh.layout import is_mesh
 from ..proofs._note import NoteVerifier
 from ..proofs._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import reading, require_home
+from ._mesh import fleet_budgets
 from ._redact import admin_key_option, redact
 from ._settings import KEY_SOURCES, current_settings
 
@@ -175,12 +177,30 @@ def verify_proof(bundle: Path, key: str) -> None:
     default=None,
     help="Write the signed certificate (JSON) here.",
 )
+@click.option(
+    "--budget",
+    "budgets",
+    multiple=True,
+    help="A merged log only: a fleet budget NAME=LIMIT[:AMOUNT[:TOOL,...]] (repeatable).",
+)
 @admin_key_option
-def certify_command(out: Path | None) -> None:
-    """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL."""
+def certify_command(out: Path | None, budgets: tuple[str, ...]) -> None:
+    """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL.
+
+    On a mesh directory (--home naming one): every origin against its own key, every saga of
+    the merged view, and the conflicts between origins.
+    """
     settings = current_settings()
-    with reading(settings, hold_lock=False) as source:
-        cert, findings = certify(settings.home, source)
+    if is_mesh(settings.home):
+        from ..proofs._mesh.certify import certify_merged
+
+        limits = fleet_budgets(budgets)
+        cert, findings = certify_merged(settings.home, budgets=limits, key=settings.chain_key())
+    elif budgets:
+        raise BadInputError("--budget applies to a merged log (a mesh directory)")
+    else:
+        with reading(settings, hold_lock=False) as source:
+            cert, findings = certify(settings.home, source)
     for finding in findings:
         where = f" saga {finding.saga}" if finding.saga else ""
         step = f" step {finding.ordinal} ({finding.tool})" if finding.ordinal is not None else ""

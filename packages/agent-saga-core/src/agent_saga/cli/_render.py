@@ -188,6 +188,8 @@ def _step(console: Console, step: StepView, status: SagaStatus) -> None:
         _field(console, "key", plain(step.idempotency_key))
     if step.approval:
         _field(console, "approval", plain(step.approval))
+    if step.speculation:
+        _field(console, "ahead", plain(step.speculation))
     _field(console, "outcome", _outcome(step))
     compensation = _compensation_text(step, status)
     if compensation is not None:

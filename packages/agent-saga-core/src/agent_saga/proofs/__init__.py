@@ -14,6 +14,9 @@ Everything here works offline on bytes and keys; nothing opens a log for writing
 * certify: :func:`certify_records` (the findings over records read elsewhere) and
   :func:`verify_certificate`.
 * Records received from another process: :func:`check_record` (:class:`ChainError`).
+* Offline devices' logs merged once each device's key, chain and checkpoints vouch for them
+  (the private ``_mesh``, public as ``agent_saga.merge_logs``, ``merged_view`` and
+  ``certify_merged``); a merge writes only its mesh directory.
 """
 
 from __future__ import annotations

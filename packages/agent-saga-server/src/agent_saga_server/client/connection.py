@@ -95,6 +95,18 @@ class ServerConnection:
         client = ServerClient(self.url, self._token)
         self.shipper = Shipper(client, self.origin, store, home, interval=self._interval)
 
+    def drain(self, size: int, timeout: float) -> dict[str, Any]:
+        """Wait (at most ``timeout`` seconds) until the server holds the attached log's first
+        ``size`` records and a checkpoint covering them; the shipping state then, whose
+        ``drained`` says whether it does (else ``problem`` or ``last_error`` say why).
+
+        Raises:
+            ConfigurationError: no log is attached to this connection.
+        """
+        if self.shipper is None:
+            raise ConfigurationError("no log is attached to this connection")
+        return {"url": self.url, **self.shipper.drain(size, timeout)}
+
     def health(self) -> list[str]:
         problems = []
         if self.shipper is not None:

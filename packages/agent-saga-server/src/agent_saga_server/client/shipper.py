@@ -101,6 +101,18 @@ class Shipper:
     def wake(self) -> None:
         self._wake.set()
 
+    def drain(self, size: int, timeout: float) -> dict[str, Any]:
+        """Wait until the server holds the log's first ``size`` records and a checkpoint of at
+        least ``size`` (once the home's checkpoint covers them), at most ``timeout`` seconds
+        or until shipping stops; the state then (:meth:`describe`, with ``drained``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            drained = self.shipped >= size and self.server_checkpoint >= size
+            if drained or self.problem is not None or time.monotonic() >= deadline:
+                return {**self.describe(), "drained": drained}
+            self._wake.set()
+            time.sleep(0.02)
+
     def close(self, deadline: float = 3.0) -> None:
         """Ship what can be shipped within ``deadline`` seconds, then stop the thread."""
         self._stop.set()

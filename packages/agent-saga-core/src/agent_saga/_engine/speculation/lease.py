@@ -1,0 +1,197 @@
+"""Leases: what lets the result of a step run ahead of confirmation count, once.
+
+A lease is the text ``asl2.<kid>.<claims>.<mac>``: ``kid`` is the key id (16 hex digits),
+``claims`` the base64url (no padding) of the packed claims, and ``mac`` the base64url of
+``HMAC-SHA-256(key[kid], LEASE_DOMAIN || "asl2.<kid>.<claims>")``. The packed claims are, big
+endian: the expiry (milliseconds, exclusive; 8 bytes, signed), the ordinal of the step run ahead
+(8 bytes, signed), a 128-bit nonce, the intent digest of that step (saga, ordinal, tool,
+idempotency key and arguments; 32 bytes), the argument digest (an HMAC under the same key of the
+canonical arguments, so the lease does not let anyone test guesses of the arguments offline; 32
+bytes), the length of the saga id (2 bytes), the saga id and the tool name (UTF-8, the tool
+taking the rest). The key id is bound by the MAC, which covers the text before it.
+
+:func:`check` never raises and never accepts a lease that differs in any byte from one issued:
+the text must be ASCII and at most ``MAX_LEASE`` characters, the MAC, recomputed over the exact
+text before it and spelt in its one base64url form, equal to the one presented (compared in
+constant time), the key still kept, and every claim equal to what the call presents. Claims are
+unpacked only after the MAC holds, so they are, byte for byte, ones this key issued. A refusal
+is a one-line reason.
+
+The hot path (issue, then check) parses no JSON and builds no HMAC from its key: each key holds
+HMAC objects already fed its secret and domain (:class:`~.keys.LeaseKey`), copied per MAC.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import struct
+from binascii import Error as BinasciiError
+from binascii import a2b_base64, b2a_base64
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .keys import LeaseKey, LeaseKeys
+
+PREFIX = "asl2"
+MAX_LEASE = 2048
+_KID = re.compile(r"[0-9a-f]{16}")
+_HEAD = struct.Struct(">qq16s32s32sH")
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_INTENT_DOMAIN = b"agent-saga speculated intent v2\x00"
+
+__all__ = ["Lease", "LeaseClaims", "Refused", "args_digest", "check", "intent_digest", "issue"]
+
+
+class LeaseClaims(NamedTuple):
+    """What a lease binds (see the module docstring); digests and nonce in lowercase hex."""
+
+    kid: str
+    saga: str
+    tool: str
+    ordinal: int
+    intent: str
+    args: str
+    exp: int
+    """Milliseconds since the epoch; the lease is valid strictly before it."""
+    nonce: str
+
+    def payload(self) -> bytes:
+        """The packed claims (without the key id, which the lease text carries).
+
+        Raises:
+            ValueError: a digest or the nonce is not hex; struct.error: a number or the saga
+                id does not fit its field.
+        """
+        saga = self.saga.encode("utf-8", "surrogatepass")
+        head = _HEAD.pack(
+            self.exp,
+            self.ordinal,
+            bytes.fromhex(self.nonce),
+            bytes.fromhex(self.intent),
+            bytes.fromhex(self.args),
+            len(saga),
+        )
+        return head + saga + self.tool.encode("utf-8", "surrogatepass")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A speculated step's lease, as :meth:`AgentKit.speculate` returns it.
+
+    ``str(lease)`` is its text (what :meth:`AgentKit.redeem` takes). ``expires`` is in seconds
+    since the epoch, on the kit's clock.
+    """
+
+    token: str = field(repr=False)
+    saga: str
+    tool: str
+    ordinal: int
+    key_id: str
+    expires: float
+    nonce: str
+
+    def __str__(self) -> str:
+        return self.token
+
+
+class Refused(NamedTuple):
+    """Why a lease does not hold; ``claims`` when its MAC verified (so they are its issuer's)."""
+
+    reason: str
+    claims: LeaseClaims | None = None
+
+
+def _b64(raw: bytes) -> str:
+    """``raw`` in base64url without padding (its one spelling for a given length)."""
+    return b2a_base64(raw, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+
+
+def _mac(key: LeaseKey, signed: bytes) -> str:
+    """The MAC of the lease text before its last dot, as its base64url text."""
+    mac = key.lease_mac.copy()
+    mac.update(signed)
+    return _b64(mac.digest())
+
+
+def args_digest(key: LeaseKey, canonical_args: bytes) -> str:
+    """The argument digest a lease under ``key`` binds (hex)."""
+    mac = key.args_mac.copy()
+    mac.update(canonical_args)
+    return mac.hexdigest()  # type: ignore[no-any-return]
+
+
+def intent_digest(saga: str, ordinal: int, tool: str, idempotency_key: str, args: str) -> str:
+    """The digest of the speculated step's intent: SHA-256 over its domain, the ordinal (8
+    bytes) and each text field (saga, tool, idempotency key, argument digest) as 4 bytes of
+    length and its UTF-8, so no two intents share an encoding."""
+    digest = hashlib.sha256(_INTENT_DOMAIN)
+    digest.update(ordinal.to_bytes(8, "big", signed=True))
+    for text in (saga, tool, idempotency_key, args):
+        raw = text.encode("utf-8", "surrogatepass")
+        digest.update(len(raw).to_bytes(4, "big"))
+        digest.update(raw)
+    return digest.hexdigest()
+
+
+def issue(key: LeaseKey, claims: LeaseClaims) -> str:
+    """The lease text for ``claims`` under ``key`` (``claims.kid`` must be ``key.kid``)."""
+    signed = f"{PREFIX}.{key.kid}.{_b64(claims.payload())}"
+    return f"{signed}.{_mac(key, signed.encode('ascii'))}"
+
+
+def _claims(kid: str, text: str) -> LeaseClaims | None:
+    """The claims of packed text whose MAC verified (so it is, byte for byte, one this key
+    issued: the checks here are for a key that signed something else, never for a forgery)."""
+    try:
+        raw = a2b_base64(text.encode("ascii").translate(_FROM_URLSAFE) + b"=" * (-len(text) % 4))
+        exp, ordinal, nonce, intent, args, size = _HEAD.unpack_from(raw)
+        at = _HEAD.size + size
+        if at > len(raw):
+            return None
+        saga = raw[_HEAD.size : at].decode("utf-8", "surrogatepass")
+        tool = raw[at:].decode("utf-8", "surrogatepass")
+    except (BinasciiError, struct.error, UnicodeDecodeError):
+        return None
+    return LeaseClaims(kid, saga, tool, ordinal, intent.hex(), args.hex(), exp, nonce.hex())
+
+
+def check(
+    lease: object,
+    keys: LeaseKeys,
+    now: float,
+    *,
+    saga: str,
+    tool: str,
+    canonical_args: bytes,
+) -> LeaseClaims | Refused:
+    """The lease's claims when it holds for this call, else why not (one line)."""
+    token = lease.token if isinstance(lease, Lease) else lease
+    if type(token) is not str or not token.isascii() or len(token) > MAX_LEASE:
+        return Refused(f"not a lease (text of at most {MAX_LEASE} ASCII characters)")
+    parts = token.split(".")
+    if len(parts) != 4 or parts[0] != PREFIX or _KID.fullmatch(parts[1]) is None:
+        return Refused(f"not a lease ({PREFIX}.<key id>.<claims>.<mac>)")
+    kid = parts[1]
+    key = keys.get(kid, now)
+    if key is None:
+        return Refused(f"unknown or retired key id {kid}")
+    # The MAC covers the exact text before it, and the one base64url spelling of the computed
+    # MAC is compared with the text presented: equal text, never merely equal decoded bytes.
+    signed = token[: len(token) - len(parts[3]) - 1].encode("ascii")
+    if not hmac.compare_digest(parts[3], _mac(key, signed)):
+        return Refused("forged or altered: its MAC does not verify")
+    claims = _claims(kid, parts[2])
+    if claims is None:
+        return Refused("malformed claims")
+    if int(now * 1000) >= claims.exp:
+        return Refused("expired", claims)
+    if claims.saga != saga:
+        return Refused("issued for another saga", claims)
+    if claims.tool != tool:
+        return Refused(f"issued for tool {claims.tool!r}, not {tool!r}", claims)
+    if not hmac.compare_digest(claims.args, args_digest(key, canonical_args)):
+        return Refused("issued for other arguments", claims)
+    return claims
