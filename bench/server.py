@@ -17,7 +17,7 @@ postgresql://...``: then two replicas on one schema) and prints:
 
 Each figure and its floor are sampled in alternating rounds, so a noisy neighbour slows both.
 
-Usage: uv run python bench/control_plane.py [--quick] [--store postgresql://...]
+Usage: uv run python bench/server.py [--quick] [--store postgresql://...]
 """
 
 from __future__ import annotations
