@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +26,7 @@ from . import (
 )
 from .context import ServerContext
 from .hub import ChangeHub
+from .ingest_body import ingest_schemas
 from .strict import (
     BodyLimit,
     SecurityHeaders,
@@ -44,6 +46,21 @@ approvals as the token's subject), **admin** (tokens, caps, the kill switch) or 
 
 async def _database_down(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": "the control plane's database cannot be reached"}, 503)
+
+
+def _document_ingest_body(app: FastAPI) -> None:
+    """Add the ingest body's schemas (described, not declared: see :mod:`.ingest_body`) to the
+    OpenAPI document's components."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = build()
+            document.setdefault("components", {}).setdefault("schemas", {}).update(ingest_schemas())
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
@@ -66,6 +83,7 @@ def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.context = ServerContext(db, settings, hub)
+    _document_ingest_body(app)
     for module in (
         routes_control, routes_ingest, routes_sagas, routes_approvals, routes_budgets,
         routes_audit,

@@ -90,14 +90,23 @@ def _nodes(value: Any) -> Iterator[Any]:
 
 
 def _containers_within_depth(value: Any) -> None:
-    stack = [(value, 0)] if isinstance(value, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
+    """Check that no container is nested deeper than :data:`MAX_DEPTH`, one level at a time
+    (a list per level: no tuple per node, no ``isinstance`` per value)."""
+    level = [value] if type(value) in _CONTAINERS else []
+    depth = 0
+    while level:
         if depth >= MAX_DEPTH:
             raise BadJSON(f"nesting deeper than {MAX_DEPTH}")
-        for child in node.values() if isinstance(node, dict) else node:
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
+        below: list[Any] = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                if type(child) in _CONTAINERS:
+                    below.append(child)
+        level = below
+        depth += 1
+
+
+_CONTAINERS = (dict, list)  # what the parser makes: exact types, no subclasses
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_finite)
