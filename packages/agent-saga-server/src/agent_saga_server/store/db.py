@@ -8,7 +8,8 @@ Transactions:
 
 * SQLite: one connection per thread (WAL, ``synchronous=FULL``, a busy timeout); a writing
   transaction starts with ``BEGIN IMMEDIATE``, so writers are serialized across threads and
-  processes and every read-check-write inside one is atomic.
+  processes and every read-check-write inside one is atomic. The writers of one process take
+  turns on a lock first, so they wait for each other without polling.
 * PostgreSQL: a bounded connection pool (psycopg_pool); transactions run at READ COMMITTED and
   take row locks (``SELECT ... FOR UPDATE``) where a read decides a write.
 
@@ -97,6 +98,7 @@ class SqliteDatabase:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._writer = threading.Lock()
         with self.transaction() as tx:
             for statement in statements("sqlite"):
                 tx.execute(statement)
@@ -115,6 +117,17 @@ class SqliteDatabase:
 
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        if not write:
+            with self._open(write=False) as tx:
+                yield tx
+            return
+        # writers of this process queue here, woken as soon as the one before commits;
+        # SQLite's own busy handler would make them sleep and retry (1 ms to 100 ms at a time)
+        with self._writer, self._open(write=True) as tx:
+            yield tx
+
+    @contextmanager
+    def _open(self, *, write: bool) -> Iterator[Tx]:
         conn = self._connection()
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
