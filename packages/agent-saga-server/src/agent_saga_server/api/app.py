@@ -25,6 +25,7 @@ from . import (
     routes_sagas,
 )
 from .context import ServerContext
+from .docs_page import add_docs_page
 from .hub import ChangeHub
 from .ingest_body import ingest_schemas
 from .strict import (
@@ -81,9 +82,12 @@ def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served by add_docs_page, from this server
+        redoc_url=None,
     )
     app.state.context = ServerContext(db, settings, hub)
     _document_ingest_body(app)
+    add_docs_page(app)
     for module in (
         routes_control, routes_ingest, routes_sagas, routes_approvals, routes_budgets,
         routes_audit,

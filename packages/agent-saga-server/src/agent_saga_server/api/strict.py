@@ -224,11 +224,6 @@ API_HEADERS = {
     "content-security-policy": "default-src 'none'; frame-ancestors 'none'",
     "cross-origin-resource-policy": "same-origin",
 }
-DOCS_CSP = (
-    "default-src 'none'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; "
-    "connect-src 'self'; frame-ancestors 'none'"
-)
 
 
 class BodyLimit:
@@ -265,26 +260,24 @@ class BodyLimit:
 
 
 class SecurityHeaders:
-    """Adds :data:`API_HEADERS` to every response (a looser CSP on the docs page)."""
+    """Adds :data:`API_HEADERS` to every response, each unless the response has set it (the
+    docs page sets its own Content-Security-Policy)."""
 
-    def __init__(self, app: ASGIApp, docs_path: str = "/docs") -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.docs_path = docs_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        docs = scope.get("path") == self.docs_path
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
                 for name, value in API_HEADERS.items():
-                    shown = DOCS_CSP if docs and name == "content-security-policy" else value
                     if name.encode() not in present:
-                        headers.append((name.encode(), shown.encode()))
+                        headers.append((name.encode(), value.encode()))
                 message["headers"] = headers
             await send(message)
 
