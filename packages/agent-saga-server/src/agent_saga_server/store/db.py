@@ -11,7 +11,8 @@ Transactions:
   processes and every read-check-write inside one is atomic. The writers of one process take
   turns on a lock first, so they wait for each other without polling.
 * PostgreSQL: a bounded connection pool (psycopg_pool); transactions run at READ COMMITTED and
-  take row locks (``SELECT ... FOR UPDATE``) where a read decides a write.
+  take row locks (``SELECT ... FOR UPDATE``) where a read decides a write. A change other
+  replicas must see at once is announced with ``NOTIFY`` (:mod:`.notify`).
 
 When :meth:`Database.transaction` returns normally, the transaction is committed (durably:
 ``synchronous=FULL`` / PostgreSQL's default ``synchronous_commit``); when it raises, nothing of
@@ -23,11 +24,12 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from .notify import ChangeListener, channel_of
 from .schema import POSTGRES_LOCK_ID, statements
 
 Row = tuple[Any, ...]
@@ -53,6 +55,10 @@ class Tx(Protocol):
         """The clause that locks the rows a ``SELECT`` reads ("" where writers are serialized)."""
         ...
 
+    def notify(self, topic: str) -> None:
+        """Tell the other server processes that ``topic`` changed, when this commits."""
+        ...
+
 
 class Database(Protocol):
     """Where the control plane keeps its state."""
@@ -60,7 +66,15 @@ class Database(Protocol):
     kind: str
     where: str
 
-    def transaction(self, *, write: bool = True) -> Any: ...
+    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Any:
+        """A transaction (see the module docstring); ``wait`` is the longest to wait for a
+        connection before :class:`DatabaseUnavailable`."""
+        ...
+
+    def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``on_change(topic)`` (from another thread) when another process changes a
+        topic; returns the function that stops listening."""
+        ...
 
     def close(self) -> None: ...
 
@@ -84,6 +98,9 @@ class _SqliteTx:
 
     def lock_rows(self) -> str:
         return ""
+
+    def notify(self, topic: str) -> None:
+        """Nothing: one server process serves a SQLite database, and it wakes its own waiters."""
 
 
 class SqliteDatabase:
@@ -116,7 +133,7 @@ class SqliteDatabase:
         return conn
 
     @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Iterator[Tx]:
         if not write:
             with self._open(write=False) as tx:
                 yield tx
@@ -140,6 +157,10 @@ class SqliteDatabase:
             raise
         conn.execute("COMMIT")
 
+    def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
+        """Nothing to listen to (see :meth:`_SqliteTx.notify`)."""
+        return lambda: None
+
     def close(self) -> None:
         with self._lock:
             for conn in self._all:
@@ -148,8 +169,9 @@ class SqliteDatabase:
 
 
 class _PgTx:
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, channel: str) -> None:
         self.conn = conn
+        self.channel = channel
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self.conn.execute(_pg(sql), tuple(params))
@@ -168,6 +190,9 @@ class _PgTx:
 
     def lock_rows(self) -> str:
         return " FOR UPDATE"
+
+    def notify(self, topic: str) -> None:
+        self.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, topic))
 
 
 def _pg(sql: str) -> str:
@@ -190,7 +215,9 @@ class PostgresDatabase:
                 "PostgreSQL needs the extra: pip install 'agent-saga-server[postgres]'"
             ) from exc
         self.schema = schema
+        self.channel = channel_of(schema)
         self.where = _display(url) + f" schema {schema}"
+        self._url = url
         self._psycopg = psycopg
 
         def configure(conn: Any) -> None:
@@ -219,12 +246,17 @@ class PostgresDatabase:
                 tx.execute(statement)
 
     @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Iterator[Tx]:
         try:
-            with self._pool.connection(timeout=30) as conn, conn.transaction():
-                yield _PgTx(conn)
+            with self._pool.connection(timeout=wait) as conn, conn.transaction():
+                yield _PgTx(conn, self.channel)
         except self._psycopg.OperationalError as exc:  # includes the pool's timeout
             raise DatabaseUnavailable(f"{self.where}: {_one_line(exc)}") from exc
+
+    def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
+        listener = ChangeListener(self._url, self.channel, on_change)
+        listener.start()
+        return listener.stop
 
     def close(self) -> None:
         self._pool.close()
