@@ -115,7 +115,7 @@ class SqliteDatabase:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        self._writer = threading.Lock()
+        self._writer = threading.RLock()  # a nested writer fails in SQLite, never deadlocks here
         with self.transaction() as tx:
             for statement in statements("sqlite"):
                 tx.execute(statement)
