@@ -27,6 +27,7 @@ PROOFS_API = {
     "certify_records",
     "check_extension",
     "check_record",
+    "check_records",
     "leaf_hash",
     "node_hash",
     "open_checkpoint",

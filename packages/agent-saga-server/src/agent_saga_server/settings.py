@@ -14,8 +14,9 @@ class ServerSettings:
         page_limit: the most items one page of a list may hold (``limit`` above it is a 400).
         cors_origins: browser origins allowed to call the API; none (no CORS) by default.
         heartbeat: seconds between kill-switch messages on each agent's stream.
-        watch_interval: seconds between this process's looks at the database for changes made
-            by other replicas (the kill switch, approvals).
+        watch_interval: seconds between this process's looks at the database for changes, in
+            case a notification was missed (changes made through this process, and on
+            PostgreSQL those of other replicas, are announced and seen at once).
         max_wait: the longest a long-poll may ask to wait, in seconds.
     """
 
@@ -23,7 +24,7 @@ class ServerSettings:
     page_limit: int = 500
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     heartbeat: float = 0.2
-    watch_interval: float = 0.05
+    watch_interval: float = 0.25
     max_wait: float = 30.0
 
 

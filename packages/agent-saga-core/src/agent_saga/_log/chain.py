@@ -243,6 +243,19 @@ def check_object(
     stored: bytes | None = None,
 ) -> Record | ChainBreak:
     """Check a decoded record object; ``stored`` are its bytes when they must be canonical."""
+    result = check_object_encoded(chain, obj, expect_seq, expect_prev, stored)
+    return result if isinstance(result, ChainBreak) else result[0]
+
+
+def check_object_encoded(
+    chain: Chain,
+    obj: dict[str, Any],
+    expect_seq: int,
+    expect_prev: str,
+    stored: bytes | None = None,
+) -> tuple[Record, bytes] | ChainBreak:
+    """:func:`check_object`, returning the record with its ``data``'s canonical stored bytes
+    (what a receiver keeps, without encoding the data a second time)."""
     if "v" not in obj:
         return ChainBreak(f"unexpected fields {sorted(obj.keys() ^ _KEYS)}")
     problem = _keys_problem(obj)
@@ -278,7 +291,7 @@ def check_object(
         return ChainBreak("bytes are not the canonical encoding of the record")
     if not hmac.compare_digest(chain.digest(prev, _body(hashed_bytes, tail)), digest):
         return ChainBreak(HASH_MISMATCH)
-    return Record(seq, ts, kind, saga, data, prev, digest, salts, version)
+    return Record(seq, ts, kind, saga, data, prev, digest, salts, version), data_bytes
 
 
 _TAIL = re.compile(
@@ -346,6 +359,7 @@ __all__ = [
     "Masked",
     "check_line_fast",
     "check_object",
+    "check_object_encoded",
     "parse_line",
     "stored_line",
 ]

@@ -13,7 +13,8 @@ Everything here works offline on bytes and keys; nothing opens a log for writing
 * Disclosure bundles: :func:`build_bundle` and :func:`verify_bundle` (:class:`DisclosureError`).
 * certify: :func:`certify_records` (the findings over records read elsewhere) and
   :func:`verify_certificate`.
-* Records received from another process: :func:`check_record` (:class:`ChainError`).
+* Records received from another process: :func:`check_record`, :func:`check_records` for a
+  batch (:class:`ChainError`).
 * Offline devices' logs merged once each device's key, chain and checkpoints vouch for them
   (the private ``_mesh``, public as ``agent_saga.merge_logs``, ``merged_view`` and
   ``certify_merged``); a merge writes only its mesh directory.
@@ -45,7 +46,7 @@ from ._merkle import (
     verify_inclusion,
 )
 from ._note import NoteError, NoteSigner, NoteVerifier
-from ._received import ChainError, check_record
+from ._received import ChainError, check_record, check_records
 from ._tree import MerkleTree
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "certify_records",
     "check_extension",
     "check_record",
+    "check_records",
     "leaf_hash",
     "node_hash",
     "open_checkpoint",

@@ -7,14 +7,14 @@ continuing the copy, and the hash recomputed from the content.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import AgentSagaError
-from .._log.chain import Chain, ChainBreak, check_object
+from .._log.chain import Chain, ChainBreak, check_object, check_object_encoded
 from .._log.records import Record
 
-__all__ = ["ChainError", "check_record"]
+__all__ = ["ChainError", "check_record", "check_records"]
 
 
 class ChainError(AgentSagaError, ValueError):
@@ -36,3 +36,27 @@ def check_record(
     if isinstance(result, ChainBreak):
         raise ChainError(f"record {seq}: {result.reason}")
     return result
+
+
+def check_records(
+    objs: Sequence[Mapping[str, Any]], *, seq: int, prev: str, key: bytes | None = None
+) -> list[tuple[Record, bytes]]:
+    """Check consecutive decoded records as records ``seq``, ``seq + 1``, ... after ``prev``.
+
+    The same checks as :func:`check_record` on each, in one pass: each record comes back with
+    the canonical bytes of its ``data`` as a log stores them (so a receiver keeping the records
+    need not encode them again). Never mutates ``objs``.
+
+    Raises:
+        ChainError: the first record that does not continue the chain (the message names its
+            ``seq`` and the defect); nothing is returned then.
+    """
+    chain = Chain(key)
+    checked: list[tuple[Record, bytes]] = []
+    for at, obj in enumerate(objs, seq):
+        result = check_object_encoded(chain, dict(obj), at, prev)
+        if isinstance(result, ChainBreak):
+            raise ChainError(f"record {at}: {result.reason}")
+        checked.append(result)
+        prev = result[0].hash
+    return checked

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -25,7 +26,9 @@ from . import (
     routes_sagas,
 )
 from .context import ServerContext
+from .docs_page import add_docs_page
 from .hub import ChangeHub
+from .ingest_body import ingest_schemas
 from .strict import (
     BodyLimit,
     SecurityHeaders,
@@ -47,6 +50,21 @@ async def _database_down(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": "the control plane's database cannot be reached"}, 503)
 
 
+def _document_ingest_body(app: FastAPI) -> None:
+    """Add the ingest body's schemas (described, not declared: see :mod:`.ingest_body`) to the
+    OpenAPI document's components."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = build()
+            document.setdefault("components", {}).setdefault("schemas", {}).update(ingest_schemas())
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
     """The control plane over ``db``. The caller owns ``db`` (and closes it)."""
     settings = settings or ServerSettings()
@@ -65,8 +83,12 @@ def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served by add_docs_page, from this server
+        redoc_url=None,
     )
     app.state.context = ServerContext(db, settings, hub)
+    _document_ingest_body(app)
+    add_docs_page(app)
     for module in (
         routes_control, routes_ingest, routes_sagas, routes_approvals, routes_budgets,
         routes_audit,

@@ -1,10 +1,11 @@
 """Change notifications for one server process: what long-polls and streams wait on.
 
 The database holds a version counter per topic (``killswitch``, ``approvals``), bumped in the
-transaction that makes a change. One task per process reads the counters every
-``watch_interval`` seconds and, when one moved, wakes the requests waiting on that topic; a
-change made through this process also wakes it at once (:meth:`ChangeHub.poke`). Nothing here is
-state: a waiter that wakes re-reads the database, so a replica that misses a wake-up still
+transaction that makes a change. One task per process reads the counters and, when one moved,
+wakes the requests waiting on that topic. It looks at once when a change is made through this
+process (:meth:`ChangeHub.poke`) or announced by another one (PostgreSQL's ``NOTIFY``, see
+:mod:`..store.notify`), and every ``watch_interval`` seconds in any case. Nothing here is state:
+a waiter that wakes re-reads the database, so a replica that misses a notification still
 answers correctly at its next look.
 """
 
@@ -13,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import anyio.to_thread
 
 from ..store import control
 from ..store.control import SwitchState
 from ..store.db import Database
+from ..store.notify import ANY_TOPIC
 
 log = logging.getLogger("agent_saga_server")
 
@@ -36,6 +39,7 @@ class ChangeHub:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._unlisten: Callable[[], None] | None = None
 
     def event(self, topic: str) -> asyncio.Event:
         """An event set at the next change of ``topic`` (a fresh one after each change)."""
@@ -48,8 +52,11 @@ class ChangeHub:
         self._loop = asyncio.get_running_loop()
         await self._look()
         self._task = asyncio.create_task(self._run())
+        self._unlisten = await anyio.to_thread.run_sync(self.db.listen, self._announced)
 
     async def stop(self) -> None:
+        if self._unlisten is not None:
+            await anyio.to_thread.run_sync(self._unlisten)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -66,6 +73,10 @@ class ChangeHub:
             loop.call_soon_threadsafe(self._wake.set)
             if rereads is not None:
                 loop.call_soon_threadsafe(self._set, rereads)
+
+    def _announced(self, topic: str) -> None:
+        """Another process changed ``topic`` (called from the listener's thread)."""
+        self.poke(rereads="approvals" if topic in ("approvals", ANY_TOPIC) else None)
 
     async def _run(self) -> None:
         while True:

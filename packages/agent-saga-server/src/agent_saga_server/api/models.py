@@ -15,6 +15,8 @@ from .strict import StrictModel
 
 MAX_INT = 2**53 - 1
 """The largest integer the API takes: every JSON parser holds it exactly (a double's range)."""
+MAX_BATCH, MAX_KIND, MAX_SAGA, MAX_SALTS = 2000, 200, 500, 4 * 1024 * 1024
+"""An ingest batch's most records, and a record's longest ``kind``, ``saga`` and ``salts``."""
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
 Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Amount = Annotated[str, Field(pattern=r"^[0-9]{1,30}(\.[0-9]{1,18})?$")]
@@ -75,17 +77,19 @@ class RecordIn(StrictModel):
     v: Annotated[int, Field(ge=1, le=2)]
     seq: Annotated[int, Field(ge=1, le=MAX_INT)]
     ts: Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)]
-    kind: Annotated[str, Field(max_length=200)]
-    saga: Annotated[str, Field(max_length=500)] | None
+    kind: Annotated[str, Field(max_length=MAX_KIND)]
+    saga: Annotated[str, Field(max_length=MAX_SAGA)] | None
     data: dict[str, Any]
     prev: Hex64
     hash: Hex64
-    salts: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]*$", max_length=4 * 1024 * 1024)] = ""
+    salts: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]*$", max_length=MAX_SALTS)] = ""
     """Absent on a record without committed values (an empty string is not a record's)."""
 
 
 class IngestBody(StrictModel):
-    records: Annotated[list[RecordIn], Field(min_length=1, max_length=2000)]
+    """Checked by :mod:`.ingest_body` (the same rules, without a model per record)."""
+
+    records: Annotated[list[RecordIn], Field(min_length=1, max_length=MAX_BATCH)]
 
 
 class IngestOut(BaseModel):

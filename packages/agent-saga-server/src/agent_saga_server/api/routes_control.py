@@ -33,6 +33,8 @@ from .models import (
 from .security import allow
 
 api = router("control")
+READY_WAIT = 2.0
+"""Seconds readiness waits for a database connection (a pool being refilled) before 503."""
 ANY: tuple[Scope, ...] = ("agent", "approver", "admin", "auditor")
 STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "kill-switch events"}
@@ -49,7 +51,8 @@ def health() -> Health:
 def ready(ctx: Annotated[ServerContext, Depends(context)]) -> Ready:
     """Readiness: the database answers now (503 otherwise). No token needed."""
     try:
-        state = control.switch_state(ctx.db)
+        with ctx.db.transaction(write=False, wait=READY_WAIT) as tx:
+            state = control.read_switch(tx)
     except Exception as exc:  # DatabaseUnavailable or anything the driver raises
         raise HTTPException(503, f"database unreachable: {type(exc).__name__}") from None
     return Ready(ready=True, database=ctx.db.kind, halted=state.halted)

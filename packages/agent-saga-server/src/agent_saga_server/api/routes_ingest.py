@@ -13,7 +13,8 @@ from ..store.ingest import IngestRefused, origin_state
 from ..store.tokens import Caller
 from .common import CONFLICT, UNPROCESSABLE, router
 from .context import ServerContext, context
-from .models import CheckpointIn, CheckpointOut, IngestBody, IngestOut, OriginList, OriginOut
+from .ingest_body import records_of, request_body_doc
+from .models import CheckpointIn, CheckpointOut, IngestOut, OriginList, OriginOut
 from .security import OriginPath, allow, for_origin
 
 api = router("ingest")
@@ -54,11 +55,13 @@ def get_origin(
 
 
 @api.post(
-    "/origins/{origin}/records", response_model=IngestOut, responses={**CONFLICT, **UNPROCESSABLE}
+    "/origins/{origin}/records",
+    response_model=IngestOut,
+    responses={**CONFLICT, **UNPROCESSABLE},
+    openapi_extra={"requestBody": request_body_doc()},
 )
 async def post_records(
     origin: OriginPath,
-    body: IngestBody,
     request: Request,
     caller: Annotated[Caller, Depends(for_origin("agent"))],
     ctx: Annotated[ServerContext, Depends(context)],
@@ -69,8 +72,8 @@ async def post_records(
     that differs from the stored one (409), breaks the chain (409/422) or leaves a gap (422)
     refuses the whole batch, and the batch is kept as evidence.
     """
-    # the body as parsed: the model above checked it, strictly, so its dicts are the records
-    records = (await request.json())["records"]
+    # parsed strictly by the route class; the records checked as IngestBody would check them
+    records = records_of(await request.json())
     try:
         result = await anyio.to_thread.run_sync(
             ingest_store.ingest, ctx.db, origin, records, caller.token_id

@@ -90,14 +90,23 @@ def _nodes(value: Any) -> Iterator[Any]:
 
 
 def _containers_within_depth(value: Any) -> None:
-    stack = [(value, 0)] if isinstance(value, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
+    """Check that no container is nested deeper than :data:`MAX_DEPTH`, one level at a time
+    (a list per level: no tuple per node, no ``isinstance`` per value)."""
+    level = [value] if type(value) in _CONTAINERS else []
+    depth = 0
+    while level:
         if depth >= MAX_DEPTH:
             raise BadJSON(f"nesting deeper than {MAX_DEPTH}")
-        for child in node.values() if isinstance(node, dict) else node:
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
+        below: list[Any] = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                if type(child) in _CONTAINERS:
+                    below.append(child)
+        level = below
+        depth += 1
+
+
+_CONTAINERS = (dict, list)  # what the parser makes: exact types, no subclasses
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_finite)
@@ -215,11 +224,6 @@ API_HEADERS = {
     "content-security-policy": "default-src 'none'; frame-ancestors 'none'",
     "cross-origin-resource-policy": "same-origin",
 }
-DOCS_CSP = (
-    "default-src 'none'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; "
-    "connect-src 'self'; frame-ancestors 'none'"
-)
 
 
 class BodyLimit:
@@ -256,26 +260,24 @@ class BodyLimit:
 
 
 class SecurityHeaders:
-    """Adds :data:`API_HEADERS` to every response (a looser CSP on the docs page)."""
+    """Adds :data:`API_HEADERS` to every response, each unless the response has set it (the
+    docs page sets its own Content-Security-Policy)."""
 
-    def __init__(self, app: ASGIApp, docs_path: str = "/docs") -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.docs_path = docs_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        docs = scope.get("path") == self.docs_path
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
                 for name, value in API_HEADERS.items():
-                    shown = DOCS_CSP if docs and name == "content-security-policy" else value
                     if name.encode() not in present:
-                        headers.append((name.encode(), shown.encode()))
+                        headers.append((name.encode(), value.encode()))
                 message["headers"] = headers
             await send(message)
 

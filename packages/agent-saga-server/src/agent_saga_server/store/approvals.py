@@ -219,8 +219,10 @@ def vote(
 
 
 def bump(tx: Tx, topic: str) -> None:
-    """Tell every replica's watchers that ``topic`` changed (committed with the change)."""
+    """Tell every replica's watchers that ``topic`` changed (committed with the change): the
+    topic's version grows, and the replicas listening are notified."""
     tx.execute("UPDATE changes SET version = version + 1 WHERE topic = ?", (topic,))
+    tx.notify(topic)
 
 
 __all__ = [

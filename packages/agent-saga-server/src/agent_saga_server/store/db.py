@@ -8,9 +8,11 @@ Transactions:
 
 * SQLite: one connection per thread (WAL, ``synchronous=FULL``, a busy timeout); a writing
   transaction starts with ``BEGIN IMMEDIATE``, so writers are serialized across threads and
-  processes and every read-check-write inside one is atomic.
+  processes and every read-check-write inside one is atomic. The writers of one process take
+  turns on a lock first, so they wait for each other without polling.
 * PostgreSQL: a bounded connection pool (psycopg_pool); transactions run at READ COMMITTED and
-  take row locks (``SELECT ... FOR UPDATE``) where a read decides a write.
+  take row locks (``SELECT ... FOR UPDATE``) where a read decides a write. A change other
+  replicas must see at once is announced with ``NOTIFY`` (:mod:`.notify`).
 
 When :meth:`Database.transaction` returns normally, the transaction is committed (durably:
 ``synchronous=FULL`` / PostgreSQL's default ``synchronous_commit``); when it raises, nothing of
@@ -22,11 +24,12 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from .notify import ChangeListener, channel_of
 from .schema import POSTGRES_LOCK_ID, statements
 
 Row = tuple[Any, ...]
@@ -52,6 +55,10 @@ class Tx(Protocol):
         """The clause that locks the rows a ``SELECT`` reads ("" where writers are serialized)."""
         ...
 
+    def notify(self, topic: str) -> None:
+        """Tell the other server processes that ``topic`` changed, when this commits."""
+        ...
+
 
 class Database(Protocol):
     """Where the control plane keeps its state."""
@@ -59,7 +66,15 @@ class Database(Protocol):
     kind: str
     where: str
 
-    def transaction(self, *, write: bool = True) -> Any: ...
+    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Any:
+        """A transaction (see the module docstring); ``wait`` is the longest to wait for a
+        connection before :class:`DatabaseUnavailable`."""
+        ...
+
+    def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``on_change(topic)`` (from another thread) when another process changes a
+        topic; returns the function that stops listening."""
+        ...
 
     def close(self) -> None: ...
 
@@ -84,6 +99,9 @@ class _SqliteTx:
     def lock_rows(self) -> str:
         return ""
 
+    def notify(self, topic: str) -> None:
+        """Nothing: one server process serves a SQLite database, and it wakes its own waiters."""
+
 
 class SqliteDatabase:
     """The zero-configuration database: one SQLite file (WAL mode, fsync on every commit)."""
@@ -97,6 +115,7 @@ class SqliteDatabase:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._writer = threading.RLock()  # a nested writer fails in SQLite, never deadlocks here
         with self.transaction() as tx:
             for statement in statements("sqlite"):
                 tx.execute(statement)
@@ -114,7 +133,18 @@ class SqliteDatabase:
         return conn
 
     @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Iterator[Tx]:
+        if not write:
+            with self._open(write=False) as tx:
+                yield tx
+            return
+        # writers of this process queue here, woken as soon as the one before commits;
+        # SQLite's own busy handler would make them sleep and retry (1 ms to 100 ms at a time)
+        with self._writer, self._open(write=True) as tx:
+            yield tx
+
+    @contextmanager
+    def _open(self, *, write: bool) -> Iterator[Tx]:
         conn = self._connection()
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -127,6 +157,10 @@ class SqliteDatabase:
             raise
         conn.execute("COMMIT")
 
+    def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
+        """Nothing to listen to (see :meth:`_SqliteTx.notify`)."""
+        return lambda: None
+
     def close(self) -> None:
         with self._lock:
             for conn in self._all:
@@ -135,8 +169,9 @@ class SqliteDatabase:
 
 
 class _PgTx:
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, channel: str) -> None:
         self.conn = conn
+        self.channel = channel
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self.conn.execute(_pg(sql), tuple(params))
@@ -155,6 +190,9 @@ class _PgTx:
 
     def lock_rows(self) -> str:
         return " FOR UPDATE"
+
+    def notify(self, topic: str) -> None:
+        self.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, topic))
 
 
 def _pg(sql: str) -> str:
@@ -177,7 +215,9 @@ class PostgresDatabase:
                 "PostgreSQL needs the extra: pip install 'agent-saga-server[postgres]'"
             ) from exc
         self.schema = schema
+        self.channel = channel_of(schema)
         self.where = _display(url) + f" schema {schema}"
+        self._url = url
         self._psycopg = psycopg
 
         def configure(conn: Any) -> None:
@@ -206,12 +246,17 @@ class PostgresDatabase:
                 tx.execute(statement)
 
     @contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Iterator[Tx]:
         try:
-            with self._pool.connection(timeout=30) as conn, conn.transaction():
-                yield _PgTx(conn)
+            with self._pool.connection(timeout=wait) as conn, conn.transaction():
+                yield _PgTx(conn, self.channel)
         except self._psycopg.OperationalError as exc:  # includes the pool's timeout
             raise DatabaseUnavailable(f"{self.where}: {_one_line(exc)}") from exc
+
+    def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
+        listener = ChangeListener(self._url, self.channel, on_change)
+        listener.start()
+        return listener.stop
 
     def close(self) -> None:
         self._pool.close()

@@ -5,8 +5,9 @@ A batch is all or nothing. Inside one transaction, with the origin's row locked:
 * a record at a ``seq`` already stored must be identical to the stored one (a retried or
   replayed batch is a no-op); a different one is a conflict;
 * the first new record must be ``last_seq + 1`` and every new record must continue the chain
-  (:func:`agent_saga.proofs.check_record`: fields, canonical values, ``seq``, ``prev``, hash);
-* the new records are inserted, the sagas they touch are summarised for listing
+  (:func:`agent_saga.proofs.check_records`: fields, canonical values, ``seq``, ``prev``, hash);
+* the new records are inserted (one ``executemany``, their data as the canonical bytes the
+  check produced), the sagas they touch are summarised for listing
   (:mod:`.summaries`), and the origin's tail advances.
 
 A rejected batch changes nothing, and the refused records are kept in ``conflicts`` as
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_saga import Record
-from agent_saga.proofs import ChainError, check_record
+from agent_saga.proofs import ChainError, check_records
 
 from .db import Database, Tx
 from .summaries import summarise
@@ -137,19 +138,14 @@ def _ingest(tx: Tx, origin: str, batch: Sequence[dict[str, Any]]) -> IngestResul
         )
     known = [obj for obj in batch if obj["seq"] <= state.last_seq]
     _check_duplicates(tx, origin, known)
-    prev = state.last_hash
-    fresh: list[Record] = []
-    for obj in batch[len(known) :]:
-        try:
-            record = check_record(obj, seq=state.last_seq + len(fresh) + 1, prev=prev)
-        except ChainError as exc:
-            status = 409 if "prev does not match" in str(exc) else 422
-            raise IngestRefused(status, str(exc), expected_seq=state.last_seq + 1) from None
-        fresh.append(record)
-        prev = record.hash
+    try:
+        fresh = check_records(batch[len(known) :], seq=state.last_seq + 1, prev=state.last_hash)
+    except ChainError as exc:
+        status = 409 if "prev does not match" in str(exc) else 422
+        raise IngestRefused(status, str(exc), expected_seq=state.last_seq + 1) from None
     if fresh:
         _store(tx, origin, fresh)
-    last = fresh[-1] if fresh else None
+    last = fresh[-1][0] if fresh else None
     return IngestResult(
         len(fresh),
         len(known),
@@ -212,28 +208,18 @@ _INSERT_TOOL = (
 )
 
 
-def _store(tx: Tx, origin: str, fresh: list[Record]) -> None:
-    tx.execute_many(
-        _INSERT_RECORD,
-        [
-            (
-                origin,
-                r.seq,
-                r.ts,
-                r.kind,
-                r.saga,
-                r.hash,
-                r.prev,
-                canonical_text(r.data),
-                r.v,
-                r.salts,
-            )
-            for r in fresh
-        ],
-    )
+def _store(tx: Tx, origin: str, fresh: list[tuple[Record, bytes]]) -> None:
+    """Insert checked records (each with its data's canonical bytes), their sagas' summaries
+    and the origin's new tail: a few statements per batch, none per record."""
+    rows = [
+        (origin, r.seq, r.ts, r.kind, r.saga, r.hash, r.prev, data.decode(), r.v, r.salts)
+        for r, data in fresh
+    ]
+    tx.execute_many(_INSERT_RECORD, rows)
+    records = [r for r, _ in fresh]
     sagas: list[tuple[Any, ...]] = []
     tools: set[tuple[str, str, str]] = set()
-    for summary in summarise(fresh):
+    for summary in summarise(records):
         sagas.append(
             (
                 origin, summary.saga, summary.name, summary.status, summary.started,
@@ -243,13 +229,13 @@ def _store(tx: Tx, origin: str, fresh: list[Record]) -> None:
         tools.update((origin, summary.saga, tool) for tool in summary.tools.values())
     tx.execute_many(_UPSERT_SAGA, sagas)
     tx.execute_many(_INSERT_TOOL, sorted(tools))
-    for r in fresh:
-        if r.kind == "approval.decided":
-            tx.execute(
-                "UPDATE approvals SET outcome = ? WHERE id = ? AND origin = ?",
-                (str(r.data.get("decision")), str(r.data.get("request")), origin),
-            )
-    last = fresh[-1]
+    decided = [
+        (str(r.data.get("decision")), str(r.data.get("request")), origin)
+        for r in records
+        if r.kind == "approval.decided"
+    ]
+    tx.execute_many("UPDATE approvals SET outcome = ? WHERE id = ? AND origin = ?", decided)
+    last = records[-1]
     tx.execute(
         "UPDATE origins SET last_seq = ?, last_hash = ?, updated_at = ? WHERE origin = ?",
         (last.seq, last.hash, time.time(), origin),
