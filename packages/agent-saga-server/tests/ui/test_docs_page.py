@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 from browser_kit import Dashboard, Guard, guard_page
 from playwright.sync_api import Page, expect
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Swagger UI still loads from a CDN until branch i17server's vendored copy is merged",
-)
 def test_the_docs_page_renders_without_leaving_127_0_0_1(dashboard: Dashboard, page: Page) -> None:
-
     guard = guard_page(page)
     page.goto(f"{dashboard.url}/docs")
     expect(page.locator(".swagger-ui .title").first).to_contain_text("agent-saga control plane")
@@ -24,5 +18,7 @@ def test_the_guard_sees_a_request_to_another_host(dashboard: Dashboard, page: Pa
     """The check the other page tests rely on fails when a page reaches out."""
 
     guard: Guard = guard_page(page)
-    page.goto(f"{dashboard.url}/docs")
-    assert any("cdn.jsdelivr.net" in url for url in guard.foreign), guard.foreign
+    page.goto(f"{dashboard.url}/v1/health")
+    page.set_content('<img src="https://cdn.example.net/lib.png" alt="">')
+    page.wait_for_timeout(200)
+    assert any("cdn.example.net" in url for url in guard.foreign), guard.foreign
