@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 from .codec import CodecError, canonical
 from .commit import COMMITTED, masked_leaves
-from .forms import open_forms_fast, seal_forms
+from .forms import json_string, open_forms_fast, seal_forms
 from .lineforms import hashed_data
 from .records import GENESIS, RECORD_VERSION, Entry, Record
 
@@ -60,19 +60,6 @@ def _tails(
         return (head + end).encode("utf-8"), f'{head},"salts":{_quote(salts)}{end}'.encode()
     except UnicodeEncodeError as exc:
         raise CodecError(f"no canonical JSON form: {exc}") from exc
-
-
-def _tail(
-    kind: str,
-    prev: str,
-    saga: str | None,
-    seq: int,
-    ts: int,
-    salts: str | None = None,
-    v: int = RECORD_VERSION,
-) -> bytes:
-    """The stored fields after ``data`` (and ``hash``), in canonical order."""
-    return _tails(kind, prev, saga, seq, ts, salts, v)[1]
 
 
 def _body(data_bytes: bytes, tail: bytes) -> bytes:
@@ -117,7 +104,7 @@ def stored_line(obj: dict[str, Any]) -> bytes:
         raise TypeError("salts is a string")
     if not _is_hex64(prev) or not _is_hex64(digest) or version not in _VERSIONS:
         raise ValueError("prev and hash are 64 hex digits; v is a record version")
-    tail = _tail(kind, prev, saga, seq, ts, salts, version)
+    tail = _tails(kind, prev, saga, seq, ts, salts, version)[1]
     return _line(canonical(obj["data"]), digest, tail)
 
 
@@ -158,15 +145,43 @@ class Chain:
         Raises:
             CodecError: the entry's data has no canonical form or the record is too large.
         """
-        data = entry.data
+        data, kind, saga, ts = entry.data, entry.kind, entry.saga, entry.ts
         hashed_bytes, data_bytes, salts = seal_forms(data)
-        hashed_tail, tail = _tails(entry.kind, prev, entry.saga, seq, entry.ts, salts)
-        digest = self.digest(prev, _body(hashed_bytes, hashed_tail))
-        line = _line(data_bytes, digest, tail)
-        if len(line) >= MAX_RECORD_BYTES:
-            raise CodecError(f"record of {len(line)} bytes exceeds {MAX_RECORD_BYTES}")
-        record = Record(seq, entry.ts, entry.kind, entry.saga, data, prev, digest, salts)
-        return record, line + b"\n"
+        middle = b"".join(
+            (
+                b',"kind":',
+                json_string(kind),
+                b',"prev":"',
+                prev.encode("ascii"),
+                b'","saga":',
+                b"null" if saga is None else json_string(saga),
+            )
+        )
+        end = f',"seq":{seq},"ts":{ts},"v":{RECORD_VERSION}}}'.encode()
+        message = b"".join((bytes.fromhex(prev), b'{"data":', hashed_bytes, middle, end))
+        if self.key is None:
+            digest = hashlib.sha256(message).hexdigest()
+        else:
+            digest = hmac.digest(self.key, message, "sha256").hex()
+        line = b"".join(
+            (
+                b'{"data":',
+                data_bytes,
+                b',"hash":"',
+                digest.encode(),
+                b'"',
+                middle,
+                b"" if salts is None else b',"salts":"' + salts.encode() + b'"',
+                end,
+                b"\n",
+            )
+        )
+        if len(line) > MAX_RECORD_BYTES:
+            raise CodecError(f"record of {len(line) - 1} bytes exceeds {MAX_RECORD_BYTES}")
+        record = tuple.__new__(
+            Record, (seq, ts, kind, saga, data, prev, digest, salts, RECORD_VERSION)
+        )
+        return record, line
 
 
 class ChainBreak(NamedTuple):

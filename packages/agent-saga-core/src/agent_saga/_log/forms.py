@@ -24,11 +24,31 @@ from typing import Any
 from .codec import CodecError, JSONValue, canonical
 from .commit import COMMITTED, SALT_LEN, SALT_POOL, open_forms, sealed_forms, take_salt
 
-__all__ = ["open_forms_fast", "seal_forms"]
+__all__ = ["json_string", "open_forms_fast", "seal_forms"]
 
 _COMMITTED_SET = frozenset(COMMITTED)
 _UNMASKED_SALTS = re.compile(rb"(?:[A-Za-z0-9_-]{22})+")
 _pop = SALT_POOL.pop
+_STRINGS: dict[str, bytes] = {}
+_STRINGS_MAX = 4096
+
+
+def json_string(text: str) -> bytes:
+    """``canonical(text)`` for a record's kind or saga id (cached: a saga writes many records).
+
+    Raises:
+        CodecError: ``text`` is not valid Unicode (a lone surrogate).
+    """
+    encoded = _STRINGS.get(text)
+    if encoded is None:
+        try:
+            encoded = _quote(text).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CodecError(f"no canonical JSON form: {exc}") from exc
+        if len(_STRINGS) >= _STRINGS_MAX:
+            _STRINGS.clear()
+        _STRINGS[text] = encoded
+    return encoded
 
 
 def _scalar(value: Any) -> bytes | None:
