@@ -49,7 +49,9 @@ __all__ = [
     "leaf_bytes",
     "masked_leaves",
     "open_forms",
+    "scalar_bytes",
     "sealed_forms",
+    "swapped",
     "take_salt",
 ]
 
@@ -103,27 +105,41 @@ when the pool is not empty)."""
 os.register_at_fork(after_in_child=_SOURCE.reset)
 
 
-def leaf_bytes(value: Any) -> bytes:
-    """``canonical(value)``, with the common scalars done directly.
+def scalar_bytes(value: Any) -> bytes | None:
+    """``canonical(value)`` for a str, int, bool or ``None``; ``None`` for anything else (and
+    for an int with more digits than Python converts).
 
     Raises:
-        CodecError: the value has no canonical form.
+        CodecError: a string that is not valid Unicode.
     """
     kind = type(value)
-    try:
-        if kind is str:
+    if kind is str:
+        try:
             return _quote(value).encode("utf-8")
-        if kind is int:
+        except UnicodeEncodeError as exc:
+            raise CodecError(f"no canonical JSON form: {exc}") from exc
+    if kind is int:
+        try:
             return b"%d" % value
-    except UnicodeEncodeError as exc:
-        raise CodecError(f"no canonical JSON form: {exc}") from exc
+        except ValueError:
+            return None
     if value is None:
         return b"null"
     if value is True:
         return b"true"
     if value is False:
         return b"false"
-    return canonical(value)
+    return None
+
+
+def leaf_bytes(value: Any) -> bytes:
+    """``canonical(value)``, with the common scalars done directly.
+
+    Raises:
+        CodecError: the value has no canonical form.
+    """
+    encoded = scalar_bytes(value)
+    return canonical(value) if encoded is None else encoded
 
 
 def commitment(salt: str, value: Any) -> str:
@@ -160,7 +176,7 @@ class _Committer:
         return digest
 
 
-def _swapped(hashed_bytes: bytes, swaps: list[tuple[bytes, bytes]]) -> bytes:
+def swapped(hashed_bytes: bytes, swaps: list[tuple[bytes, bytes]]) -> bytes:
     for quoted, encoded in swaps:
         hashed_bytes = hashed_bytes.replace(quoted, encoded, 1)
     return hashed_bytes
@@ -188,7 +204,7 @@ def sealed_forms(
     for key in sorted(present):
         hashed[key] = committer.form(data[key])
     hashed_bytes = canonical(hashed)
-    stored = _swapped(hashed_bytes, committer.swaps)
+    stored = swapped(hashed_bytes, committer.swaps)
     return hashed_bytes, stored, b"".join(committer.salts).decode("ascii")
 
 
@@ -260,7 +276,7 @@ def open_forms(data: dict[str, Any], salts: Any) -> tuple[bytes, bytes, list[int
     if opener.at != len(salts):
         raise CodecError("more salts than committed values")
     hashed_bytes = canonical(hashed)
-    return hashed_bytes, _swapped(hashed_bytes, opener.swaps), opener.masked
+    return hashed_bytes, swapped(hashed_bytes, opener.swaps), opener.masked
 
 
 def masked_leaves(salts: str | None) -> list[int]:

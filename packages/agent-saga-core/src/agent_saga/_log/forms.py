@@ -22,7 +22,16 @@ from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non
 from typing import Any
 
 from .codec import CodecError, JSONValue, canonical
-from .commit import COMMITTED, SALT_LEN, SALT_POOL, open_forms, sealed_forms, take_salt
+from .commit import (
+    COMMITTED,
+    SALT_LEN,
+    SALT_POOL,
+    open_forms,
+    scalar_bytes,
+    sealed_forms,
+    swapped,
+    take_salt,
+)
 
 __all__ = ["json_string", "open_forms_fast", "seal_forms"]
 
@@ -51,32 +60,6 @@ def json_string(text: str) -> bytes:
     return encoded
 
 
-def _scalar(value: Any) -> bytes | None:
-    """``canonical(value)`` for a str, int, bool or ``None``; ``None`` for anything else.
-
-    Raises:
-        CodecError: a string that is not valid Unicode.
-    """
-    kind = type(value)
-    if kind is str:
-        try:
-            return _quote(value).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise CodecError(f"no canonical JSON form: {exc}") from exc
-    if kind is int:
-        try:
-            return b"%d" % value
-        except ValueError:  # more digits than Python converts: the reference path says so
-            return None
-    if value is None:
-        return b"null"
-    if value is True:
-        return b"true"
-    if value is False:
-        return b"false"
-    return None
-
-
 def _salt() -> bytes:
     try:
         return _pop()
@@ -95,19 +78,13 @@ def _only_key(data: dict[str, Any]) -> str | None:
     return found
 
 
-def _swapped(hashed: bytes, swaps: list[tuple[bytes, bytes]]) -> bytes:
-    for quoted, encoded in swaps:
-        hashed = hashed.replace(quoted, encoded, 1)
-    return hashed
-
-
 def _one_value(
     data: dict[str, Any], key: str, salt: Callable[[], bytes], drawn: list[bytes]
 ) -> tuple[bytes, bytes] | None:
     """Both forms of ``data`` whose only committed value, under ``key``, is a scalar or a
     non-empty object of scalars; ``None`` for another shape (``drawn`` holds the salts used)."""
     value = data[key]
-    encoded = _scalar(value)
+    encoded = scalar_bytes(value)
     hashed = dict(data)
     if encoded is not None:
         drawn.append(first := salt())
@@ -120,7 +97,7 @@ def _one_value(
     skeleton: dict[str, str] = {}
     swaps: list[tuple[bytes, bytes]] = []
     for name in sorted(value):
-        encoded = _scalar(value[name])
+        encoded = scalar_bytes(value[name])
         if encoded is None or type(name) is not str:
             return None
         drawn.append(next_salt := salt())
@@ -128,7 +105,7 @@ def _one_value(
         swaps.append((b'"%s"' % digest.encode(), encoded))
     hashed[key] = skeleton
     hashed_bytes = canonical(hashed)
-    return hashed_bytes, _swapped(hashed_bytes, swaps)
+    return hashed_bytes, swapped(hashed_bytes, swaps)
 
 
 def _replay(drawn: list[bytes], draw: Callable[[], bytes]) -> Callable[[], bytes]:
