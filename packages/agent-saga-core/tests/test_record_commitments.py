@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 from agent_saga import AgentKit, SequentialIds, tool
-from agent_saga._log.chain import Chain, ChainBreak, Masked, parse_line
+from agent_saga._log.chain import Chain, ChainBreak, Masked, check_line_fast, parse_line
 from agent_saga._log.codec import canonical
-from agent_saga._log.commit import MASKED_SALT, SALT_LEN
+from agent_saga._log.commit import MASKED_SALT, SALT_LEN, open_forms, sealed_forms
+from agent_saga._log.forms import open_forms_fast, seal_forms
 from agent_saga._log.records import GENESIS, Entry, Record
 from agent_saga.cli import main
 from agent_saga.proofs._masking import mask_record
@@ -264,3 +265,35 @@ def test_a_version_1_record_is_masked_under_the_administrators_signature(
     verified = cli(home, "verify")
     assert verified.exit_code == 0, verified.output
     assert cli(home, "replay", "old-1").exit_code == 0
+
+
+DATA = st.dictionaries(
+    st.sampled_from(["args", "result", "error", "cause", "tool", "ordinal", "a", "zz"]), JSON
+)
+"""Record data with any JSON values, committed or not (see ``test_seal_bytes.py``: the
+one-pass forms must give the reference forms' bytes)."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=DATA, keyed=st.booleans())
+def test_any_value_seals_as_the_reference_does_and_round_trips(
+    data: dict[str, Any], keyed: bool
+) -> None:
+    hashed, stored, salts = seal_forms(data)
+    raw = (salts or "").encode()
+    drawn = [raw[at : at + SALT_LEN] for at in range(0, len(raw), SALT_LEN)]
+    pending = iter(drawn)
+    reference = sealed_forms(data, lambda: next(pending))
+    if reference is None:
+        assert salts is None
+        assert hashed == stored
+    else:
+        assert (hashed, stored, salts) == reference
+        assert open_forms_fast(data, salts) == open_forms(data, salts)[:2] == (hashed, stored)
+    chain = Chain(b"k" * 32 if keyed else None)
+    record, line = chain.seal(Entry("step.done", "saga-1", data, 5), 7, GENESIS)
+    read = parse_line(chain, line[:-1], 7, GENESIS)
+    assert isinstance(read, Record)
+    assert read == record
+    assert read.data == data
+    assert check_line_fast(chain, line[:-1], 7, GENESIS.encode()) == (7, record.hash.encode())

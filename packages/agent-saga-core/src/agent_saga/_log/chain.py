@@ -14,12 +14,15 @@ import hashlib
 import hmac
 import re
 from binascii import hexlify, unhexlify
+from json import JSONDecoder
 from json import loads as _loads
 from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non-ASCII
 from typing import Any, Literal, NamedTuple, overload
 
 from .codec import CodecError, canonical
-from .commit import COMMITTED, masked_leaves, open_forms, sealed_forms
+from .commit import COMMITTED, masked_leaves
+from .forms import json_string, open_forms_fast, seal_forms
+from .lineforms import hashed_data
 from .records import GENESIS, RECORD_VERSION, Entry, Record
 
 MAX_RECORD_BYTES = 4 * 1024 * 1024
@@ -29,6 +32,8 @@ _KEYS = frozenset({"data", "hash", "kind", "prev", "saga", "seq", "ts", "v"})
 _SALTED_KEYS = _KEYS | {"salts"}
 _VERSIONS = (1, RECORD_VERSION)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+# json.loads without its wrappers (encoding sniffing, spaces); typeshed does not list it
+_scan: Any = getattr(JSONDecoder(), "scan_once")  # noqa: B009
 
 
 def _tails(
@@ -55,19 +60,6 @@ def _tails(
         return (head + end).encode("utf-8"), f'{head},"salts":{_quote(salts)}{end}'.encode()
     except UnicodeEncodeError as exc:
         raise CodecError(f"no canonical JSON form: {exc}") from exc
-
-
-def _tail(
-    kind: str,
-    prev: str,
-    saga: str | None,
-    seq: int,
-    ts: int,
-    salts: str | None = None,
-    v: int = RECORD_VERSION,
-) -> bytes:
-    """The stored fields after ``data`` (and ``hash``), in canonical order."""
-    return _tails(kind, prev, saga, seq, ts, salts, v)[1]
 
 
 def _body(data_bytes: bytes, tail: bytes) -> bytes:
@@ -112,7 +104,7 @@ def stored_line(obj: dict[str, Any]) -> bytes:
         raise TypeError("salts is a string")
     if not _is_hex64(prev) or not _is_hex64(digest) or version not in _VERSIONS:
         raise ValueError("prev and hash are 64 hex digits; v is a record version")
-    tail = _tail(kind, prev, saga, seq, ts, salts, version)
+    tail = _tails(kind, prev, saga, seq, ts, salts, version)[1]
     return _line(canonical(obj["data"]), digest, tail)
 
 
@@ -137,7 +129,15 @@ class Chain:
         message = bytes.fromhex(prev) + body
         if self.key is None:
             return hashlib.sha256(message).hexdigest()
-        return hmac.new(self.key, message, hashlib.sha256).hexdigest()
+        return hmac.digest(self.key, message, "sha256").hex()
+
+    def hex_digest(self, prev_hex: bytes, *parts: bytes) -> bytes:
+        """The hash, as ASCII hex bytes, of the record after ``prev_hex`` whose hashed bytes
+        are ``parts`` joined."""
+        message = unhexlify(prev_hex) + b"".join(parts)
+        if self.key is None:
+            return hexlify(hashlib.sha256(message).digest())
+        return hexlify(hmac.digest(self.key, message, "sha256"))
 
     def seal(self, entry: Entry, seq: int, prev: str) -> tuple[Record, bytes]:
         """Seal ``entry`` as record ``seq`` after ``prev``; returns the record and its stored line.
@@ -145,20 +145,43 @@ class Chain:
         Raises:
             CodecError: the entry's data has no canonical form or the record is too large.
         """
-        data = entry.data
-        forms = sealed_forms(data)
-        if forms is None:  # nothing that may be masked later: hashed as stored
-            salts = None
-            hashed_bytes = data_bytes = canonical(data)
+        data, kind, saga, ts = entry.data, entry.kind, entry.saga, entry.ts
+        hashed_bytes, data_bytes, salts = seal_forms(data)
+        middle = b"".join(
+            (
+                b',"kind":',
+                json_string(kind),
+                b',"prev":"',
+                prev.encode("ascii"),
+                b'","saga":',
+                b"null" if saga is None else json_string(saga),
+            )
+        )
+        end = f',"seq":{seq},"ts":{ts},"v":{RECORD_VERSION}}}'.encode()
+        message = b"".join((bytes.fromhex(prev), b'{"data":', hashed_bytes, middle, end))
+        if self.key is None:
+            digest = hashlib.sha256(message).hexdigest()
         else:
-            hashed_bytes, data_bytes, salts = forms
-        hashed_tail, tail = _tails(entry.kind, prev, entry.saga, seq, entry.ts, salts)
-        digest = self.digest(prev, _body(hashed_bytes, hashed_tail))
-        line = _line(data_bytes, digest, tail)
-        if len(line) >= MAX_RECORD_BYTES:
-            raise CodecError(f"record of {len(line)} bytes exceeds {MAX_RECORD_BYTES}")
-        record = Record(seq, entry.ts, entry.kind, entry.saga, data, prev, digest, salts)
-        return record, line + b"\n"
+            digest = hmac.digest(self.key, message, "sha256").hex()
+        line = b"".join(
+            (
+                b'{"data":',
+                data_bytes,
+                b',"hash":"',
+                digest.encode(),
+                b'"',
+                middle,
+                b"" if salts is None else b',"salts":"' + salts.encode() + b'"',
+                end,
+                b"\n",
+            )
+        )
+        if len(line) > MAX_RECORD_BYTES:
+            raise CodecError(f"record of {len(line) - 1} bytes exceeds {MAX_RECORD_BYTES}")
+        record = tuple.__new__(
+            Record, (seq, ts, kind, saga, data, prev, digest, salts, RECORD_VERSION)
+        )
+        return record, line
 
 
 class ChainBreak(NamedTuple):
@@ -213,13 +236,19 @@ def parse_line(
     """
     if len(line) >= MAX_RECORD_BYTES:
         return ChainBreak(f"record longer than {MAX_RECORD_BYTES} bytes")
+    # The fast C parser is enough here: the bytes must also equal the record's canonical
+    # encoding (checked below), which a duplicate key, a NaN or any non-canonical spelling
+    # cannot pass.
     try:
-        # The fast C parser is enough here: the bytes must also equal the record's canonical
-        # encoding (checked below), which a duplicate key, a NaN or any non-canonical spelling
-        # cannot pass.
-        obj = _loads(line)
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return ChainBreak(f"not valid JSON: {str(exc)[:200]}")
+        text = line.decode("utf-8")
+        obj, end = _scan(text, 0)
+        if end != len(text):
+            raise ValueError("trailing data")
+    except Exception:  # json.loads says what is wrong, in its words
+        try:
+            obj = _loads(line)
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return ChainBreak(f"not valid JSON: {str(exc)[:200]}")
     if not isinstance(obj, dict):
         return ChainBreak("not a JSON object")
     result = check_object(chain, obj, expect_seq, expect_prev, stored=line)
@@ -280,7 +309,7 @@ def check_object_encoded(
     try:
         tail, stored_tail = _tails(kind, prev, saga, seq, ts, salts, version)
         if salts is not None:
-            hashed_bytes, data_bytes, _ = open_forms(data, salts)
+            hashed_bytes, data_bytes = open_forms_fast(data, salts)
         elif version != 1 and any(key in data for key in COMMITTED):
             return ChainBreak("committed values without their salts")
         else:
@@ -295,8 +324,8 @@ def check_object_encoded(
 
 
 _TAIL = re.compile(
-    rb',"kind":"(?:[^"\\\x00-\x1f]|\\.)*","prev":"([0-9a-f]{64})",'
-    rb'"saga":(?:null|"(?:[^"\\\x00-\x1f]|\\.)*")(,"salts":"[A-Za-z0-9_.-]*")?,'
+    rb',"kind":"[^"\\\x00-\x1f]*(?:\\.[^"\\\x00-\x1f]*)*","prev":"([0-9a-f]{64})",'
+    rb'"saga":(?:null|"[^"\\\x00-\x1f]*(?:\\.[^"\\\x00-\x1f]*)*")(,"salts":"[A-Za-z0-9_.-]*")?,'
     rb'"seq":(0|[1-9][0-9]{0,18}),"ts":-?(?:0|[1-9][0-9]{0,18}),"v":([12])\}'
 )
 _HASH_FIELD = b',"hash":"'
@@ -307,10 +336,11 @@ def check_line_fast(
     chain: Chain, line: bytes, expect_seq: int, expect_prev: bytes
 ) -> tuple[int, bytes] | ChainBreak | Masked:
     """Check a stored line's framing, chain position and hash, decoding ``data`` only when the
-    record commits values (see :mod:`.commit`).
+    record commits values in shapes :mod:`.lineforms` does not rebuild, or fails the check.
 
     ``expect_prev`` is the previous record's hash as ASCII hex bytes. A record that commits
-    nothing is hashed as stored, so any change to its bytes is caught here without decoding;
+    nothing is hashed as stored, and one that commits values is hashed in a form rebuilt from
+    its bytes (:mod:`.lineforms`), so any change to its bytes is caught here without decoding;
     the fields after ``data`` must be in their canonical form. Reading a record
     (:func:`parse_line`) additionally checks that ``data`` is canonical JSON. Returns
     ``(seq, hash as ASCII hex bytes)``.
@@ -321,28 +351,32 @@ def check_line_fast(
     found = _TAIL.fullmatch(line, cut + 74)
     if found is None or line[cut + 73 : cut + 74] != b'"':
         return ChainBreak("record fields are not in canonical form")
-    seq = int(found.group(3))
+    prev, salts, seq_digits, version = found.groups()
+    seq = int(seq_digits)
     if seq != expect_seq:
         return ChainBreak(f"seq {seq} where {expect_seq} was expected")
-    if found.group(1) != expect_prev:
+    if prev != expect_prev:
         return ChainBreak(f"prev does not match the hash of record {expect_seq - 1}")
-    if found.group(4) == b"1" and found.group(2) is not None:
-        return ChainBreak("unexpected fields ['salts'] in a version 1 record")
-    if found.group(4) != b"1" and (
-        found.group(2) is not None or any(key in line for key in _COMMITTED_KEYS)
-    ):
+    stored = line[cut + 9 : cut + 73]
+    if version == b"1":
+        if salts is not None:
+            return ChainBreak("unexpected fields ['salts'] in a version 1 record")
+    elif salts is not None or any(key in line for key in _COMMITTED_KEYS):
+        if salts is not None:  # the usual shapes: checked from the bytes (see .lineforms)
+            start, stop = found.span(2)
+            head = hashed_data(line, cut, line[start + 10 : stop - 1])
+            if head is not None:
+                computed = chain.hex_digest(prev, head, line[cut + 74 : start], line[stop:])
+                if computed == stored:
+                    return seq, computed
         result = parse_line(chain, line, seq, expect_prev.decode(), allow_masked=True)
         if isinstance(result, Record):
             return seq, result.hash.encode()
         return result
-    view = memoryview(line)
-    hasher = chain.hasher(expect_prev)
-    hasher.update(view[:cut])
-    hasher.update(view[cut + 74 :])
-    computed = hexlify(hasher.digest())
-    if computed != line[cut + 9 : cut + 73]:
-        if found.group(4) == b"1" and _MARKER in line:
-            return Masked(seq, line[cut + 9 : cut + 73])
+    computed = chain.hex_digest(prev, line[:cut], line[cut + 74 :])
+    if computed != stored:
+        if version == b"1" and _MARKER in line:
+            return Masked(seq, stored)
         return ChainBreak(HASH_MISMATCH)
     return seq, computed
 

@@ -31,6 +31,7 @@ import os
 import re
 import threading
 from binascii import b2a_base64
+from collections.abc import Callable
 from hashlib import blake2s
 from json.encoder import encode_basestring as _quote
 from typing import Any
@@ -42,11 +43,16 @@ __all__ = [
     "MARKER",
     "MASKED_SALT",
     "SALT_LEN",
+    "SALT_POOL",
     "commitment",
     "is_marker",
+    "leaf_bytes",
     "masked_leaves",
     "open_forms",
+    "scalar_bytes",
     "sealed_forms",
+    "swapped",
+    "take_salt",
 ]
 
 COMMITTED = ("args", "cause", "error", "result")
@@ -56,7 +62,6 @@ MASKED_SALT = "." * SALT_LEN
 """What replaces a masked leaf's salt (``.`` is not a base64url character)."""
 MARKER = "$redacted"
 _COMMITTED_SET = frozenset(COMMITTED)
-_SCALARS = frozenset({str, int, bool, type(None)})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SALTS = re.compile(r"(?:[A-Za-z0-9_-]{22}|\.{22})*")
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
@@ -67,115 +72,57 @@ class _SaltSource:
 
     ``list.pop`` is atomic, so no two records, in any threads, ever get the same salt; a forked
     child starts with an empty pool (and a fresh lock), so parent and child never share one.
+    The pool is one list for the life of the process (emptied in place in a forked child), so a
+    caller may hold its ``pop`` and call :meth:`take` when it is empty.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pool: list[bytes] = []
+        self.pool: list[bytes] = []
 
     def reset(self) -> None:
         self._lock = threading.Lock()
-        self._pool = []
+        self.pool.clear()
 
     def take(self) -> bytes:
         try:
-            return self._pool.pop()
+            return self.pool.pop()
         except IndexError:
             with self._lock:
                 raw = os.urandom(3 * 22 * 62)  # 248 salts of 22 base64url characters
                 text = b2a_base64(raw, newline=False).translate(_URLSAFE)
                 fresh = [text[i : i + SALT_LEN] for i in range(0, len(text), SALT_LEN)]
-                self._pool.extend(fresh)
+                self.pool.extend(fresh)
             return self.take()
 
 
 _SOURCE = _SaltSource()
-_take = _SOURCE.take
+take_salt = _SOURCE.take
+"""A fresh salt (22 base64url bytes), never handed out twice."""
+SALT_POOL = _SOURCE.pool
+"""The salts :func:`take_salt` hands out next, last first (``SALT_POOL.pop()`` takes one
+when the pool is not empty)."""
 os.register_at_fork(after_in_child=_SOURCE.reset)
 
 
-def _encoded(value: Any) -> bytes:
-    """``canonical(value)`` for a leaf, with the common scalars done directly."""
-    kind = type(value)
-    try:
-        if kind is str:
-            return _quote(value).encode("utf-8")
-        if kind is int:
-            return b"%d" % value
-    except UnicodeEncodeError as exc:
-        raise CodecError(f"no canonical JSON form: {exc}") from exc
-    if value is None:
-        return b"null"
-    if value is True:
-        return b"true"
-    if value is False:
-        return b"false"
-    return canonical(value)
-
-
-def commitment(salt: str, value: Any) -> str:
-    """The commitment to the leaf ``value`` under ``salt``.
+def scalar_bytes(value: Any) -> bytes | None:
+    """``canonical(value)`` for a str, int, bool or ``None``; ``None`` for anything else (and
+    for an int with more digits than Python converts).
 
     Raises:
-        CodecError: the value has no canonical form.
+        CodecError: a string that is not valid Unicode.
     """
-    return blake2s(salt.encode("ascii") + _encoded(value)).hexdigest()
-
-
-def _count(value: Any) -> int:
     kind = type(value)
-    if kind is dict:
-        return sum(_count(v) for v in value.values()) if value else 1
-    if kind is list:
-        return sum(_count(v) for v in value) if value else 1
-    return 1
-
-
-class _Committer:
-    """Builds the hashed form of fresh subtrees, salting leaf after leaf; ``swaps`` pairs each
-    quoted commitment with the encoded value it stands for."""
-
-    __slots__ = ("salts", "swaps")
-
-    def __init__(self) -> None:
-        self.salts: list[bytes] = []
-        self.swaps: list[tuple[bytes, bytes]] = []
-
-    def form(self, value: Any) -> Any:
-        kind = type(value)
-        if kind is dict and value:
-            return {key: self.form(value[key]) for key in sorted(value)}
-        if kind is list and value:
-            return [self.form(item) for item in value]
-        salt = _SOURCE.take()
-        self.salts.append(salt)
-        encoded = _encoded(value)
-        digest = blake2s(salt + encoded).hexdigest()
-        self.swaps.append((b'"' + digest.encode() + b'"', encoded))
-        return digest
-
-
-def _flat(value: dict[Any, Any]) -> bool:
-    """A non-empty object of scalars only."""
-    return bool(value) and all(type(item) in _SCALARS for item in value.values())
-
-
-def _swapped(hashed_bytes: bytes, swaps: list[tuple[bytes, bytes]]) -> bytes:
-    for quoted, encoded in swaps:
-        hashed_bytes = hashed_bytes.replace(quoted, encoded, 1)
-    return hashed_bytes
-
-
-def _scalar(value: Any) -> bytes | None:
-    """``canonical(value)`` when ``value`` is a scalar that needs no checks, else ``None``."""
-    kind = type(value)
-    if kind is int:
-        return b"%d" % value
     if kind is str:
         try:
             return _quote(value).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise CodecError(f"no canonical JSON form: {exc}") from exc
+    if kind is int:
+        try:
+            return b"%d" % value
+        except ValueError:
+            return None
     if value is None:
         return b"null"
     if value is True:
@@ -185,9 +132,66 @@ def _scalar(value: Any) -> bytes | None:
     return None
 
 
-def sealed_forms(data: dict[str, JSONValue]) -> tuple[bytes, bytes, str] | None:
+def leaf_bytes(value: Any) -> bytes:
+    """``canonical(value)``, with the common scalars done directly.
+
+    Raises:
+        CodecError: the value has no canonical form.
+    """
+    encoded = scalar_bytes(value)
+    return canonical(value) if encoded is None else encoded
+
+
+def commitment(salt: str, value: Any) -> str:
+    """The commitment to the leaf ``value`` under ``salt``.
+
+    Raises:
+        CodecError: the value has no canonical form.
+    """
+    return blake2s(salt.encode("ascii") + leaf_bytes(value)).hexdigest()
+
+
+class _Committer:
+    """Builds the hashed form of fresh subtrees, salting leaf after leaf (salts from ``draw``);
+    ``swaps`` pairs each quoted commitment with the encoded value it stands for."""
+
+    __slots__ = ("draw", "salts", "swaps")
+
+    def __init__(self, draw: Callable[[], bytes]) -> None:
+        self.draw = draw
+        self.salts: list[bytes] = []
+        self.swaps: list[tuple[bytes, bytes]] = []
+
+    def form(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is dict and value:
+            return {key: self.form(value[key]) for key in sorted(value)}
+        if kind is list and value:
+            return [self.form(item) for item in value]
+        salt = self.draw()
+        self.salts.append(salt)
+        encoded = leaf_bytes(value)
+        digest = blake2s(salt + encoded).hexdigest()
+        self.swaps.append((b'"' + digest.encode() + b'"', encoded))
+        return digest
+
+
+def swapped(hashed_bytes: bytes, swaps: list[tuple[bytes, bytes]]) -> bytes:
+    for quoted, encoded in swaps:
+        hashed_bytes = hashed_bytes.replace(quoted, encoded, 1)
+    return hashed_bytes
+
+
+def sealed_forms(
+    data: dict[str, JSONValue], draw: Callable[[], bytes] = take_salt
+) -> tuple[bytes, bytes, str] | None:
     """For fresh ``data``: the canonical bytes of its hashed form and of its stored form
-    (``canonical(data)``), and its new salts; ``None`` when it commits nothing.
+    (``canonical(data)``), and its new salts (from ``draw``, in leaf order); ``None`` when it
+    commits nothing.
+
+    This is the format's reference implementation, for any value ``canonical`` encodes; the
+    chain seals through :func:`agent_saga._log.forms.seal_forms`, which gives the same bytes
+    for the same salts in one pass.
 
     Raises:
         CodecError: a value has no canonical form.
@@ -196,40 +200,11 @@ def sealed_forms(data: dict[str, JSONValue]) -> tuple[bytes, bytes, str] | None:
     if not present:
         return None
     hashed: dict[str, Any] = dict(data)
-    if len(present) == 1:
-        (key,) = present
-        value = data[key]
-        encoded = _scalar(value)
-        if encoded is not None:  # the usual result: one scalar, one salt
-            salt = _take()
-            digest = blake2s(salt + encoded).hexdigest()
-            hashed[key] = digest
-            hashed_bytes = canonical(hashed)
-            stored = hashed_bytes.replace(b'"%s"' % digest.encode(), encoded, 1)
-            return hashed_bytes, stored, salt.decode("ascii")
-        if type(value) is dict and value:  # the usual arguments: a few scalars
-            salts: list[bytes] = []
-            swaps: list[tuple[bytes, bytes]] = []
-            skeleton: dict[str, str] = {}
-            for name in sorted(value):
-                encoded = _scalar(value[name])
-                if encoded is None:
-                    break
-                salt = _take()
-                skeleton[name] = digest = blake2s(salt + encoded).hexdigest()
-                salts.append(salt)
-                swaps.append((b'"%s"' % digest.encode(), encoded))
-            else:
-                hashed[key] = skeleton
-                hashed_bytes = canonical(hashed)
-                stored = _swapped(hashed_bytes, swaps)
-                return hashed_bytes, stored, b"".join(salts).decode("ascii")
-            # not flat after all: the general path below draws fresh salts (these are dropped)
-    committer = _Committer()
+    committer = _Committer(draw)
     for key in sorted(present):
         hashed[key] = committer.form(data[key])
     hashed_bytes = canonical(hashed)
-    stored = _swapped(hashed_bytes, committer.swaps)
+    stored = swapped(hashed_bytes, committer.swaps)
     return hashed_bytes, stored, b"".join(committer.salts).decode("ascii")
 
 
@@ -272,7 +247,7 @@ class _Opener:
         if salt == MASKED_SALT:
             raise CodecError(f"committed value {at // SALT_LEN} is masked without its marker")
         self.at = at + SALT_LEN
-        encoded = _encoded(value)
+        encoded = leaf_bytes(value)
         digest = blake2s(salt.encode("ascii") + encoded).hexdigest()
         self.swaps.append((b'"' + digest.encode() + b'"', encoded))
         return digest
@@ -281,6 +256,9 @@ class _Opener:
 def open_forms(data: dict[str, Any], salts: Any) -> tuple[bytes, bytes, list[int]]:
     """For stored ``data`` with its ``salts``: the canonical bytes of its hashed form, its
     canonical stored bytes (``canonical(data)``), and the indexes of its masked leaves.
+
+    The reference implementation, masked leaves included; readers check records through
+    :func:`agent_saga._log.forms.open_forms_fast`, which gives the same bytes in one pass.
 
     Raises:
         CodecError: the salts are malformed or do not match the committed values one for one,
@@ -292,33 +270,13 @@ def open_forms(data: dict[str, Any], salts: Any) -> tuple[bytes, bytes, list[int
     if not present:
         raise CodecError("salts on a record that commits no values")
     hashed = dict(data)
-    if len(present) == 1 and "." not in salts:  # nothing masked: the usual shapes first
-        value = data[present[0]]
-        if type(value) in _SCALARS and len(salts) == SALT_LEN:  # a result: one scalar
-            encoded = _encoded(value)
-            digest = blake2s(salts.encode("ascii") + encoded).hexdigest()
-            hashed[present[0]] = digest
-            hashed_bytes = canonical(hashed)
-            quoted = b'"' + digest.encode() + b'"'
-            return hashed_bytes, hashed_bytes.replace(quoted, encoded, 1), []
-        if type(value) is dict and _flat(value) and len(salts) == SALT_LEN * len(value):
-            swaps, skeleton, at = [], {}, 0
-            for name in sorted(value):
-                encoded = _encoded(value[name])
-                salt = salts[at : at + SALT_LEN].encode("ascii")
-                skeleton[name] = digest = blake2s(salt + encoded).hexdigest()
-                swaps.append((b'"' + digest.encode() + b'"', encoded))
-                at += SALT_LEN
-            hashed[present[0]] = skeleton
-            hashed_bytes = canonical(hashed)
-            return hashed_bytes, _swapped(hashed_bytes, swaps), []
     opener = _Opener(salts)
     for key in present:
         hashed[key] = opener.form(data[key])
     if opener.at != len(salts):
         raise CodecError("more salts than committed values")
     hashed_bytes = canonical(hashed)
-    return hashed_bytes, _swapped(hashed_bytes, opener.swaps), opener.masked
+    return hashed_bytes, swapped(hashed_bytes, opener.swaps), opener.masked
 
 
 def masked_leaves(salts: str | None) -> list[int]:

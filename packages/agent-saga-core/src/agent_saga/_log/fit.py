@@ -9,7 +9,7 @@ is still written. A placeholder is a ``$repr`` value: it is never handed back to
 
 from __future__ import annotations
 
-from .chain import MAX_RECORD_BYTES, _line, _tail
+from .chain import MAX_RECORD_BYTES, _line, _tails
 from .codec import CodecError, JSONValue, canonical
 from .records import Entry
 
@@ -21,7 +21,7 @@ def problem(entry: Entry) -> str | None:
     """Why ``entry`` cannot be sealed into one record, or ``None`` when it can."""
     try:
         data = canonical(entry.data)
-        tail = _tail(entry.kind, "0" * 64, entry.saga, _WIDEST_SEQ, _WIDEST_SEQ)
+        tail = _tails(entry.kind, "0" * 64, entry.saga, _WIDEST_SEQ, _WIDEST_SEQ)[1]
     except CodecError as exc:
         return str(exc)
     size = len(_line(data, "0" * 64, tail))
