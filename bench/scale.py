@@ -24,25 +24,33 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+import types
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 from agent_saga._log.chain import Chain
 from agent_saga._log.codec import JSONValue
-from agent_saga._log.files import WATERMARK_NAME, encode_watermark
+from agent_saga._log.files import OS, WATERMARK_NAME, encode_watermark
 from agent_saga._log.records import GENESIS, Entry
+
+segments: types.ModuleType | None
+try:
+    segments = importlib.import_module("agent_saga._log.segments")
+except ImportError:  # a core from before segments: the "before" figures
+    segments = None
 
 RECORDS_PER_SAGA = 18
 STEPS = (RECORDS_PER_SAGA - 2) // 2
 BASE_TS = 1_760_000_000_000
-FORMAT = "v1"
+FORMAT = "v1" if segments is None else "v2"
 """Bumped when the generated home's layout changes, so a stale cache is regenerated."""
 
 
@@ -81,25 +89,49 @@ def saga_entries(index: int) -> Iterator[Entry]:
     yield Entry("saga.end", sid, {"records": 17, "status": "committed", "steps": STEPS}, ts)
 
 
-def generate(home: Path, records: int) -> None:
-    """Write a log of ``records`` records (a multiple of 18) into ``home``, sealed in order."""
-    home.mkdir(parents=True, exist_ok=True)
+def sealed_lines(records: int) -> Iterator[tuple[int, str, bytes]]:
+    """``(seq, hash, stored line)`` of each record of the generated log, sealed in order."""
     chain, seq, prev = Chain(), 0, GENESIS
     started = time.perf_counter()
-    with (home / "log.jsonl").open("wb", buffering=1 << 22) as out:
-        for index in range(records // RECORDS_PER_SAGA):
-            for entry in saga_entries(index):
-                seq += 1
-                record, line = chain.seal(entry, seq, prev)
+    for index in range(records // RECORDS_PER_SAGA):
+        for entry in saga_entries(index):
+            seq += 1
+            record, line = chain.seal(entry, seq, prev)
+            prev = record.hash
+            yield seq, prev, line
+        if index % 50_000 == 0 and index:
+            rate = seq / (time.perf_counter() - started)
+            print(f"  generated {seq:,} records ({rate:,.0f}/s)", file=sys.stderr)
+
+
+def generate(home: Path, records: int) -> None:
+    """Write a log of ``records`` records (a multiple of 18) into ``home``: one file before
+    segments existed, else segments of the store's default size with their summaries."""
+    home.mkdir(parents=True, exist_ok=True)
+    if segments is None:
+        with (home / "log.jsonl").open("wb", buffering=1 << 22) as out:
+            for _, _, line in sealed_lines(records):
                 out.write(line)
-                prev = record.hash
-            if index % 50_000 == 0 and index:
-                rate = seq / (time.perf_counter() - started)
-                print(f"  generated {seq:,} records ({rate:,.0f}/s)", file=sys.stderr)
-        out.flush()
-        os.fsync(out.fileno())
-        size = out.tell()
-    (home / WATERMARK_NAME).write_bytes(encode_watermark(size))
+            out.flush()
+            os.fsync(out.fileno())
+            size = out.tell()
+        (home / WATERMARK_NAME).write_bytes(encode_watermark(size))
+        return
+    (home / segments.SEGMENTS_DIR).mkdir(exist_ok=True)
+    first, start_prev, prev, size = 1, GENESIS, GENESIS, 0
+    out = open(segments.segment(home, 1).path, "wb", buffering=1 << 22)  # noqa: SIM115
+    for seq, digest, line in sealed_lines(records):
+        out.write(line)
+        size += len(line)
+        prev = digest
+        if size >= segments.SEGMENT_BYTES or seq - first + 1 >= segments.SEGMENT_RECORDS:
+            out.close()
+            summary = segments.Summary(first, seq, start_prev, prev, size)
+            segments.write_summary(OS, home, summary)
+            first, start_prev, size = seq + 1, prev, 0
+            out = open(segments.segment(home, first).path, "wb", buffering=1 << 22)  # noqa: SIM115
+    out.close()
+    Path(segments.segment(home, first).mark).write_bytes(encode_watermark(size))
 
 
 def cached_home(directory: Path, records: int) -> Path:
