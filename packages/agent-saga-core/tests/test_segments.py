@@ -296,3 +296,49 @@ def test_sigkill_during_rolls_loses_no_acknowledged_record(tmp_path: Path) -> No
         assert missing == [], f"round {round_}: acknowledged records lost: {missing}"
     assert verify_file(tmp_path / "log.jsonl").ok
     assert len(segment_files(tmp_path)) > 3
+
+
+def test_the_commands_read_a_segmented_home_and_name_an_edited_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_saga import REVERSIBLE, AgentKit
+    from agent_saga.cli import main
+    from click.testing import CliRunner
+
+    (tmp_path / "agent-saga.toml").write_text("segment_records = 7\n")
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    kit = AgentKit(home=home)
+
+    @kit.tool(semantics=REVERSIBLE)
+    def add(x: int) -> int:
+        return x + 1
+
+    ids = []
+    for n in range(5):
+        with kit.transaction(f"saga-{n}") as saga:
+            add(n)
+            add(n + 1)
+            ids.append(saga.id)
+    kit.close()
+    assert len(segment_files(home)) >= 2  # a saga's buffered records land in one batch
+
+    def run(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(main, ["--home", str(home), *args])
+        return result.exit_code, result.stdout
+
+    code, listing = run("sagas")
+    assert code == 0
+    assert all(saga_id in listing for saga_id in ids)
+    code, replay = run("replay", ids[0])
+    assert code == 0
+    assert "add" in replay
+    code, verified = run("verify")
+    assert code == 0, verified
+    sealed = tmp_path / "home" / SEGMENTS_DIR / segment_files(home)[0]
+    raw = sealed.read_bytes()
+    sealed.write_bytes(raw.replace(b'"x":', b'"y":', 1))
+    code, broken = run("verify")
+    assert code == 1
+    assert sealed.name in broken
+    assert "offset" in broken
