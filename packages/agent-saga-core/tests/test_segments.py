@@ -79,13 +79,18 @@ def test_the_store_rolls_by_size(tmp_path: Path) -> None:
     assert numbers(tmp_path) == list(range(40))
 
 
+def second_segment(home: Path) -> tuple[Path, bytes]:
+    """A log of 25 records in segments of 10; the second segment's path and bytes."""
+    with FileLogStore(home, segment_records=10) as store:
+        fill(store, 25)
+    sealed = home / SEGMENTS_DIR / f"{11:020d}.jsonl"
+    return sealed, sealed.read_bytes()
+
+
 def test_opening_reads_no_sealed_record_and_verify_names_an_edited_segment(
     tmp_path: Path,
 ) -> None:
-    with FileLogStore(tmp_path, segment_records=10) as store:
-        fill(store, 25)
-    sealed = tmp_path / SEGMENTS_DIR / f"{11:020d}.jsonl"
-    raw = sealed.read_bytes()
+    sealed, raw = second_segment(tmp_path)
     offset = raw.index(b'"n":15')
     sealed.write_bytes(raw[:offset] + b'"n":16' + raw[offset + 6 :])  # same length
     with FileLogStore(tmp_path, segment_records=10) as store:  # summaries only: opens
@@ -101,13 +106,10 @@ def test_opening_reads_no_sealed_record_and_verify_names_an_edited_segment(
         list(read_log(tmp_path))
 
 
-def test_a_sealed_segment_that_grew_or_shrank_fails_opening_with_its_name(
+def test_a_sealed_segment_cut_short_fails_opening_with_its_name(
     tmp_path: Path,
 ) -> None:
-    with FileLogStore(tmp_path, segment_records=10) as store:
-        fill(store, 25)
-    sealed = tmp_path / SEGMENTS_DIR / f"{11:020d}.jsonl"
-    raw = sealed.read_bytes()
+    sealed, raw = second_segment(tmp_path)
     sealed.write_bytes(raw[: raw.rindex(b"\n", 0, len(raw) - 1) + 1])  # last record cut
     with pytest.raises(CorruptLogError, match=f"{11:020d}.jsonl.*sealed at"):
         FileLogStore(tmp_path, segment_records=10)
