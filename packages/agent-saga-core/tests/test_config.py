@@ -39,6 +39,8 @@ def test_pyproject_without_section_is_skipped(tmp_path: Path) -> None:
         ("home = 3\n", "'home' must be a string"),
         ("colour = 'blue'\n", "unknown agent-saga setting"),
         ("imports = [\n", "cannot read configuration"),
+        ("segment_records = 0\n", "'segment_records' must be a positive integer"),
+        ("segment_bytes = '64M'\n", "'segment_bytes' must be a positive integer"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
@@ -135,3 +137,21 @@ def test_control_plane_settings_and_the_token_file(
     (tmp_path / "empty.token").chmod(0o600)
     with pytest.raises(ConfigurationError, match="holds no token"):
         read_token_file(tmp_path / "empty.token")
+
+
+def test_segment_limits_from_the_configuration_roll_the_file_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_saga import AgentKit
+
+    (tmp_path / "agent-saga.toml").write_text("segment_records = 5\n")
+    monkeypatch.chdir(tmp_path)
+    kit = AgentKit(home=tmp_path / "home")
+    try:
+        assert kit.store.describe()["segments"] == {
+            "open": "log.jsonl",
+            "roll_bytes": 64 * 1024 * 1024,
+            "roll_records": 5,
+        }
+    finally:
+        kit.close()

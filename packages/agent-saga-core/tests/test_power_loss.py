@@ -105,12 +105,13 @@ class NoDirFsync(SimFileSystem):
 class NoTruncation(FileLogStore):
     """The bug: a torn tail is left in place and new records land after it."""
 
-    def _open_scan(self) -> None:  # the store's own, minus the repair
-        tail = scan(self._fs, self._fd, self._chain, str(self.path))
-        watermark = decode_watermark(self._fs.pread(self._mark_fd, 64, 0))
+    def _open_scan(self, seq: int, prev: str) -> None:  # the store's own, minus the repair
+        writer = self._w
+        tail = scan(self._fs, writer.fd, self._chain, str(self.path), seq=seq, prev=prev)
+        watermark = decode_watermark(self._fs.pread(writer.mark_fd, 64, 0))
         if tail.damage is None and tail.end < watermark:
             raise CorruptLogError(str(self.path), tail.end, "records were removed")
-        self._seq, self._prev, self._end = tail.seq, tail.hash, tail.end
+        writer.start(tail.seq, tail.hash, tail.end)
 
 
 SEEDED_BUGS: dict[str, dict[str, object]] = {

@@ -15,7 +15,9 @@ Keys:
 * ``server``: a control plane's URL (``AgentKit`` then ships its log there and takes its kill
   switch, approvals and budgets from it);
 * ``server_token_file``: a file holding the agent token for ``server`` (relative to the file;
-  private to its owner, as a chain key file).
+  private to its owner, as a chain key file);
+* ``segment_bytes``, ``segment_records``: when the file log's open segment is sealed and a new
+  one started (defaults 64 MiB and 1,000,000 records).
 
 Environment variables win over the file: ``AGENT_SAGA_HOME``, ``AGENT_SAGA_STORE``,
 ``AGENT_SAGA_STORE_SCHEMA``, ``AGENT_SAGA_CHAIN_KEY_FILE``, ``AGENT_SAGA_SERVER``,
@@ -47,7 +49,7 @@ DEFAULT_HOME = ".agent-saga"
 KNOWN_KEYS = frozenset(
     {
         "home", "store", "store_schema", "chain_key_file", "imports", "approvers", "admin_keys",
-        "server", "server_token_file",
+        "server", "server_token_file", "segment_bytes", "segment_records",
     }
 )  # fmt: skip
 MIN_CHAIN_KEY_BYTES = 16
@@ -67,6 +69,8 @@ class Config:
     server: str | None = None
     server_token_file: Path | None = None
     source: Path | None = None
+    segments: dict[str, int] = field(default_factory=dict)
+    """``segment_bytes`` / ``segment_records``: when the file log's open segment is sealed."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -116,6 +120,13 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
     admin_keys = section.get("admin_keys", [])
     if not isinstance(admin_keys, list) or not all(isinstance(k, str) for k in admin_keys):
         raise ConfigurationError(f"{path}: 'admin_keys' must be a list of public keys or files")
+    segments: dict[str, int] = {}
+    for name in ("segment_bytes", "segment_records"):
+        value = section.get(name)
+        if value is not None and (type(value) is not int or value < 1):
+            raise ConfigurationError(f"{path}: '{name}' must be a positive integer")
+        if value is not None:
+            segments[name] = value
     return Config(
         home=(path.parent / home) if home else None,
         store=store,
@@ -126,6 +137,7 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
         server=section.get("server") or None,
         server_token_file=(path.parent / token_file) if token_file else None,
         source=path,
+        segments=segments,
         extra={k: v for k, v in section.items() if k == "approvers"},
     )
 

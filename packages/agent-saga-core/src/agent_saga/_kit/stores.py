@@ -23,6 +23,7 @@ from .._config import (
 from .._errors import ConfigurationError
 from .._gate.killswitch import FileKillSwitch, KillSwitch
 from .._log.filestore import FileLogStore
+from .._log.segments import SEGMENT_BYTES, SEGMENT_RECORDS
 from .._log.store import LogStore, MemoryLogStore
 
 if TYPE_CHECKING:
@@ -56,7 +57,13 @@ def open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> L
     if key is None:
         key = configured_chain_key(config)
     if store is None or store == "file":
-        return FileLogStore(home, key=key)
+        limits = (config or find_config()).segments
+        return FileLogStore(
+            home,
+            key=key,
+            segment_bytes=limits.get("segment_bytes", SEGMENT_BYTES),
+            segment_records=limits.get("segment_records", SEGMENT_RECORDS),
+        )
     if store == "memory":
         return MemoryLogStore(key=key)
     if is_postgres_url(store):

@@ -113,6 +113,11 @@ FILE_CRASH_MODEL = {
 }
 
 
+def open_read(fs: FileSystem, path: str) -> int:
+    """Open ``path`` for reading only (on an injected file system, its one way of opening)."""
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC) if fs is OS else fs.open_rw(path)
+
+
 def open_durably(fs: FileSystem, home: Path, name: str) -> int:
     """Open (read-write) ``home/name``; a file created here is fsynced, and so is ``home``."""
     path = str(home / name)

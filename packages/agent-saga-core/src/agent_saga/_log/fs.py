@@ -63,6 +63,10 @@ class FileSystem(Protocol):
 
     def unlink(self, path: str) -> None: ...
 
+    def listdir(self, path: str) -> list[str]:
+        """The names of the entries of directory ``path`` (``[]`` when it does not exist)."""
+        ...
+
     def fs_type(self, path: str) -> str | None:
         """The file-system type holding ``path`` (``ext4``, ``nfs4``, ...), when known."""
         ...
@@ -130,6 +134,12 @@ class OsFileSystem:
 
     def unlink(self, path: str) -> None:
         os.unlink(path)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return os.listdir(path)
+        except FileNotFoundError:
+            return []
 
     def fs_type(self, path: str) -> str | None:
         return mount_fs_type(path)

@@ -10,33 +10,38 @@ import fcntl
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from .._errors import CorruptLogError
 from .chain import Chain
-from .files import LOCK_NAME, LOG_NAME, OS, WATERMARK_NAME, decode_watermark
+from .files import LOCK_NAME, LOG_NAME, OS, WATERMARK_NAME, decode_watermark, open_read
 from .fs import FileSystem
+from .ledger import RedactionLedger
 from .records import GENESIS, Record
 from .scan import content_end, scan, walk
+from .segments import Layout, Segment, Summary, check_sealed, read_layout
 from .store import VerifyReport
 
 
-def _batch_boundary(path: Path, fd: int, fs: FileSystem) -> tuple[int, int]:
-    """Where the log's content ends, and the synced watermark, read while no writer is mid-batch.
+def _batch_boundary(home: Path, mark: str, fd: int, fs: FileSystem) -> tuple[int, int]:
+    """Where the open segment's content ends, and its synced watermark, read while no writer is
+    mid-batch.
 
-    Writers hold ``log.lock`` exclusively for a whole batch, so the end found under a shared
-    lock is a record boundary, and the bytes before it never change afterwards (writers only
-    fill the preallocated zeros after it). The lock is held only while the zeros at the end of
-    the file are skipped. The watermark is read first: it only grows, and only ever to a length
-    already written, so an intact log never ends before the watermark read with it.
+    Writers hold ``log.lock`` exclusively for a whole batch (and for a roll), so the end found
+    under a shared lock is a record boundary, and the bytes before it never change afterwards
+    (writers only fill the preallocated zeros after it). The lock is held only while the zeros
+    at the end of the file are skipped. The watermark is read first: it only grows, and only
+    ever to a length already written, so an intact log never ends before the watermark read
+    with it.
     """
-    lock_path = path.parent / LOCK_NAME
+    lock_path = home / LOCK_NAME
     if fs is not OS or not lock_path.exists():
-        watermark = synced_watermark(path, fs)
+        watermark = _watermark(mark, fs)
         return content_end(fs, fd, fs.size(fd)), watermark
     lock_fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_SH)
-        watermark = synced_watermark(path, fs)
+        watermark = _watermark(mark, fs)
         return content_end(fs, fd, fs.size(fd)), watermark
     finally:
         os.close(lock_fd)
@@ -44,11 +49,14 @@ def _batch_boundary(path: Path, fd: int, fs: FileSystem) -> tuple[int, int]:
 
 def synced_watermark(path: Path, fs: FileSystem = OS) -> int:
     """The synced length recorded beside the log at ``path`` (0 when absent or unreadable)."""
-    mark = path.parent / WATERMARK_NAME
-    if not fs.exists(str(mark)):
+    return _watermark(str(path.parent / WATERMARK_NAME), fs)
+
+
+def _watermark(mark: str, fs: FileSystem) -> int:
+    if not fs.exists(mark):
         return 0
     try:
-        fd = os.open(mark, os.O_RDONLY | os.O_CLOEXEC) if fs is OS else fs.open_rw(str(mark))
+        fd = open_read(fs, mark)
     except OSError:
         return 0
     try:
@@ -57,8 +65,74 @@ def synced_watermark(path: Path, fs: FileSystem = OS) -> int:
         fs.close(fd)
 
 
-def _open_for_reading(path: Path, fs: FileSystem) -> int:
-    return os.open(path, os.O_RDONLY | os.O_CLOEXEC) if fs is OS else fs.open_rw(str(path))
+def layout_of(path: Path, fs: FileSystem = OS) -> Layout:
+    """The segments of the log whose first segment is ``path`` (``<home>/log.jsonl``); a file
+    under another name is a log of one segment."""
+    if path.name == LOG_NAME:
+        return read_layout(fs, path.parent)
+    return Layout([Segment(1, str(path), str(path.parent / WATERMARK_NAME))], [None], True)
+
+
+class _Part(NamedTuple):
+    """One segment opened for reading: where its content ends, and its synced watermark."""
+
+    segment: Segment
+    summary: Summary | None
+    fd: int
+    end: int
+    synced: int
+    active: bool
+
+
+def _parts(path: Path, fs: FileSystem, layout: Layout) -> Iterator[_Part]:
+    """Each segment that exists, opened in order (closed when the next one is asked for).
+
+    Raises:
+        CorruptLogError: a sealed segment is missing.
+    """
+    home = path.parent
+    for seg, summary in zip(layout.segments, layout.summaries, strict=True):
+        active = seg is layout.active
+        if not fs.exists(seg.path):
+            if active:
+                return
+            raise CorruptLogError(seg.path, 0, "sealed segment is missing", seg.first)
+        fd = open_read(fs, seg.path)
+        try:
+            if active:
+                end, synced = _batch_boundary(home, seg.mark, fd, fs)
+            else:
+                end, synced = fs.size(fd), 0
+            yield _Part(seg, summary, fd, end, synced, active)
+        finally:
+            fs.close(fd)
+
+
+def _sealed_problem(
+    part: _Part, seq: int, prev: str, start: tuple[int, str]
+) -> CorruptLogError | None:
+    """Why a sealed segment that follows ``start`` (seq, hash), read up to ``(seq, prev)``,
+    does not match its summary."""
+    summary = part.summary
+    if part.active or summary is None:
+        return None
+    problem = check_sealed(part.segment, summary, part.end, *start)
+    if problem is None and (seq, prev) != (summary.last, summary.hash):
+        problem = CorruptLogError(
+            part.segment.path, part.end,
+            f"sealed segment ends at seq {seq} with hash {prev[:12]}..., its summary says seq "
+            f"{summary.last} with hash {summary.hash[:12]}...", seq,
+        )  # fmt: skip
+    return problem
+
+
+def _unjustified(ledger: RedactionLedger, layout: Layout) -> CorruptLogError | None:
+    found = ledger.first_unjustified()
+    if found is None:
+        return None
+    bad_seq, offset, why = found
+    where = [s.path for s in layout.segments if s.first <= bad_seq][-1]
+    return CorruptLogError(where, offset, why, bad_seq)
 
 
 def iter_log(
@@ -66,55 +140,68 @@ def iter_log(
 ) -> Generator[tuple[int, Record]]:
     """``(offset, record)`` for each record of the log at ``path``, verified while read.
 
-    Read-only: creates nothing, repairs nothing, takes no lock a writer waits on for long.
-    Memory stays bounded by the maximum record size whatever the file holds. With
-    ``watermark``, a log that ends before its synced watermark (``log.synced``) fails after its
-    last record, as opening a store on it does.
+    ``offset`` counts bytes from the start of the first segment, across segments. Read-only:
+    creates nothing, repairs nothing, takes no lock a writer waits on for long. Memory stays
+    bounded by the maximum record size whatever the log holds. With ``watermark``, a log whose
+    open segment ends before its synced watermark fails after its last record, as opening a
+    store on it does.
 
     Raises:
-        CorruptLogError: at the first record that is incomplete, malformed or off the chain, or
-            (with ``watermark``) at the end of a log shorter than the synced length.
+        CorruptLogError: at the first record that is incomplete, malformed or off the chain, a
+            sealed segment that is missing or does not match its summary, or (with
+            ``watermark``) a log shorter than the synced length.
     """
-    if not fs.exists(str(path)):
-        return
-    fd = _open_for_reading(path, fs)
-    try:
-        end, synced = _batch_boundary(path, fd, fs)
-        last_end, seq = 0, 0
-        for offset, length, record in walk(fs, fd, chain or Chain(), str(path), end=end):
-            last_end, seq = offset + length, record.seq
-            yield offset, record
-        if watermark and last_end < synced:
+    layout = layout_of(path, fs)
+    chain = chain or Chain()
+    ledger = RedactionLedger()
+    seq, prev, base = 0, GENESIS, 0
+    for part in _parts(path, fs, layout):
+        last_end, start = 0, (seq, prev)
+        where = part.segment.path
+        for offset, length, record in walk(
+            fs, part.fd, chain, where, seq=seq, prev=prev, end=part.end, ledger=ledger
+        ):
+            last_end, seq, prev = offset + length, record.seq, record.hash
+            yield base + offset, record
+        problem = _sealed_problem(part, seq, prev, start)
+        if problem is not None:
+            raise problem
+        if watermark and part.active and last_end < part.synced:
             raise CorruptLogError(
-                str(path), last_end,
-                f"log ends at {last_end} bytes but {synced} bytes were synced: records were "
-                "removed", seq + 1,
+                where, last_end,
+                f"log ends at {last_end} bytes but {part.synced} bytes were synced: records "
+                "were removed", seq + 1,
             )  # fmt: skip
-    finally:
-        fs.close(fd)
+        base += part.end
+    problem = _unjustified(ledger, layout)
+    if problem is not None:
+        raise problem
 
 
 def follow_log(
     path: Path, chain: Chain, fs: FileSystem, start: int, seq: int, prev: str
 ) -> Iterator[tuple[int, Record]]:
     """``(next offset, record)`` for each record after record ``seq`` (hash ``prev``), which
-    ends at byte ``start``: how a reader keeps up with a growing log without re-reading it.
+    ends at offset ``start`` (counted across segments, as :func:`iter_log` does): how a reader
+    keeps up with a growing log without re-reading it. Sealed segments before ``start`` are
+    skipped unread.
 
     Raises:
         CorruptLogError: a record after ``start`` is incomplete, malformed or off the chain
             (including a log rewritten so that record ``seq + 1`` no longer follows ``prev``).
     """
-    if not fs.exists(str(path)):
-        return
-    fd = _open_for_reading(path, fs)
-    try:
-        end, _ = _batch_boundary(path, fd, fs)
+    base = 0
+    for part in _parts(path, fs, layout_of(path, fs)):
+        if not part.active and start >= base + part.end:
+            base += part.end
+            continue
+        local = max(0, start - base)
         for offset, length, record in walk(
-            fs, fd, chain, str(path), start=start, seq=seq, prev=prev, end=end
+            fs, part.fd, chain, part.segment.path, start=local, seq=seq, prev=prev, end=part.end
         ):
-            yield offset + length, record
-    finally:
-        fs.close(fd)
+            seq, prev = record.seq, record.hash
+            yield base + offset + length, record
+        base += part.end
 
 
 def read_log(path: str | os.PathLike[str], *, key: bytes | None = None) -> Iterator[Record]:
@@ -129,19 +216,32 @@ def read_log(path: str | os.PathLike[str], *, key: bytes | None = None) -> Itera
 
 
 def verify_file(path: Path, chain: Chain | None = None, fs: FileSystem = OS) -> VerifyReport:
-    """Verify the log file at ``path`` from its first byte; never raises on bad content."""
+    """Verify the log whose first segment is ``path``, every segment from its first byte;
+    never raises on bad content. A sealed segment must match its summary."""
     if not fs.exists(str(path)):
         return VerifyReport(True, 0, None, GENESIS)
+    layout = layout_of(path, fs)
+    chain = chain or Chain()
+    ledger = RedactionLedger()
+    count, seq, prev = 0, 0, GENESIS
     try:
-        fd = _open_for_reading(path, fs)
-    except OSError as exc:
-        return VerifyReport(False, 0, CorruptLogError(str(path), 0, f"unreadable: {exc}"), GENESIS)
-    try:
-        end, _ = _batch_boundary(path, fd, fs)
-        tail = scan(fs, fd, chain or Chain(), str(path), end=end)
+        for part in _parts(path, fs, layout):
+            start = (seq, prev)
+            tail = scan(
+                fs, part.fd, chain, part.segment.path,
+                seq=seq, prev=prev, end=part.end, ledger=ledger,
+            )  # fmt: skip
+            count += tail.records
+            if tail.damage is not None:
+                return VerifyReport(False, count, tail.damage, tail.hash)
+            seq, prev = tail.seq, tail.hash
+            problem = _sealed_problem(part, seq, prev, start)
+            if problem is not None:
+                return VerifyReport(False, count, problem, prev)
+    except CorruptLogError as exc:
+        return VerifyReport(False, count, exc, prev)
     except OSError as exc:
         error = CorruptLogError(str(path), 0, f"unreadable: {exc}")
-        return VerifyReport(False, 0, error, GENESIS)
-    finally:
-        fs.close(fd)
-    return VerifyReport(tail.damage is None, tail.records, tail.damage, tail.hash)
+        return VerifyReport(False, count, error, prev)
+    problem = _unjustified(ledger, layout)
+    return VerifyReport(problem is None, count, problem, prev)

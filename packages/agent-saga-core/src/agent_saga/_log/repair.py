@@ -1,9 +1,10 @@
 """Torn-tail repair of the file log: the only damage that may be cut away, and how.
 
 A tail is torn when a crash interrupted writes that were never synced. It may be repaired only
-when it lies beyond the synced watermark and no record follows it; then its bytes are kept in
-``log.jsonl.broken.<n>`` (fsynced, with its directory entry) before the log is truncated and
-fsynced. Anything else is refused with :class:`CorruptLogError` naming the offset.
+when it lies beyond the synced watermark and no record follows it, in the open segment; then
+its bytes are kept in ``<segment>.broken.<n>`` (``log.jsonl.broken.<n>`` for the first
+segment; fsynced, with its directory entry) before the segment is truncated and fsynced.
+Anything else is refused with :class:`CorruptLogError` naming the offset.
 """
 
 from __future__ import annotations
@@ -14,25 +15,25 @@ from pathlib import Path
 
 from .._errors import CorruptLogError
 from .chain import Chain
-from .files import LOG_NAME, REPAIRED, decode_watermark, write_fully
+from .files import REPAIRED, decode_watermark, write_fully
 from .fs import FileSystem
 from .records import Entry
 from .scan import Tail, looks_like_record_after, scan
 
 
 def scan_on_open(
-    fs: FileSystem, fd: int, mark_fd: int, chain: Chain, home: Path
+    fs: FileSystem, fd: int, mark_fd: int, chain: Chain, path: str, *, seq: int, prev: str
 ) -> tuple[Tail, dict[str, object] | None]:
-    """Verify the whole log when a store opens it; repair a torn tail, refuse other damage.
+    """Verify the open segment when a store opens the log; repair a torn tail, refuse other
+    damage. The segment's first record follows record ``seq`` with hash ``prev``.
 
     Returns the verified tail (where appending continues) and the repair made, if any.
 
     Raises:
-        CorruptLogError: damage that is not a torn tail, or a log shorter than the synced
+        CorruptLogError: damage that is not a torn tail, or a segment shorter than its synced
             watermark (records were removed).
     """
-    path = str(home / LOG_NAME)
-    tail = scan(fs, fd, chain, path)
+    tail = scan(fs, fd, chain, path, seq=seq, prev=prev)
     watermark = decode_watermark(fs.pread(mark_fd, 64, 0))
     if tail.damage is None and tail.end < watermark:
         raise CorruptLogError(
@@ -42,13 +43,13 @@ def scan_on_open(
         )  # fmt: skip
     if tail.damage is None:
         return tail, None
-    return tail, repair_torn_tail(fs, fd, home, tail.damage, tail.end, tail.size, watermark)
+    return tail, repair_torn_tail(fs, fd, path, tail.damage, tail.end, tail.size, watermark)
 
 
 def repair_torn_tail(
     fs: FileSystem,
     fd: int,
-    home: Path,
+    where: str,
     damage: CorruptLogError,
     end: int,
     size: int,
@@ -59,7 +60,6 @@ def repair_torn_tail(
     Raises:
         CorruptLogError: the damage is inside the synced part, or records follow it.
     """
-    where = str(home / LOG_NAME)
     if end < watermark:
         raise CorruptLogError(
             where, damage.offset,
@@ -73,14 +73,14 @@ def repair_torn_tail(
             f"{damage.reason}, and records follow at offset {follower}", damage.seq,
         )  # fmt: skip
     discarded = fs.pread(fd, size - end, end).rstrip(b"\x00")
-    broken = _next_broken_path(fs, home)
+    broken = _next_broken_path(fs, where)
     broken_fd = fs.open_rw(broken)
     try:
         write_fully(fs, broken_fd, discarded, offset=0)
         fs.fsync(broken_fd)
     finally:
         fs.close(broken_fd)
-    fs.fsync_dir(str(home))
+    fs.fsync_dir(str(Path(where).parent))
     fs.truncate(fd, end)
     fs.fsync(fd)
     return {
@@ -98,8 +98,8 @@ def repair_entry(repair: dict[str, object]) -> Entry:
     return Entry(REPAIRED, None, dict(data), int(time.time() * 1000))
 
 
-def _next_broken_path(fs: FileSystem, home: Path) -> str:
+def _next_broken_path(fs: FileSystem, where: str) -> str:
     n = 1
-    while fs.exists(str(home / f"{LOG_NAME}.broken.{n}")):
+    while fs.exists(f"{where}.broken.{n}"):
         n += 1
-    return str(home / f"{LOG_NAME}.broken.{n}")
+    return f"{where}.broken.{n}"

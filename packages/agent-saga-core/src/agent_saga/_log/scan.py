@@ -74,16 +74,20 @@ def walk(
     seq: int = 0,
     prev: str = GENESIS,
     end: int | None = None,
+    ledger: RedactionLedger | None = None,
 ) -> Iterator[tuple[int, int, Record]]:
     """Yield ``(offset, length, record)`` for each valid record from byte ``start``.
 
-    ``start`` must follow record ``seq`` whose hash is ``prev``.
+    ``start`` must follow record ``seq`` whose hash is ``prev``. A ``ledger`` given by the
+    caller carries masked values across files (the segments of one log): the caller then checks
+    that each was justified once the last file was read.
 
     Raises:
         CorruptLogError: at the first defect, after yielding every record before it.
     """
     size = fs.size(fd) if end is None else end
-    ledger = RedactionLedger()
+    shared = ledger is not None
+    ledger = RedactionLedger() if ledger is None else ledger
     for offset, line in iter_lines(fs, fd, start, size):
         if line[:1] == b"\x00":  # the preallocated space after the last record
             if all_zero(fs, fd, offset, size):
@@ -115,6 +119,8 @@ def walk(
                 raise CorruptLogError(where, offset, problem, result.seq)
         yield offset, len(line), result
         seq, prev = result.seq, result.hash
+    if shared:
+        return
     unjustified = ledger.first_unjustified()
     if unjustified is not None:
         bad_seq, bad_offset, why = unjustified
@@ -131,17 +137,20 @@ def scan(
     seq: int = 0,
     prev: str = GENESIS,
     end: int | None = None,
+    ledger: RedactionLedger | None = None,
 ) -> Tail:
     """Verify records from byte ``start`` (which follows record ``seq`` with hash ``prev``).
 
     Checks framing, ``seq``, the ``prev`` links and every hash over the stored bytes (see
     :func:`check_line_fast`); stops at the first defect and reports it in
-    :attr:`Tail.damage`. Never raises for content.
+    :attr:`Tail.damage`. Never raises for content. With a ``ledger`` from the caller (one log
+    read file by file), masked values are left for the caller to check as :func:`walk` does.
     """
     size = fs.size(fd) if end is None else end
     count, position, last = 0, start, prev.encode("ascii")
     pending, read_to = b"", start
-    ledger = RedactionLedger()
+    shared = ledger is not None
+    ledger = RedactionLedger() if ledger is None else ledger
     before: dict[int, tuple[int, int, bytes]] = {}  # masked or redaction seq -> state before it
 
     def broken(reason: str) -> Tail:
@@ -149,7 +158,7 @@ def scan(
         return Tail(count, seq, last.decode(), position, size, damage)
 
     def finish(tail: Tail) -> Tail:
-        unjustified = ledger.first_unjustified()
+        unjustified = None if shared else ledger.first_unjustified()
         if unjustified is None:
             return tail
         bad_seq, offset, why = unjustified

@@ -267,6 +267,8 @@ def render_verify(
     seq = error.seq if error is not None and error.seq is not None else "?"
     reason = plain(error.reason) if error is not None else "unknown"
     where = f"at byte offset {offset} (seq {seq})" if unit == "byte" else f"at seq {seq}"
+    if error is not None and unit == "byte" and error.path != str(path):
+        where = f"in {plain(error.path)} {where}"  # a later segment of a file log
     console.print(Text("log BROKEN ", style="bold red").append(f"{where}: {reason}", style=""))
     console.print(
         Text(

@@ -37,6 +37,7 @@ from .._log.locks import owner_alive
 from .._log.records import Entry, Record
 from .._log.redaction import REDACTION_KIND
 from .._log.scan import content_end, walk
+from .._log.segments import read_layout
 from ._admin import AdminSigner
 from ._masking import mask_record, parse_masked_path, signed_statement
 
@@ -92,6 +93,12 @@ class _Log:
         if _live_owners(self.home):  # one may have opened the log while we waited for the lock
             os.close(self._lock)
             raise LogError("an agent opened the log meanwhile; stop it first")
+        if len(read_layout(OS, self.home).segments) > 1:
+            os.close(self._lock)
+            raise LogError(
+                f"the log at {self.home} has sealed segments, which are never rewritten: "
+                "masking stored values is supported only in a log of one segment"
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:

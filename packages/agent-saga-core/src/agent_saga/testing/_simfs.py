@@ -190,10 +190,24 @@ class SimFileSystem:
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         del self.files[path]
 
+    def listdir(self, path: str) -> list[str]:
+        path = self._norm(path)
+        names = [*self.files, *self.dirs]
+        return sorted(
+            posixpath.basename(n) for n in names if n != path and posixpath.dirname(n) == path
+        )
+
     def fs_type(self, path: str) -> str | None:
         return "simfs"
 
     # -- the power cut ------------------------------------------------------------------------
+
+    def process_crash(self) -> None:
+        """The process dies (SIGKILL): its handles and locks are gone, every written byte stays
+        (the kernel has it), and pending operations may still reach the disk later."""
+        self._fds.clear()
+        self._locks.clear()
+        self.crash_after = None
 
     def power_loss(self) -> None:
         """Lose power: resolve every unsynced operation at random; all handles are gone."""
