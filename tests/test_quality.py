@@ -64,3 +64,16 @@ def test_mypy_strict(paths: list[str], mypy_cache: Path) -> None:
     result = run(tool_path("mypy"), "--strict", "--cache-dir", str(mypy_cache), *paths)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success" in result.stdout
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_every_source_module_is_under_400_lines() -> None:
+    """One responsibility per module: a module that outgrows 400 lines is split, not stretched."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted(ROOT.glob("packages/*/src/**/*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"

@@ -29,9 +29,9 @@ from agent_saga._history.build import (
     StepOutcome,
     UnknownSagaError,
     build_history,
-    find_saga,
     sagas,
 )
+from agent_saga._history.lookup import find_saga
 
 CALLS: dict[str, int] = {"charge": 0, "refund": 0, "ship": 0, "unship": 0}
 

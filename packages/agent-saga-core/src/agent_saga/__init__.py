@@ -79,8 +79,8 @@ if TYPE_CHECKING:
         StepOutcome,
         StepView,
         build_history,
-        find_saga,
     )
+    from ._history.lookup import find_saga
     from ._history.recovery import RecoveredSaga, RecoveryReport, StepRecovery, recover
     from .proofs._mesh.certify import certify_merged
     from .proofs._mesh.conflicts import FleetBudget
@@ -97,7 +97,7 @@ _LAZY = {
     "StepOutcome": "_history.build",
     "StepView": "_history.build",
     "build_history": "_history.build",
-    "find_saga": "_history.build",
+    "find_saga": "_history.lookup",
     "RecoveredSaga": "_history.recovery",
     "RecoveryReport": "_history.recovery",
     "StepRecovery": "_history.recovery",

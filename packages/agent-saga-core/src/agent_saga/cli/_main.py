@@ -26,7 +26,8 @@ import click
 from .._config import resolve_home
 from .._errors import AgentSagaError, CorruptLogError, LogError
 from .._gate.killswitch import FileKillSwitch, KillSwitch
-from .._history.build import SagaLookupError, find_saga
+from .._history.build import SagaLookupError
+from .._history.lookup import find_saga
 from .._kit.manifest import Status
 from .._kit.version import __version__
 from .._log.records import SagaStatus

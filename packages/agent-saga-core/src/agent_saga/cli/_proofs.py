@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .._history.build import resolve_saga_id
+from .._history.lookup import resolve_saga_id
 from .._history.views import SagaLookupError
 from .._log.chain import HASH_MISMATCH
 from ..proofs._audit import (

@@ -13,7 +13,8 @@ import time
 
 import click
 
-from .._history.build import SagaLookupError, find_saga
+from .._history.build import SagaLookupError
+from .._history.lookup import find_saga
 from .._log.codec import JSONValue
 from .._log.records import Entry, Kind, SagaStatus
 from ._approvals import cli_identity
