@@ -3,14 +3,22 @@
 Votes can come from any process sharing the log (the CLI, a Slack app). :func:`submit_vote`
 refuses a vote that cannot count, logging why; the waiting engine (``wait.py``) checks every
 vote again when it counts it, so a vote written around this function gains nothing.
+
+A process keeps, per store, the approval book of the log read so far and reads only what was
+appended since (as the waiting engine does), so a vote costs what is new in the log, not the
+log's age; a log that no longer continues what was read (rewritten) is read again in full.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 
+from .._errors import CorruptLogError
 from .._log.codec import JSONValue
+from .._log.follow import LogFollower
 from .._log.records import Entry
 from .._log.store import LogStore
 from .request import REFUSED, VOTE, ApprovalBook, ApprovalRequest, Vote, check_vote
@@ -25,6 +33,40 @@ class VoteResult:
     accepted: bool
     message: str
     request: ApprovalRequest | None
+
+
+class _Books:
+    """Each store's approval book, brought up to date by reading only its new records.
+
+    Invariant: a book is used only under ``lock``, which also covers the vote's append, so the
+    votes of one process are checked and written one at a time.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._kept: weakref.WeakKeyDictionary[LogStore, tuple[LogFollower, ApprovalBook]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def current(self, store: LogStore) -> ApprovalBook:
+        """The book of everything ``store`` holds now (call with ``lock`` held)."""
+        try:
+            follower, book = self._kept[store]
+        except KeyError:
+            follower, book = LogFollower(store), ApprovalBook()
+        except TypeError:  # a store that cannot be weakly referenced: read it all
+            return ApprovalBook().take_all(store.records())
+        try:
+            for record in follower.new_records():
+                book.take(record)
+        except CorruptLogError:  # rewritten since the last look: read it again
+            follower, book = LogFollower(store), ApprovalBook()
+            book.take_all(follower.new_records())
+        self._kept[store] = (follower, book)
+        return book
+
+
+_BOOKS = _Books()
 
 
 def submit_vote(
@@ -48,8 +90,26 @@ def submit_vote(
     """
     if decision not in ("approve", "deny"):
         raise ValueError(f"decision is 'approve' or 'deny', got {decision!r}")
-    at = time.time() if now is None else now
-    book = ApprovalBook().take_all(store.records())
+    with _BOOKS.lock:
+        return _submit(
+            _BOOKS.current(store), store, request_id, approver, decision, channel, note,
+            signature, nonce, key, time.time() if now is None else now,
+        )  # fmt: skip
+
+
+def _submit(
+    book: ApprovalBook,
+    store: LogStore,
+    request_id: str,
+    approver: str,
+    decision: str,
+    channel: str,
+    note: str,
+    signature: str | None,
+    nonce: str | None,
+    key: str | None,
+    at: float,
+) -> VoteResult:
     request = book.find(request_id)
     problem = _refusal(book, request, approver, at, nonce)
     vote = Vote(request_id, approver, decision, note, channel, at, signature, nonce, key)

@@ -1,0 +1,89 @@
+"""A vote reads what was appended since the process's last vote, never the whole log again; a log
+that no longer continues what was read is read again in full."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agent_saga import IRREVERSIBLE, AgentKit, MemoryLogStore, SequentialIds
+from agent_saga._approvals.request import ApprovalBook, ApprovalRequest
+from agent_saga._approvals.votes import submit_vote
+from agent_saga._approvals.wait import Approvals
+
+
+def pending_request(kit: AgentKit, timeout: float = 10.0) -> ApprovalRequest:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = list(ApprovalBook().take_all(kit.store.records()).requests.values())
+        if found:
+            return found[-1]
+        time.sleep(0.01)
+    raise AssertionError("no approval request was logged")
+
+
+def waiting_wire(kit: AgentKit) -> tuple[threading.Thread, list[int]]:
+    """An agent thread whose IRREVERSIBLE wire waits for an approval; ``ran`` fills if it runs."""
+    ran: list[int] = []
+
+    @kit.tool(name="bank.wire", semantics=IRREVERSIBLE)
+    def wire(usd: int) -> int:
+        ran.append(usd)
+        return usd
+
+    def agent() -> None:
+        with kit.transaction("pay"):
+            wire(900)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    return thread, ran
+
+
+def test_a_vote_on_the_file_store_does_not_read_the_whole_log_again(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+        thread, ran = waiting_wire(kit)
+        request = pending_request(kit)
+        refused = submit_vote(kit.store, request.id, "mallory", "approve", channel="test")
+        assert not refused.accepted  # the first vote of this process read the log
+
+        full_reads: list[int] = []
+        records = kit.store.records
+
+        def counted() -> Iterator[object]:
+            full_reads.append(1)
+            return records()
+
+        with monkeypatch.context() as patch:
+            patch.setattr(kit.store, "records", counted)
+            accepted = submit_vote(kit.store, request.id, "alice", "approve", channel="test")
+        assert accepted.accepted, accepted.message
+        assert full_reads == []
+        thread.join(timeout=30)
+    assert ran == [900]
+
+
+def test_a_log_that_no_longer_continues_what_was_read_is_read_again() -> None:
+    store = MemoryLogStore()
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    with AgentKit(store=store, ids=SequentialIds(), approvals=approvals) as kit:
+        thread, ran = waiting_wire(kit)
+        request = pending_request(kit)
+        assert not submit_vote(store, request.id, "mallory", "approve", channel="test").accepted
+        # The record the last vote read last is replaced: what was read is no longer the log.
+        stored = list(store.records())
+        last = stored[-1]
+        store.tamper(len(stored) - 1, last._replace(hash="0" * 64))
+        retried = submit_vote(store, request.id, "mallory", "approve", channel="test")
+        assert not retried.accepted
+        assert "may not approve" in retried.message  # the request was found again
+        store.tamper(len(stored) - 1, last)
+        assert submit_vote(store, request.id, "alice", "approve", channel="test").accepted
+        thread.join(timeout=30)
+    assert ran == [900]
