@@ -1,6 +1,11 @@
-"""Browser fixtures: Debian's chromium driven by Playwright (pytest-playwright's fixtures, with
-``executable_path`` set: no browser is downloaded), a real ``agent-saga ui`` process on
-127.0.0.1, and a guarded page.
+"""Browser fixtures: Debian's chromium driven by Playwright's sync API (``executable_path`` set:
+no browser is downloaded), a real ``agent-saga ui`` process on 127.0.0.1, and a guarded page.
+
+The browser lives for this package's tests only (``scope="package"``): Playwright's sync API
+runs an event loop in the test's thread through greenlets, and while it lives, other tests of
+the same worker break (``asyncio.run`` refuses to start, ``ast`` miscounts its recursion).
+pytest tears a package-scoped fixture down before the worker's next test from elsewhere, so
+the loop never outlives these tests; pytest-playwright's session-wide fixtures are not used.
 
 Every page a test gets through ``guarded`` fails the test, at teardown, if the browser sent a
 request to any host but 127.0.0.1 or localhost (such a request is also aborted), if the page
@@ -17,13 +22,12 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from browser_kit import Dashboard, Guard, guard_page
 from plane_testkit import AGENT_SAGA, server_environment
 from plane_testkit import _stop as stop_server
-from playwright.sync_api import Page
+from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = os.environ.get("AGENT_SAGA_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTEFACTS = os.environ.get("AGENT_SAGA_TEST_ARTEFACTS")
@@ -41,22 +45,25 @@ def chromium_executable() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
-def browser_type_launch_args(chromium_executable: str) -> dict[str, Any]:
-    """pytest-playwright's launch arguments: the system's chromium, headless."""
-    return {"executable_path": chromium_executable, "headless": True}
+@pytest.fixture(scope="package")
+def browser(chromium_executable: str) -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium_executable, headless=True)
+        yield launched
+        launched.close()
 
 
-@pytest.fixture(scope="session")
-def browser_context_args() -> dict[str, Any]:
-    """Every test's browser context: no base URL (pytest-playwright's ``base_url`` fixture,
-    defined on a plugin object, trips pytest 9's fixture teardown checks)."""
-    return {"viewport": {"width": 1280, "height": 900}}
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh context (cookies, storage) and page per test."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield context.new_page()
+    context.close()
 
 
 @pytest.fixture
 def guarded(page: Page) -> Iterator[tuple[Page, Guard]]:
-    """pytest-playwright's page, guarded (see the module docstring)."""
+    """A page, guarded (see the module docstring)."""
     guard = guard_page(page)
     yield page, guard
     assert guard.foreign == [], f"requests left 127.0.0.1: {guard.foreign}"

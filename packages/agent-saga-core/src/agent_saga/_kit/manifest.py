@@ -13,9 +13,10 @@ from .._log.records import Semantics
 MANIFEST_VERSION = 1
 
 VERIFIED = {
-    "file": "agent-saga verify and certify re-check the file log from its first byte and that it "
-    "does not end before its synced watermark (log.synced), as opening the store does, then "
-    "the log against the home's latest signed checkpoint.",
+    "file": "agent-saga verify and certify re-check the file log from its first byte, every "
+    "segment in turn and each sealed segment against its summary, and that the open segment "
+    "does not end before its synced watermark, as opening the store does, then the log against "
+    "the home's latest signed checkpoint.",
     "postgres": "agent-saga verify and certify re-check every row of the PostgreSQL log in seq "
     "order (a missing, edited or relabelled row is found), then the log against the latest "
     "signed checkpoint in the home they run with; rows removed from its end are found only by "

@@ -39,7 +39,7 @@ from webauthn.helpers.structs import (
 )
 
 from ..store.approvals import ApprovalRow
-from ..store.db import Database
+from ..store.db import Database, create_missing_tables
 
 CHALLENGE_TTL = 300.0
 RP_NAME = "agent-saga dashboard"
@@ -68,9 +68,7 @@ class Where:
 
 
 def create_tables(db: Database) -> None:
-    with db.transaction() as tx:
-        for statement in TABLES:
-            tx.execute(statement)
+    create_missing_tables(db, TABLES)
 
 
 def commitment(request: ApprovalRow, decision: str, nonce: str) -> bytes:

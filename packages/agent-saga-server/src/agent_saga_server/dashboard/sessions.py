@@ -22,7 +22,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from ..store.db import Database
+from ..store.db import Database, create_missing_tables
 
 LOGIN_TTL = 600.0
 SESSION_TTL = 12 * 3600.0
@@ -69,9 +69,7 @@ def _same(stored_hex: str, secret: str) -> bool:
 
 def create_tables(db: Database) -> None:
     """Create the dashboard's two tables if they are missing (idempotent)."""
-    with db.transaction() as tx:
-        for statement in TABLES:
-            tx.execute(statement)
+    create_missing_tables(db, TABLES)
 
 
 def mint_login(db: Database, subject: str, role: str, ttl: float = LOGIN_TTL) -> str:

@@ -295,3 +295,13 @@ __all__ = [
     "Tx",
     "open_database",
 ]
+
+
+def create_missing_tables(db: Database, statements: Sequence[str]) -> None:
+    """Run idempotent ``CREATE ... IF NOT EXISTS`` statements in one transaction. On PostgreSQL
+    replicas starting together take turns (such statements race with themselves there)."""
+    with db.transaction() as tx:
+        if db.kind == "postgres":
+            tx.execute("SELECT pg_advisory_xact_lock(?)", (POSTGRES_LOCK_ID,))
+        for statement in statements:
+            tx.execute(statement)
