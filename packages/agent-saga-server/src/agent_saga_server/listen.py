@@ -8,7 +8,9 @@ import click
 
 
 def listen(host: str, port: int) -> tuple[socket.socket, str]:
-    """A TCP socket bound to ``host:port`` (0: a free port) and its ``http://`` base URL.
+    """A TCP socket bound to ``host:port`` (0: a free port) and listening, and its ``http://``
+    base URL. It listens before the URL is printed: a client that connects at once waits in the
+    backlog until the server accepts, rather than being refused.
 
     Raises:
         click.ClickException: the address cannot be bound (one line, with the address).
@@ -20,6 +22,7 @@ def listen(host: str, port: int) -> tuple[socket.socket, str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
     except OSError as exc:
         sock.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
