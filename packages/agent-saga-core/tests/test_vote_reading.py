@@ -3,6 +3,8 @@ that no longer continues what was read is read again in full."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -87,3 +89,26 @@ def test_a_log_that_no_longer_continues_what_was_read_is_read_again() -> None:
         assert submit_vote(store, request.id, "alice", "approve", channel="test").accepted
         thread.join(timeout=30)
     assert ran == [900]
+
+
+def test_a_child_forked_while_a_vote_was_being_written_can_vote() -> None:
+    """The votes' lock is this process's: a child forked while another thread held it does not
+    inherit it held (it would wait forever for a thread that does not exist in the child)."""
+    from agent_saga._approvals.votes import _BOOKS
+
+    store = MemoryLogStore()
+    with _BOOKS.lock:  # as a thread writing a vote at the moment of the fork
+        pid = os.fork()
+        if pid == 0:  # the child: one vote, then out without running the parent's cleanup
+            result = submit_vote(store, "apr-none", "bob", "approve", channel="child")
+            os._exit(0 if not result.accepted else 1)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child never got to write its vote")

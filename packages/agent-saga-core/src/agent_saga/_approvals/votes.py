@@ -11,6 +11,7 @@ log's age; a log that no longer continues what was read (rewritten) is read agai
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -39,10 +40,14 @@ class _Books:
     """Each store's approval book, brought up to date by reading only its new records.
 
     Invariant: a book is used only under ``lock``, which also covers the vote's append, so the
-    votes of one process are checked and written one at a time.
+    votes of one process are checked and written one at a time. A forked child starts with a
+    fresh lock and no books (the thread that held the lock, or was reading, is not in it).
     """
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.lock = threading.Lock()
         self._kept: weakref.WeakKeyDictionary[LogStore, tuple[LogFollower, ApprovalBook]] = (
             weakref.WeakKeyDictionary()
@@ -67,6 +72,7 @@ class _Books:
 
 
 _BOOKS = _Books()
+os.register_at_fork(after_in_child=_BOOKS.reset)
 
 
 def submit_vote(
