@@ -202,6 +202,33 @@ def test_a_huge_reversible_result_does_not_lose_the_buffered_records(kit: AgentK
     assert verify_file(kit.home / "log.jsonl").ok
 
 
+def test_a_result_too_large_only_with_its_salts_does_not_lose_the_buffered_records(
+    kit: AgentKit,
+) -> None:
+    """200,000 small leaves: about 0.4 MB of JSON, but one 22-character salt each in the record
+    (4.4 MB more), so the record is over the limit though the value alone is not."""
+    leaves = 200_000
+
+    @kit.tool(name="edges.scan", semantics=REVERSIBLE)
+    def scan() -> list[int]:
+        return [0] * leaves
+
+    @kit.tool(name="edges.reserve", semantics=COMPENSABLE, compensate=lambda: None)
+    def reserve() -> str:
+        return "ok"
+
+    with kit.transaction("report"):
+        assert len(scan()) == leaves
+        assert reserve() == "ok"
+    records = list(kit.store.records())
+    (saga,) = build_history(records).sagas
+    assert saga.status is SagaStatus.COMMITTED
+    big = records[2].data
+    assert big["result_restorable"] is False
+    assert "too large" in str(big["result"])
+    assert verify_file(kit.home / "log.jsonl").ok
+
+
 # -- 15. an amount cap refuses what it cannot compare ----------------------------------------
 
 

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 from .chain import MAX_RECORD_BYTES, _line, _tails
 from .codec import CodecError, JSONValue, canonical
+from .commit import SALT_LEN, sealed_forms
 from .records import Entry
 
 _WIDEST_SEQ = 10**18
 """A sequence number and timestamp wider than any this log will reach: sizes are upper bounds."""
+_SIZING_SALT = b"A" * SALT_LEN
+"""Stands for each fresh salt when sizing: every salt has this length, so the size is exact."""
 
 
 def problem(entry: Entry) -> str | None:
-    """Why ``entry`` cannot be sealed into one record, or ``None`` when it can."""
+    """Why ``entry`` cannot be sealed into one record, or ``None`` when it can.
+
+    The size is the stored line's, salts included (one per committed leaf): an entry this
+    accepts is one the chain can seal.
+    """
     try:
-        data = canonical(entry.data)
-        tail = _tails(entry.kind, "0" * 64, entry.saga, _WIDEST_SEQ, _WIDEST_SEQ)[1]
+        forms = sealed_forms(entry.data, lambda: _SIZING_SALT)
+        data, salts = (canonical(entry.data), None) if forms is None else forms[1:]
+        tail = _tails(entry.kind, "0" * 64, entry.saga, _WIDEST_SEQ, _WIDEST_SEQ, salts)[1]
     except CodecError as exc:
         return str(exc)
     size = len(_line(data, "0" * 64, tail))
