@@ -166,4 +166,3 @@ def test_file_lease_writes_until_released(home: Path) -> None:
         with pytest.raises(LeaseLostError):
             lease.append([Entry("test.note", "y", {}, 0)], sync=True)
         assert sum(r.kind == "test.note" for r in kit.store.records()) == 1
-

@@ -237,7 +237,7 @@ class FileLogStore:
 
         ``ttl`` is not needed here: the kernel releases a dead holder's lock at once.
         """
-        return take_lease(self._fs, self.home, name)
+        return take_lease(self._fs, self.home, name, self.append)
 
     def close(self) -> None:
         """Sync what was written, then release the file and the owner lock. Idempotent.
