@@ -80,7 +80,8 @@ class PostgresKillSwitch:
         )
         self._halt_q: Composed = (
             sql.SQL(
-                "WITH changed AS (INSERT INTO {t} (id, halted, reason, since) VALUES (1, true, %s, %s)"
+                "WITH changed AS (INSERT INTO {t} (id, halted, reason, since)"
+                " VALUES (1, true, %s, %s)"
                 " ON CONFLICT (id) DO UPDATE SET halted = true, reason = EXCLUDED.reason,"
                 " since = EXCLUDED.since, changed_at = clock_timestamp() RETURNING 1)"
             ).format(t=table)
