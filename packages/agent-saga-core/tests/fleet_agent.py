@@ -63,7 +63,7 @@ def agent_main(argv: list[str]) -> None:  # pragma: no cover - runs in the agent
     kit = AgentKit(
         home=ledger / f"home-{os.getpid()}",
         store=store,
-        kill_switch=PostgresKillSwitch.beside(store),
+        kill_switch=PostgresKillSwitch.beside(store, watch=True),
         rules=[budget],
         registry=CompensatorRegistry(),
     )

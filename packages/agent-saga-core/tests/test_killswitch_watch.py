@@ -26,7 +26,7 @@ def _until(check: object, seconds: float) -> float:
 def test_a_halt_is_seen_from_memory_within_milliseconds(pg_url: str, schema: str) -> None:
     with (
         PostgresKillSwitch(pg_url, schema=schema) as here,
-        PostgresKillSwitch(pg_url, schema=schema) as there,
+        PostgresKillSwitch(pg_url, schema=schema, watch=True) as there,
     ):
         assert not there.state().halted
         _until(lambda: there._watch is not None and there._watch.current() is not None, 10)
@@ -43,7 +43,7 @@ def test_a_halt_is_seen_from_memory_within_milliseconds(pg_url: str, schema: str
 def test_a_watch_that_lost_its_connection_is_not_trusted(pg_url: str, schema: str) -> None:
     with (
         PostgresKillSwitch(pg_url, schema=schema) as here,
-        PostgresKillSwitch(pg_url, schema=schema) as there,
+        PostgresKillSwitch(pg_url, schema=schema, watch=True) as there,
     ):
         assert not there.state().halted
         _until(lambda: there._watch is not None and there._watch.current() is not None, 10)
@@ -57,7 +57,7 @@ def test_a_watch_that_lost_its_connection_is_not_trusted(pg_url: str, schema: st
 
 
 def test_a_closed_watching_switch_reads_as_halted(pg_url: str, schema: str) -> None:
-    switch = PostgresKillSwitch(pg_url, schema=schema)
+    switch = PostgresKillSwitch(pg_url, schema=schema, watch=True)
     assert not switch.state().halted
     switch.close()
     state = switch.state()

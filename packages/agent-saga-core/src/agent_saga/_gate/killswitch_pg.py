@@ -4,9 +4,10 @@ Reading is fail-closed: when the row cannot be read (no server, refused login, a
 query error), the answer is "halted" with ``readable=False``. The switch keeps one connection so
 a read costs one round trip; a broken connection is replaced and the read retried once.
 ``halt`` and ``resume`` return once their change is committed with ``synchronous_commit = on``,
-and notify the switch's channel in the same transaction. A watching switch (the default) keeps
+and notify the switch's channel in the same transaction. A watching switch (``watch=True``) keeps
 the row in memory, re-read on every notification (``killswitch_watch``): a halt is seen by every
-process within milliseconds of its commit, not when a thread next reads the row.
+process within milliseconds of its commit, not when a thread next reads the row (and a check
+reads memory: an effect checked in those milliseconds still runs, so it is asked for).
 """
 
 from __future__ import annotations
@@ -46,15 +47,20 @@ class PostgresKillSwitch:
         url: a libpq connection URL or ``key=value`` string.
         schema: the PostgreSQL schema shared with the fleet's :class:`PostgresLogStore`.
         timeout: seconds to wait for a connection, and for a statement.
+        watch: keep the row in memory, told of changes by NOTIFY (one more connection, opened
+            with the first read): every process knows of a halt milliseconds after its commit
+            and a check costs no round trip, but an effect checked within those milliseconds
+            still runs. Without it (the default) every check reads the row: exact, one round
+            trip.
 
     Raises:
         ConfigurationError: psycopg is missing, or ``schema`` is not a plain identifier.
     """
 
     @classmethod
-    def beside(cls, store: PostgresLogStore) -> PostgresKillSwitch:
+    def beside(cls, store: PostgresLogStore, *, watch: bool = False) -> PostgresKillSwitch:
         """The fleet's kill switch: a row in ``store``'s schema on the same server."""
-        return cls(store.url, schema=store.schema, timeout=store.connect_timeout)
+        return cls(store.url, schema=store.schema, timeout=store.connect_timeout, watch=watch)
 
     def __init__(
         self,
@@ -62,7 +68,7 @@ class PostgresKillSwitch:
         *,
         schema: str = DEFAULT_SCHEMA,
         timeout: float = 5.0,
-        watch: bool = True,
+        watch: bool = False,
     ) -> None:
         require_psycopg()
         from psycopg import sql
