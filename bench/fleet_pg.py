@@ -67,7 +67,9 @@ def main() -> None:
             )
             print(
                 f"  halt seen by {len(delays)} agents, slowest {delays[-1] if delays else 0:.3f} s,"
-                f" not seen {run.not_halted}; {len(run.stragglers)} stuck after it,"
+                f" not seen {run.not_halted}; first refusal in {len(run.refusal_delays)},"
+                f" slowest {max(run.refusal_delays, default=0):.3f} s;"
+                f" {len(run.stragglers)} stuck after it,"
                 f" {run.never_started} still starting;"
                 f" budget peak {run.peak_usage} of cap {args.cap}"
             )

@@ -5,7 +5,9 @@ PostgreSQL schema (log store, kill switch beside it, one fleet-wide budget of CA
 threads of sagas (two budgeted charges, one saga in three failing after them) and, with
 RECOVERS = 1, a thread of recovery passes. It prints ``ready`` once its kit is open, ``ack SAGA
 STATUS`` only after a transaction returned, ``recovered SAGA`` for each saga a pass settled,
-``halted T`` (``time.monotonic()``) when the kill switch first refused it, ``abandoned`` when
+``halted T`` (``time.monotonic()``) when it first knew of the halt (its kill switch, read every
+10 ms as a step's gate reads it, said halted, or refused a step), ``refused T`` when the switch
+first refused one of its steps or transactions, ``abandoned`` when
 it stops with a recovery pass in flight (what the pass left is then another worker's, as after
 a crash), and ``error ...`` before exiting with :data:`FAILED` when a thread failed. Effects
 are files in LEDGER: a charge or refund is a file created once per idempotency key, and every
@@ -28,7 +30,7 @@ from decimal import Decimal
 from pathlib import Path
 
 BUDGET = "fleet"
-LEASE_TTL = 10.0
+LEASE_TTL = 2.0
 RECOVERY_EVERY = 1.0
 """Seconds between the recovery passes of an agent that runs them."""
 FAILED = 3
@@ -61,7 +63,7 @@ def agent_main(argv: list[str]) -> None:  # pragma: no cover - runs in the agent
     kit = AgentKit(
         home=ledger / f"home-{os.getpid()}",
         store=store,
-        kill_switch=PostgresKillSwitch.beside(store),
+        kill_switch=PostgresKillSwitch.beside(store, watch=True),
         rules=[budget],
         registry=CompensatorRegistry(),
     )
@@ -88,11 +90,29 @@ def agent_main(argv: list[str]) -> None:  # pragma: no cover - runs in the agent
         return {"charge": idempotency_key}
 
     halted = threading.Event()
+    first_refusal = threading.Lock()
+    refusals: list[float] = []
 
     def saw_halt() -> None:
         if not halted.is_set():
             halted.set()
             _say(f"halted {time.monotonic()}")
+
+    def refused() -> None:
+        at = time.monotonic()
+        with first_refusal:
+            if not refusals:
+                refusals.append(at)
+                _say(f"refused {at}")
+        saw_halt()
+
+    def watch_switch() -> None:
+        """What any step's gate would read now, every 10 ms: the moment this agent knows."""
+        while not halted.is_set():
+            if kit.runtime.kill_switch.state().halted:
+                saw_halt()
+                return
+            time.sleep(0.01)
 
     def guarded(work: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -118,7 +138,8 @@ def agent_main(argv: list[str]) -> None:  # pragma: no cover - runs in the agent
                         charge(rng.randint(1, 5))
                         charge(rng.randint(1, 5))
                     except HaltedError:
-                        raise
+                        refused()  # the kill switch refused this step: now, not after
+                        raise  # the rollback that follows
                     except GateRefused as exc:
                         raise RuntimeError("over budget") from exc
                     if fail:
@@ -128,7 +149,7 @@ def agent_main(argv: list[str]) -> None:  # pragma: no cover - runs in the agent
                 if not exc.report.log_errors:
                     _say(f"ack {exc.saga_id} {exc.report.status.value}")
             except HaltedError:
-                saw_halt()
+                refused()
 
     in_pass = threading.Event()
 
@@ -148,6 +169,7 @@ def agent_main(argv: list[str]) -> None:  # pragma: no cover - runs in the agent
     if recovers == "1":  # not waited for: a pass in flight at the halt is abandoned (its lease
         # lapses), as a crash would leave it
         threading.Thread(target=guarded(recovery), daemon=True).start()
+    threading.Thread(target=watch_switch, daemon=True).start()
     for worker in workers:
         worker.start()
     for worker in workers:

@@ -70,6 +70,10 @@ class FleetRun:
     (``time.monotonic()``)."""
     failed: dict[int, str] = field(default_factory=dict)
     halt_delays: list[float] = field(default_factory=list)
+    """Per agent at work at the halt: seconds from the halt's commit to when it knew."""
+    refusal_delays: list[float] = field(default_factory=list)
+    """Per agent refused after the halt: seconds from the halt's commit to its first refusal
+    (an agent that knew of the halt between two sagas may never be refused)."""
     not_halted: int = 0
     peak_usage: Decimal = Decimal(0)
     seconds: float = 0.0
@@ -123,6 +127,8 @@ def _take(run: FleetRun, agent: Agent, halted_at: float | None) -> None:
         elif word == "halted" and halted_at is not None and agent.ready_before_halt:
             agent.saw_halt = True
             run.halt_delays.append(float(rest) - halted_at)
+        elif word == "refused" and halted_at is not None and agent.ready_before_halt:
+            run.refusal_delays.append(float(rest) - halted_at)
         elif word == "error":
             run.failed[pid] = rest
         elif word == "abandoned":
@@ -198,7 +204,7 @@ def run_fleet(
         run.seconds = time.monotonic() - began
         for agent in fleet:
             agent.ready_before_halt = agent.ready and agent.proc.poll() is None
-        with PostgresKillSwitch(url, schema=schema) as switch:
+        with PostgresKillSwitch(url, schema=schema, watch=False) as switch:
             switch.state()  # connected: the delays below start at the halt's commit
             halted_at = time.monotonic()
             switch.halt("fleet simulation over", at=time.time())

@@ -7,7 +7,9 @@ no acknowledged outcome is lost, no refund runs twice in processes that lived, e
 a saga that did not commit is refunded and none of a committed one, no saga is recovered by two
 workers, the budget never goes over its cap (watched while the fleet runs, and settled to the
 committed charges at the end: what stays held belongs to sagas killed before their first
-record), and every live agent sees the halt within 1 s.
+record), and every live agent sees the halt within 1 s of its commit (its kill switch, as a
+step's gate reads it, says halted). Recovery leases are 2 s, shorter than a pass may take
+under load: the workers renew them while they work.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def test_fleet_of_16_agents_with_kills_recovery_and_a_halt(
     assert run.not_halted == 0
     assert run.stragglers == []  # every agent ended by itself after the halt
     assert run.halt_delays
-    assert max(run.halt_delays) <= 1.0, run.halt_delays
+    assert max(run.halt_delays) <= 1.0, (run.halt_delays, run.refusal_delays)
     assert run.peak_usage <= CAP
     found = check_fleet(pg_url, schema, ledger, run, OWNER_TTL)
     assert found.verified

@@ -20,6 +20,13 @@ class FsyncProbe(FaultyFileSystem):
 
     def fsync(self, fd: int) -> None:
         super().fsync(fd)
+        self._note(fd)
+
+    def datasync(self, fd: int) -> None:
+        super().datasync(fd)
+        self._note(fd)
+
+    def _note(self, fd: int) -> None:
         if self.log.exists() and os.path.samestat(os.fstat(fd), os.stat(self.log)):
             # The log's bytes end where its preallocated zeros begin.
             self.synced_sizes.append(len(self.log.read_bytes().rstrip(b"\x00")))

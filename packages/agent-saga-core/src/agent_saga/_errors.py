@@ -87,6 +87,13 @@ class StoreFailedError(LogError):
     """
 
 
+class LeaseLostError(LogError):
+    """A lease's holder wrote after the lease expired or was taken over: nothing was written.
+
+    The store itself goes on; only writes fenced by this lease are refused from now on.
+    """
+
+
 class LogLockedError(LogError):
     """Another open store in this process already owns the log (one writer object per file)."""
 

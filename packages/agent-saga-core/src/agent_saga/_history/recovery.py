@@ -2,8 +2,8 @@
 
 A saga is recovered when its log has no ``saga.end`` and its owner is provably gone (the owner's
 lock was released, or its lease expired). The recovering process takes an exclusive lease on the
-saga, re-reads the log under it (another worker may have finished it meanwhile), then, newest
-step first:
+saga, keeps renewing it while it works (``keep``), re-reads the log under it (another worker may
+have finished it meanwhile), then, newest step first:
 
 * a step that committed (``step.done``) and has not been compensated is compensated by its
   registered compensator, with the same idempotency key the original process would have used;
@@ -21,7 +21,10 @@ step first:
 A suspended saga (``saga.suspended``, see ``_history/resume.py``) has no owner on purpose: it is
 left alone until it is resumed, or rolled back as above once its ``expires_at`` has passed.
 
-Every recovered saga ends with a durable ``saga.end`` record (``recovered: true``), so a second
+Every record of a recovery is written through the lease, which fences it: a worker whose lease
+lapsed (it stalled past the ttl) and was taken over writes nothing more, so it cannot log, and
+so cannot start, another compensation; the saga is then reported ``claimed_elsewhere``. Every
+recovered saga ends with a durable ``saga.end`` record (``recovered: true``), so a second
 run finds nothing to do. A crash during recovery leaves the saga unfinished with its owner gone,
 so the next run picks it up again.
 """
@@ -36,9 +39,12 @@ from typing import Any
 from .._engine.calls import call_to_completion
 from .._engine.compensation import compensator_kwargs
 from .._engine.runtime import Runtime
+from .._errors import LeaseLostError
 from .._log.codec import JSONValue, is_restorable, to_jsonable
 from .._log.records import Entry, Kind, SagaStatus
+from .._log.store import Lease
 from .build import CompensationState, SagaView, StepOutcome, StepView, sagas
+from .keep import KeptLease
 
 LEASE_TTL = 300.0
 
@@ -111,11 +117,15 @@ def recover(runtime: Runtime, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport
             elsewhere.append(view.id)
             continue
         try:
-            own = [r for r in store.records() if r.saga == view.id]
-            current = sagas(own)
-            # Re-read under the lease: another worker, or a resume, may have moved it on.
-            if current and _left_alone(runtime, current[0]) is None:
-                recovered.append(_SagaRecovery(runtime, current[0], view.owner, len(own)).run())
+            with KeptLease(lease, lease_ttl):
+                own = [r for r in store.records() if r.saga == view.id]
+                current = sagas(own)
+                # Re-read under the lease: another worker, or a resume, may have moved it on.
+                if current and _left_alone(runtime, current[0]) is None:
+                    work = _SagaRecovery(runtime, lease, current[0], view.owner, len(own))
+                    recovered.append(work.run())
+        except LeaseLostError:  # it lapsed while this worker stalled; another took it over
+            elsewhere.append(view.id)
         finally:
             lease.release()
     return RecoveryReport(tuple(recovered), tuple(live), tuple(elsewhere), tuple(suspended))
@@ -138,9 +148,16 @@ def _left_alone(runtime: Runtime, view: SagaView) -> str | None:
 
 class _SagaRecovery:
     def __init__(
-        self, runtime: Runtime, view: SagaView, dead_owner: str | None, written: int
+        self,
+        runtime: Runtime,
+        lease: Lease,
+        view: SagaView,
+        dead_owner: str | None,
+        written: int,
     ) -> None:
         self.runtime = runtime
+        self.lease = lease
+        """Every record is written through it: refused once the lease is lost."""
         self.view = view
         self.dead_owner = dead_owner
         self.steps: list[StepRecovery] = []
@@ -151,7 +168,7 @@ class _SagaRecovery:
         if kind == Kind.SAGA_END:
             data["records"] = self.written
         entry = Entry(str(kind), self.view.id, data, int(self.runtime.clock.now() * 1000))
-        self.runtime.store.append([entry], sync=durable)
+        self.lease.append([entry], sync=durable)
         self.written += 1
 
     def run(self) -> RecoveredSaga:

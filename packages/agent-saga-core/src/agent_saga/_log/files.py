@@ -146,7 +146,9 @@ def file_store_traits() -> dict[str, object]:
         "durable": True,
         "survives": ["process crash", "power loss (when fsync reaches stable storage)"],
         "crash_model": dict(FILE_CRASH_MODEL),
-        "fsync": "F_FULLFSYNC" if os.uname().sysname == "Darwin" else "fsync",
+        "fsync": "F_FULLFSYNC"
+        if os.uname().sysname == "Darwin"
+        else "fdatasync for records (written into preallocated space), fsync otherwise",
         "directory_fsync_on_create": True,
         "group_commit": True,
         "multi_process": "flock on log.lock per batch; owner lock per open store",

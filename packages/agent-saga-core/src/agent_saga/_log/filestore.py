@@ -24,7 +24,8 @@ Durability protocol (what is true when a call returns):
   record is appended. Any other damage fails closed with :class:`CorruptLogError` naming the
   segment and the offset. ``verify()`` reads every segment.
 * Records overwrite zeros preallocated (written and fsynced) ahead of them, so syncing a record
-  does not change the file's size; closing trims the file back to its last record.
+  does not change the file's size and needs only ``fdatasync`` (the data, no timestamps; still
+  ``F_FULLFSYNC`` on macOS); closing trims the file back to its last record.
 * Each process holds an exclusive lock on ``owners/<owner_id>.lock`` while the store is open,
   so another process can tell a dead owner from a live one.
 * Assumption (stated in the guarantees manifest): the disk has powersafe-overwrite semantics,
@@ -237,7 +238,7 @@ class FileLogStore:
 
         ``ttl`` is not needed here: the kernel releases a dead holder's lock at once.
         """
-        return take_lease(self._fs, self.home, name)
+        return take_lease(self._fs, self.home, name, self.append)
 
     def close(self) -> None:
         """Sync what was written, then release the file and the owner lock. Idempotent.

@@ -49,6 +49,14 @@ class FileSystem(Protocol):
 
     def fsync(self, fd: int) -> None: ...
 
+    def datasync(self, fd: int) -> None:
+        """Flush a file's data and what is needed to read it back (its size), not its times.
+
+        As durable as :meth:`fsync` for the bytes written; cheaper where writes change no
+        size, since no journal commit is needed for a timestamp alone.
+        """
+        ...
+
     def fsync_dir(self, path: str) -> None: ...
 
     def truncate(self, fd: int, size: int) -> None: ...
@@ -102,6 +110,14 @@ class OsFileSystem:
     def fsync(self, fd: int) -> None:
         if sys.platform == "darwin" and hasattr(fcntl, "F_FULLFSYNC"):
             fcntl.fcntl(fd, fcntl.F_FULLFSYNC)  # fsync stops at the drive cache on macOS
+        else:
+            os.fsync(fd)
+
+    def datasync(self, fd: int) -> None:
+        if sys.platform == "darwin" and hasattr(fcntl, "F_FULLFSYNC"):
+            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
+        elif hasattr(os, "fdatasync"):
+            os.fdatasync(fd)
         else:
             os.fsync(fd)
 

@@ -7,10 +7,14 @@ holder dies, however it dies. That is how one process proves another is gone.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
+from .._errors import LeaseLostError
 from .files import LEASES_DIR, OWNERS_DIR, ensure_dir, safe_name
 from .fs import FileSystem
+from .records import Entry, Record
+from .store import Append
 
 
 def hold_owner_lock(fs: FileSystem, home: Path, owner_id: str) -> int:
@@ -40,8 +44,11 @@ def owner_alive(fs: FileSystem, home: Path, owner_id: str) -> bool:
     return False
 
 
-def take_lease(fs: FileSystem, home: Path, name: str) -> FileLease | None:
-    """Lock ``leases/<name>.lock`` exclusively, or ``None`` when another holder has it."""
+def take_lease(fs: FileSystem, home: Path, name: str, write: Append) -> FileLease | None:
+    """Lock ``leases/<name>.lock`` exclusively, or ``None`` when another holder has it.
+
+    ``write`` is the store's ``append``, which the lease's own :meth:`FileLease.append` calls.
+    """
     leases = home / LEASES_DIR
     ensure_dir(leases, fs)
     try:
@@ -52,19 +59,38 @@ def take_lease(fs: FileSystem, home: Path, name: str) -> FileLease | None:
     if not fs.lock(fd, blocking=False):
         fs.close(fd)
         return None
-    return FileLease(name, fd, fs)
+    return FileLease(name, fd, fs, write)
 
 
 class FileLease:
-    """A held lease on the file store; released explicitly or when the process dies."""
+    """A held lease on the file store; released explicitly or when the process dies.
 
-    def __init__(self, name: str, fd: int, fs: FileSystem) -> None:
+    A ``flock`` has no expiry and no other process can take it while this one lives, so the
+    lease is held exactly until :meth:`release`: writing through it needs no other fence.
+    """
+
+    def __init__(self, name: str, fd: int, fs: FileSystem, write: Append) -> None:
         self.name = name
         self._fd: int | None = fd
         self._fs = fs
+        self._write = write
 
     def release(self) -> None:
         if self._fd is not None:
             self._fs.unlock(self._fd)
             self._fs.close(self._fd)
             self._fd = None
+
+    def renew(self, ttl: float) -> bool:
+        """True while held: a held ``flock`` does not expire."""
+        return self._fd is not None
+
+    def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
+        """The store's ``append`` while the lease is held.
+
+        Raises:
+            LeaseLostError: the lease was released; nothing was written.
+        """
+        if self._fd is None:
+            raise LeaseLostError(f"lease {self.name!r} was released; nothing was written")
+        return self._write(entries, sync=sync)

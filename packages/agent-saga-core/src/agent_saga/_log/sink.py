@@ -252,7 +252,7 @@ class SinkLogStore:
             if name in self._leases:
                 return None
             self._leases.add(name)
-        return InProcessLease(name, self._leases, self._lock)
+        return InProcessLease(name, self._leases, self._lock, self.append)
 
     def close(self) -> None:
         if self._closed:

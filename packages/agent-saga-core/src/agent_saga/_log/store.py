@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from .._errors import CorruptLogError, StoreFailedError
+from .._errors import CorruptLogError, LeaseLostError, StoreFailedError
 from .chain import Chain, ChainBreak, check_object
 from .records import GENESIS, Entry, Record
 
@@ -70,24 +70,64 @@ class LogStore(Protocol):
 
 
 class Lease(Protocol):
-    """An exclusive claim; released explicitly, by expiry, or when its holder dies."""
+    """An exclusive claim; released explicitly, by expiry, or when its holder dies.
+
+    Work done under a lease writes through it: :meth:`append` is fenced, so a holder whose lease
+    expired or was taken over by another holder writes nothing, and :meth:`renew` keeps a lease
+    that expires by time alive while its holder works.
+    """
 
     name: str
 
     def release(self) -> None: ...
 
+    def renew(self, ttl: float) -> bool:
+        """Extend the lease to ``ttl`` seconds from now; False once it is lost (not revived)."""
+        ...
+
+    def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
+        """Append to the store the lease was taken from, only while the lease is held.
+
+        The check and the write are one step: no other holder can have taken the lease over
+        between them.
+
+        Raises:
+            LeaseLostError: the lease was released, expired or taken over; nothing was written.
+            StoreFailedError: as the store's own ``append``.
+        """
+        ...
+
+
+Append = Callable[..., list[Record]]
+"""A store's ``append(entries, *, sync)``."""
+
 
 class InProcessLease:
-    """A lease among the holders of one in-process set of names (memory and sink stores)."""
+    """A lease among the holders of one in-process set of names (memory and sink stores).
 
-    def __init__(self, name: str, held: set[str], lock: threading.Lock) -> None:
+    It never expires: it is held until released, so the holder's writes need no other fence.
+    """
+
+    def __init__(self, name: str, held: set[str], lock: threading.Lock, write: Append) -> None:
         self.name = name
         self._held = held
         self._lock = lock
+        self._write: Append | None = write
 
     def release(self) -> None:
         with self._lock:
-            self._held.discard(self.name)
+            if self._write is not None:
+                self._held.discard(self.name)
+                self._write = None
+
+    def renew(self, ttl: float) -> bool:
+        return self._write is not None
+
+    def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
+        write = self._write
+        if write is None:
+            raise LeaseLostError(f"lease {self.name!r} was released; nothing was written")
+        return write(entries, sync=sync)
 
 
 MEMORY_CRASH_MODEL = {
@@ -121,7 +161,7 @@ class MemoryLogStore:
             if name in self._leases:
                 return None
             self._leases.add(name)
-        return InProcessLease(name, self._leases, self._lock)
+        return InProcessLease(name, self._leases, self._lock, self.append)
 
     def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
         with self._lock:

@@ -19,13 +19,15 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .._errors import StoreFailedError
+from .._errors import LeaseLostError, StoreFailedError
 from .._log.forks import ForkGuard
 from .._log.records import GENESIS, Entry, Record
 from .owners import OwnerExpired
 from .write import NotSent, Outcome, Unknown
 
 if TYPE_CHECKING:
+    from psycopg.sql import Composed
+
     from .connection import PgSession
     from .owners import FleetOwner
     from .write import BatchWriter
@@ -37,10 +39,10 @@ GATHER_SECONDS = 0.0002
 
 
 class _Waiter:
-    __slots__ = ("entries", "flushed", "outcome", "sync")
+    __slots__ = ("entries", "fence", "flushed", "outcome", "sync")
 
-    def __init__(self, entries: Sequence[Entry], sync: bool) -> None:
-        self.entries, self.sync = entries, sync
+    def __init__(self, entries: Sequence[Entry], sync: bool, fence: Composed | None) -> None:
+        self.entries, self.sync, self.fence = entries, sync, fence
         self.outcome: Outcome | BaseException | None = None
         self.flushed = False
 
@@ -93,17 +95,24 @@ class GroupCommit:
         if self.failed is None:
             self.failed = exc
 
-    def append(self, entries: Sequence[Entry], sync: bool) -> list[Record]:
+    def append(
+        self, entries: Sequence[Entry], sync: bool, fence: Composed | None = None
+    ) -> list[Record]:
         """Queue ``entries``; returns their records once committed (with ``sync``, durable).
 
+        With ``fence`` (a lease's, see ``owners``) the entries are a batch of their own whose
+        transaction runs the fence too: they commit only while the lease is held.
+
         Raises:
+            LeaseLostError: the fence failed; nothing of these entries was written (the store
+                goes on).
             StoreFailedError: the store is closed or failed, or the batch failed (nothing of it
                 is acknowledged, and the store is failed).
             CodecError: these entries cannot be sealed (nothing of them is written; the store
                 and the other appends of the batch go on).
         """
         self._fork_guard.check()  # before any lock: a parent's thread may have held one
-        waiter = _Waiter(entries, sync)
+        waiter = _Waiter(entries, sync, fence)
         with self._queue:
             self.check_usable()
             self._pending.append(waiter)
@@ -114,8 +123,7 @@ class GroupCommit:
                 self._leading = True
                 if len(self._pending) < self._last_batch:  # the last batch's writers may be back
                     self._queue.wait(GATHER_SECONDS)
-                batch = self._pending[:MAX_GROUPS]
-                del self._pending[:MAX_GROUPS]
+                batch = self._next_batch()
                 self._last_batch = len(batch)
                 self._queue.release()
                 try:
@@ -131,6 +139,17 @@ class GroupCommit:
             self.sync_to(outcome[-1].seq if outcome else self.written[0])
         return outcome
 
+    def _next_batch(self) -> list[_Waiter]:
+        """Take the next batch off the queue: a fenced append alone, else the unfenced ones
+        before the next fenced append (at most :data:`MAX_GROUPS`)."""
+        pending = self._pending
+        size = 1 if pending[0].fence is not None else 0
+        while size < min(len(pending), MAX_GROUPS) and pending[size].fence is None:
+            size += 1
+        batch = pending[:size]
+        del pending[:size]
+        return batch
+
     def _lead(self, batch: list[_Waiter]) -> None:
         """Write ``batch`` as one transaction and give every waiter in it its outcome."""
         import psycopg
@@ -139,7 +158,12 @@ class GroupCommit:
         try:
             with self._main.lock:
                 self.check_usable()
-                outcomes, flushed = self._write([waiter.entries for waiter in batch], flush)
+                groups = [waiter.entries for waiter in batch]
+                outcomes, flushed = self._write(groups, flush, batch[0].fence)
+        except LeaseLostError as exc:  # the transaction rolled back; the store goes on
+            for waiter in batch:
+                waiter.outcome = LeaseLostError(str(exc))
+            return
         except StoreFailedError as exc:
             for waiter in batch:
                 waiter.outcome = StoreFailedError(str(exc))
@@ -165,15 +189,17 @@ class GroupCommit:
                 if flushed:
                     self.synced = max(self.synced, last.seq)
 
-    def _write(self, groups: list[Sequence[Entry]], flush: bool) -> tuple[list[Outcome], bool]:
+    def _write(
+        self, groups: list[Sequence[Entry]], flush: bool, fence: Composed | None
+    ) -> tuple[list[Outcome], bool]:
         """One batch; a connection that broke is replaced and the batch settled on the new one."""
         writer = self._writer
         try:
-            return writer.write(self._main.connection(), groups, flush)
+            return writer.write(self._main.connection(), groups, flush, fence)
         except NotSent:
-            return writer.read_tail(self._main.connection(), groups, flush, None)
+            return writer.read_tail(self._main.connection(), groups, flush, None, fence)
         except Unknown as exc:
-            return writer.read_tail(self._main.connection(), groups, flush, exc.sealed)
+            return writer.read_tail(self._main.connection(), groups, flush, exc.sealed, fence)
 
     def sync_to(self, target: int) -> None:
         """Return once every record up to ``target`` this store appended is durable.

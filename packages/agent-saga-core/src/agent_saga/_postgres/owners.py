@@ -13,12 +13,20 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
-from .._errors import StoreFailedError
+from .._errors import LeaseLostError, StoreFailedError
+from .._log.records import Entry, Record
 
 if TYPE_CHECKING:
+    from psycopg.sql import Composed
+
     from .connection import PgConnection, PgSession
+
+LEASE_LOST = "lease lost: "
+"""How the fence's failure message starts (the lease's name follows)."""
+FencedAppend: TypeAlias = "Callable[[Sequence[Entry], bool, Composed], list[Record]]"
 
 
 class OwnerExpired(Exception):
@@ -58,10 +66,14 @@ class FleetOwner:
             " token = EXCLUDED.token, expires_at = EXCLUDED.expires_at"
             " WHERE leases.expires_at <= clock_timestamp() RETURNING token",
             "give_back": "DELETE FROM {s}.leases WHERE name = %s AND token = %s",
+            "renew": "UPDATE {s}.leases"
+            " SET expires_at = clock_timestamp() + make_interval(secs => %s)"
+            " WHERE name = %s AND token = %s AND expires_at > clock_timestamp() RETURNING 1",
             "drop_leases": "DELETE FROM {s}.leases WHERE holder = %s",
             "drop_owner": "DELETE FROM {s}.owners WHERE owner_id = %s",
         }
         ident = sql.Identifier(schema)
+        self._ident = ident
         self._q = {name: sql.SQL(q).format(s=ident) for name, q in text.items()}
 
     def register(self, conn: PgConnection) -> None:
@@ -98,8 +110,8 @@ class FleetOwner:
             return True
         return bool(rows and rows[0][0])
 
-    def take(self, name: str, ttl: float) -> PostgresLease | None:
-        """Insert lease ``name`` for ``ttl`` seconds unless a live holder has it.
+    def take(self, name: str, ttl: float) -> str | None:
+        """Insert lease ``name`` for ``ttl`` seconds unless a live holder has it; its token.
 
         ``INSERT ... ON CONFLICT DO UPDATE ... WHERE expired`` makes exactly one of many racing
         callers on any host the holder; the grant is committed synchronously. Not retried: a
@@ -112,7 +124,39 @@ class FleetOwner:
         with self._main.lock:
             conn = self._main.connection()
             row = conn.execute(self._q["take"], (name, self.id, token, ttl)).fetchone()
-        return PostgresLease(name, token, self) if row is not None else None
+        return token if row is not None else None
+
+    def renew(self, name: str, token: str, ttl: float) -> bool:
+        """Extend lease ``name`` to ``ttl`` seconds from now if ``token`` still holds it alive.
+
+        An expired lease is not revived, even when nobody took it since: its holder may have
+        been declared gone. False also when the server cannot be read.
+        """
+        import psycopg
+
+        try:
+            return bool(self._main.query(self._q["renew"], (ttl, name, token)))
+        except (psycopg.Error, StoreFailedError):
+            return False
+
+    def fence(self, name: str, token: str) -> Composed:
+        """A statement that aborts its transaction unless ``token`` holds lease ``name`` alive.
+
+        It share-locks the lease row, so the lease cannot be taken over (an update of the row)
+        before the transaction ends: a record written with it commits before any later holder
+        is granted the lease, and so before that holder re-reads the log.
+        """
+        from psycopg import sql
+
+        return sql.SQL(
+            "SELECT {s}.agent_saga_expect(EXISTS (SELECT 1 FROM {s}.leases WHERE name = {n}"
+            " AND token = {t} AND expires_at > clock_timestamp() FOR SHARE), {why})"
+        ).format(
+            s=self._ident,
+            n=sql.Literal(name),
+            t=sql.Literal(token),
+            why=sql.Literal(LEASE_LOST + name),
+        )
 
     def give_back(self, name: str, token: str) -> None:
         """Delete the lease if this token still holds it; on any error it ends at its expiry."""
@@ -128,17 +172,44 @@ class FleetOwner:
 
 
 class PostgresLease:
-    """A lease row; :meth:`release` is idempotent and never raises."""
+    """A lease row, renewed by its holder and fencing the records written through it.
 
-    def __init__(self, name: str, token: str, owner: FleetOwner) -> None:
+    Args:
+        name: the lease's name.
+        token: this grant's token (a later grant of the same name has another).
+        owner: the owner that took it.
+        write: the store's fenced append, ``write(entries, sync, fence)``.
+    """
+
+    def __init__(self, name: str, token: str, owner: FleetOwner, write: FencedAppend) -> None:
         self.name = name
         self._token = token
         self._owner: FleetOwner | None = owner
+        self._write = write
+        self._fence = owner.fence(name, token)
 
     def release(self) -> None:
+        """Give the lease back; idempotent and never raises (on an error it ends at expiry)."""
         if self._owner is not None:
             self._owner.give_back(self.name, self._token)
             self._owner = None
 
+    def renew(self, ttl: float) -> bool:
+        """Extend the lease to ``ttl`` seconds from now (server clock); False once it is lost."""
+        if self._owner is None:
+            return False
+        return self._owner.renew(self.name, self._token, ttl)
 
-__all__ = ["FleetOwner", "OwnerExpired", "PostgresLease"]
+    def append(self, entries: Sequence[Entry], *, sync: bool) -> list[Record]:
+        """Append in a transaction that checks this grant still holds the lease.
+
+        Raises:
+            LeaseLostError: the lease was released, expired or taken over; nothing was written.
+            StoreFailedError: as the store's ``append``.
+        """
+        if self._owner is None:
+            raise LeaseLostError(f"lease {self.name!r} was released; nothing was written")
+        return self._write(entries, sync, self._fence)
+
+
+__all__ = ["LEASE_LOST", "FleetOwner", "OwnerExpired", "PostgresLease"]

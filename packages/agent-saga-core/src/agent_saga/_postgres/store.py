@@ -260,6 +260,8 @@ class PostgresLogStore:
 
         Exactly one of many racing callers on any host gets it; it is free again when released,
         when ``ttl`` has passed, or when this store is closed. The grant is durable on return.
+        The holder keeps it with ``renew`` and writes through its ``append``, which commits
+        only while the grant holds the lease.
 
         Raises:
             StoreFailedError: the store is closed or failed, or the server cannot be reached.
@@ -270,9 +272,12 @@ class PostgresLogStore:
             raise ValueError("ttl must be positive")
         self._commit.check_usable()
         try:
-            return self._owner.take(name, ttl)
+            token = self._owner.take(name, ttl)
         except psycopg.Error as exc:
             raise StoreFailedError(f"{self.where}: cannot take lease {name!r}: {exc}") from exc
+        if token is None:
+            return None
+        return PostgresLease(name, token, self._owner, self._commit.append)
 
     @property
     def url(self) -> str:

@@ -26,10 +26,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
+from .._errors import LeaseLostError
 from .._log.chain import Chain
 from .._log.codec import CodecError
 from .._log.records import GENESIS, Entry, Record
-from .owners import OwnerExpired
+from .owners import LEASE_LOST, OwnerExpired
 from .schema import EXPECT_FAILED
 
 if TYPE_CHECKING:
@@ -138,25 +139,38 @@ class BatchWriter:
         self._calm = 0
 
     def write(
-        self, conn: PgConnection, groups: Sequence[Sequence[Entry]], flush: bool
+        self,
+        conn: PgConnection,
+        groups: Sequence[Sequence[Entry]],
+        flush: bool,
+        fence: Composed | None = None,
     ) -> tuple[list[Outcome], bool]:
         """Commit ``groups`` as one batch; returns each group's outcome and whether it was flushed.
+
+        ``fence`` (a lease's) runs in the batch's transaction before the insert: when it fails,
+        nothing is written and :class:`LeaseLostError` is raised.
 
         Raises:
             NotSent: the connection broke before any commit went out (safe to retry).
             Unknown: the connection broke after the commit was sent (see :meth:`read_tail`).
             OwnerExpired: this owner was declared dead; nothing was written.
+            LeaseLostError: the fence failed; nothing was written.
             psycopg.Error: anything else (the transaction is rolled back when the connection lives).
         """
         if self.tail is not None:
             try:
-                return self._known_tail(conn, groups, self.tail, flush)
+                return self._known_tail(conn, groups, self.tail, flush, fence)
             except _TailMoved:
                 self.tail = None
-        return self.read_tail(conn, groups, flush, None)
+        return self.read_tail(conn, groups, flush, None, fence)
 
     def _known_tail(
-        self, conn: PgConnection, groups: Sequence[Sequence[Entry]], tail: Tail, flush: bool
+        self,
+        conn: PgConnection,
+        groups: Sequence[Sequence[Entry]],
+        tail: Tail,
+        flush: bool,
+        fence: Composed | None,
     ) -> tuple[list[Outcome], bool]:
         from psycopg import sql
 
@@ -173,7 +187,8 @@ class BatchWriter:
         # flush; the lock is held across it, which costs only writers that arrive meanwhile).
         opening = self._q["open_durable" if flush else "open"]
         insert = self._q["insert"] + sql.SQL(", ".join(sealed.rows) + "; COMMIT")
-        _send(conn, sql.SQL("; ").join([opening, check, insert]), sealed)
+        parts = [opening, check, insert] if fence is None else [opening, check, fence, insert]
+        _send(conn, sql.SQL("; ").join(parts), sealed)
         self.tail = self._mine = sealed.last
         return sealed.outcomes, flush
 
@@ -183,8 +198,11 @@ class BatchWriter:
         groups: Sequence[Sequence[Entry]],
         flush: bool,
         unknown: Sealed | None,
+        fence: Composed | None = None,
     ) -> tuple[list[Outcome], bool]:
         """Commit ``groups`` in two round trips, reading the tail under the lock first.
+
+        ``fence`` runs in the second message, before the insert.
 
         With ``unknown`` (a batch whose commit is :class:`Unknown`), the stored record at its
         first ``seq`` is read too: when it is that batch's, the batch did commit, nothing more is
@@ -217,16 +235,18 @@ class BatchWriter:
         if not sealed.rows:
             _send(conn, self._q["rollback"], None)
             return sealed.outcomes, False
-        cursor = _send(conn, self._insert(sealed, flush), sealed)
+        cursor = _send(conn, self._insert(sealed, flush, fence), sealed)
         self._calm = self._calm + 1 if stored == self._mine else 0
         self.tail = sealed.last if self._calm >= CALM_BATCHES else None
         self._mine = sealed.last
         return sealed.outcomes, _flushed(cursor, flush)
 
-    def _insert(self, sealed: Sealed, flush: bool) -> Composed:
+    def _insert(self, sealed: Sealed, flush: bool, fence: Composed | None) -> Composed:
         from psycopg import sql
 
         statement = self._q["insert"] + sql.SQL(", ".join(sealed.rows) + "; COMMIT")
+        if fence is not None:
+            statement = fence + sql.SQL("; ") + statement
         return statement + self._q["flush"] if flush else statement
 
 
@@ -249,6 +269,11 @@ def _send(conn: PgConnection, message: Composed, commits: Sealed | None) -> Curs
             reason = exc.diag.message_primary or ""
             if reason == _MOVED:
                 raise _TailMoved(reason) from exc
+            if reason.startswith(LEASE_LOST):
+                name = reason.removeprefix(LEASE_LOST)
+                raise LeaseLostError(
+                    f"lease {name!r} expired or was taken over; nothing was written"
+                ) from exc
             raise OwnerExpired(f"owner expired ({reason}); reopen the store") from exc
         raise
 

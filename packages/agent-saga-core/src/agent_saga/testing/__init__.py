@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,10 +102,17 @@ class FaultyFileSystem(OsFileSystem):
         self.write_calls = 0
 
     def fsync(self, fd: int) -> None:
+        self._sync(fd, super().fsync)
+
+    def datasync(self, fd: int) -> None:
+        """Counted, failed and recorded as an ``fsync`` is."""
+        self._sync(fd, super().datasync)
+
+    def _sync(self, fd: int, flush: Callable[[int], None]) -> None:
         self.fsync_calls += 1
         if self.fail_fsync_at is not None and self.fsync_calls >= self.fail_fsync_at:
             raise OSError(self.errno, "injected fsync failure")
-        super().fsync(fd)
+        flush(fd)
         self.fsyncs.append((fd, self.size(fd)))
 
     def _before_write(self, data: bytes) -> bytes:
