@@ -15,6 +15,7 @@ import pytest
 from agent_saga import (
     IRREVERSIBLE,
     AgentKit,
+    Approvals,
     Budget,
     ConfigurationError,
     GateRefused,
@@ -263,7 +264,7 @@ def test_the_decision_wakes_the_waiting_step_and_the_vote_is_kept_before_it(
     dana = server.token("approver", "dana")
     kit = agent_kit(server, tmp_path / "d", "wake-d")
     approvals = kit.runtime.approvals
-    assert approvals is not None
+    assert isinstance(approvals, Approvals)
     approvals.poll = 30.0
     ran: list[float] = []
 
