@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_saga import AgentKit, GateRefused, SagaRolledBack, SequentialIds, compensator, tool
+from agent_saga import (
+    AgentKit,
+    GateRefused,
+    SagaRolledBack,
+    SequentialIds,
+    compensator,
+    read_log,
+    tool,
+)
 from agent_saga._approvals.request import (
     ApprovalBook,
     ApprovalRequest,
@@ -606,3 +614,38 @@ def test_a_fake_clock_lets_an_async_request_expire(home: Path) -> None:
         with pytest.raises(SagaRolledBack) as caught:
             asyncio.run(agent())
     assert "expired" in str(caught.value.cause)
+
+
+class _WokenApprovals(Approvals):
+    """Looks at the log every 30 s unless a vote was written and ``voted`` set."""
+
+    def __init__(self) -> None:
+        super().__init__(approvers=["alice"], poll=30.0)
+        self.voted = threading.Event()
+
+    def pause(self, request: Any, clock: Any, seconds: float) -> None:
+        self.voted.wait(seconds)
+
+
+def test_a_pause_that_returns_on_a_vote_and_an_unsynced_vote_the_decision_makes_durable(
+    home: Path, run_agent: Any
+) -> None:
+    WIRES.clear()
+    approvals = _WokenApprovals()
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+
+        def agent() -> str:
+            with kit.transaction("pay"):
+                return wire(40, {"iban": "DE00"})
+
+        outcome = run_agent(agent)
+        request = wait_for_request(kit)
+        start = time.monotonic()
+        vote = submit_vote(kit.store, request.id, "alice", "approve", channel="test", sync=False)
+        assert vote.accepted
+        approvals.voted.set()
+        assert finished(outcome)["result"] == "wire-40"
+        assert time.monotonic() - start < 15  # woken, not after the 30 s look
+    kinds = [r.kind for r in read_log(home) if r.kind.startswith("approval.")]
+    assert kinds == ["approval.requested", "approval.vote", "approval.decided"]
+    assert WIRES == [40]

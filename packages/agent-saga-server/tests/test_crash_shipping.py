@@ -42,7 +42,7 @@ else:
 """
 """The agent writes a burst of about 600 records, says so, and writes the next: it is killed
 right after a burst once the server holds a first batch, so records it wrote were not shipped
-yet (a batch is at most 500 records)."""
+yet (a batch holds what was written since the shipper last looked)."""
 
 
 def _server_tail(server: RunningServer, origin: str) -> int:

@@ -15,6 +15,7 @@ import pytest
 from agent_saga import (
     IRREVERSIBLE,
     AgentKit,
+    Approvals,
     Budget,
     ConfigurationError,
     GateRefused,
@@ -252,3 +253,44 @@ def test_no_cors_from_a_server_started_without_cors_origins(server: RunningServe
             refused = client.options("/v1/whoami", headers={"Origin": origin, **preflight})
             assert refused.status_code == 405
             assert "access-control-allow-origin" not in refused.headers
+
+
+def test_the_decision_wakes_the_waiting_step_and_the_vote_is_kept_before_it(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """The channel wakes the step once the server's vote is in the log: with the step's own
+    look at the log every 30 s, the approved step still runs within seconds; the log holds the
+    vote, then the decision (written durably before the step ran)."""
+    dana = server.token("approver", "dana")
+    kit = agent_kit(server, tmp_path / "d", "wake-d")
+    approvals = kit.runtime.approvals
+    assert isinstance(approvals, Approvals)
+    approvals.poll = 30.0
+    ran: list[float] = []
+
+    @kit.tool(name="bank.wire", semantics=IRREVERSIBLE)
+    def wire(amount: int) -> int:
+        ran.append(time.monotonic())
+        return amount
+
+    def approve() -> None:
+        with server.client(dana) as client:
+            for _ in range(50):
+                rows = client.get("/v1/approvals", params={"status": "pending", "wait": 5})
+                mine = [r for r in rows.json()["approvals"] if r["origin"] == "wake-d"]
+                if mine:
+                    vote = {"decision": "approve"}
+                    client.post(f"/v1/approvals/{mine[0]['id']}/votes", json=vote)
+                    return
+
+    thread = threading.Thread(target=approve)
+    thread.start()
+    start = time.monotonic()
+    with kit.transaction("payout"):
+        wire(5)
+    thread.join(20)
+    assert len(ran) == 1
+    assert ran[0] - start < 15  # far less than one 30 s look of the waiting step
+    kit.close()
+    kinds = [r.kind for r in read_log(tmp_path / "d") if r.kind.startswith("approval.")]
+    assert kinds == ["approval.requested", "approval.vote", "approval.decided"]

@@ -87,19 +87,26 @@ def submit_vote(
     nonce: str | None = None,
     key: str | None = None,
     now: float | None = None,
+    sync: bool = True,
 ) -> VoteResult:
     """Log one approver's vote on a request, after checking it can count.
 
     A vote that cannot count (unknown or already decided request, expired, approver not
     allowed, bad signature, replayed nonce) is logged as ``approval.refused`` and changes
     nothing. The waiting engine checks every vote again when it counts it.
+
+    With ``sync`` (the default) the record is durable when this returns. Without, it is
+    written but becomes durable with the store's next durable append: the waiting engine's
+    ``approval.decided`` record, appended durably before the step acts, is one. For a channel
+    whose votes are also kept durably elsewhere (the control plane), which saves a sync per
+    vote on the way to the decision.
     """
     if decision not in ("approve", "deny"):
         raise ValueError(f"decision is 'approve' or 'deny', got {decision!r}")
     with _BOOKS.lock:
         return _submit(
             _BOOKS.current(store), store, request_id, approver, decision, channel, note,
-            signature, nonce, key, time.time() if now is None else now,
+            signature, nonce, key, time.time() if now is None else now, sync,
         )  # fmt: skip
 
 
@@ -115,6 +122,7 @@ def _submit(
     nonce: str | None,
     key: str | None,
     at: float,
+    sync: bool,
 ) -> VoteResult:
     request = book.find(request_id)
     problem = _refusal(book, request, approver, at, nonce)
@@ -132,12 +140,12 @@ def _submit(
     }
     if problem is not None:
         data["reason"] = problem
-        store.append([Entry(REFUSED, None, data, int(at * 1000))], sync=True)
+        store.append([Entry(REFUSED, None, data, int(at * 1000))], sync=sync)
         return VoteResult(False, problem, request)
     for name, value in (("signature", signature), ("nonce", nonce), ("key", key)):
         if value is not None:
             data[name] = value
-    store.append([Entry(VOTE, None, data, int(at * 1000))], sync=True)
+    store.append([Entry(VOTE, None, data, int(at * 1000))], sync=sync)
     return VoteResult(True, f"{decision} recorded for {request_id}", request)
 
 

@@ -94,6 +94,12 @@ class Approvals:
             "not_claimed": [UNSIGNED_LIMIT if not self.require_signature else SIGNED_LIMIT],
         }
 
+    def pause(self, request: ApprovalRequest, clock: Clock, seconds: float) -> None:
+        """Wait before the waiting step looks at the log again: ``seconds`` (``poll``) here. A
+        subclass whose channel writes the votes may return as soon as it has written some;
+        returning early only makes the step look sooner."""
+        clock.sleep(seconds)
+
     def approve_step(self, step: ApprovalStep) -> tuple[str, str] | None:
         """Block until the step is approved (``None``) or not (``(rule, reason)`` to refuse with).
 
@@ -204,7 +210,7 @@ class Waiter:
             decision = self.look(digest)
             if decision is not None:
                 return decision
-            self.clock.sleep(self.approvals.poll)
+            self.approvals.pause(self.request, self.clock, self.approvals.poll)
 
 
 def _channel_error(

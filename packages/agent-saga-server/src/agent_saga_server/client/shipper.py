@@ -3,7 +3,8 @@
 The local durable log is the write-ahead log; nothing on a transaction's path waits for the
 network. A thread reads the records appended since it last looked (the file store is followed
 by byte offset; other stores are re-read and skipped) and posts them in batches
-(``POST /v1/origins/{origin}/records``, at most 500 records or about 1 MiB each). It starts
+(``POST /v1/origins/{origin}/records``, at most 2,000 records, the server's batch limit, or
+about 4 MiB each: the server's cost per request is about that of 50-70 records). It starts
 from where the server's copy ends (``GET /v1/origins/{origin}``), after checking that the
 server's last record is the local record at that ``seq``: so after a crash or a restart it
 resumes without loss, and a batch the server stored but whose answer was lost is sent again
@@ -39,8 +40,8 @@ from agent_saga.proofs import (
 from .http import ServerClient, ServerRefused, ServerUnreachable
 
 GENESIS = "0" * 64
-BATCH_RECORDS = 500
-BATCH_BYTES = 1024 * 1024
+BATCH_RECORDS = 2000
+BATCH_BYTES = 4 * 1024 * 1024
 
 
 class LogDiverged(Exception):

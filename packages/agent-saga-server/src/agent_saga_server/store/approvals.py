@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .db import Database, Tx
@@ -115,9 +115,15 @@ def create(db: Database, origin: str, request: dict[str, Any]) -> tuple[Approval
             ),
         )  # fmt: skip
         bump(tx, "approvals")
-        found = tx.one(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request["id"],))
-        assert found is not None
-        return _row(tx, found, now), True
+    # the row as inserted (no second read): the values bound above, JSON as stored
+    created = ApprovalRow(
+        request["id"], origin, request["saga"], request["ordinal"], request["tool"],
+        request["semantics"], request["digest"], json.loads(args_text), request["rule"],
+        request["reason"], json.loads(approvers_text), request["quorum"], now,
+        request["expires_at"], "expired" if now >= request["expires_at"] else "pending",
+        None, None,
+    )  # fmt: skip
+    return created, True
 
 
 def get(db: Database, request_id: str) -> ApprovalRow | None:
@@ -213,9 +219,11 @@ def vote(
                 (status, now, request_id),
             )
         bump(tx, "approvals")
-        again = tx.one(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request_id,))
-        assert again is not None
-        return _row(tx, again, now)
+    # the row as this transaction left it (no second read under the lock)
+    cast = VoteRow(approver, decision, note, now)
+    if status is None:
+        return replace(row, votes=[*row.votes, cast])
+    return replace(row, votes=[*row.votes, cast], status=status, decided_at=now)
 
 
 def bump(tx: Tx, topic: str) -> None:
