@@ -9,7 +9,10 @@ re-checked after the decision). What changes is where the votes come from:
 * the thread then long-polls the request (``GET /v1/approvals/{id}?wait=...``); when the server
   has decided it (approvers vote there, each as the subject of their own token, and the server
   decides each request once), the thread writes the server's votes into the local log with
-  :func:`agent_saga.submit_vote`, where the waiting step finds them.
+  :func:`agent_saga.submit_vote`, where the waiting step finds them. A vote cast with a
+  passkey on the dashboard carries its proof: the approver's key is written first as a
+  ``passkey.registered`` record (:func:`agent_saga.register_passkey`), then the vote with its
+  WebAuthn assertion, which the core checks again before it counts (``require_passkey``).
 
 Who may approve: the approvers given, else every subject that holds a valid approver token on
 the server when the request is made (``GET /v1/approvers``); when that cannot be read the
@@ -23,7 +26,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from agent_saga import ApprovalRequest, Approvals, LogStore, submit_vote
+from agent_saga import ApprovalRequest, Approvals, LogStore, register_passkey, submit_vote
+from agent_saga.proofs import PasskeyKey
 
 from .http import ServerClient, ServerRefused, ServerUnreachable
 
@@ -90,10 +94,26 @@ class ServerChannel:
             return
         for vote in row.get("votes", []):
             note = f"via the control plane: {vote.get('note', '')}".strip()
+            passkey = self._passkey(store, vote.get("passkey"))
             submit_vote(
                 store, request.id, str(vote["approver"]), str(vote["decision"]),
-                channel="server", note=note[:2000],
+                channel="server-passkey" if passkey else "server", note=note[:2000],
+                passkey=passkey,
             )  # fmt: skip
+
+    def _passkey(self, store: LogStore, proof: Any) -> dict[str, Any] | None:
+        """A passkey vote's assertion, once its key is registered in the log (a key the log
+        holds already is not written again); ``None`` for a vote without a passkey."""
+        if not isinstance(proof, dict):
+            return None
+        key = PasskeyKey.from_data(proof.get("key") or {})
+        if key is None:
+            self._note("a passkey vote came without its key")
+            return {k: v for k, v in proof.items() if k != "key"}
+        registered = register_passkey(store, key, by=f"control plane {self.client.url}")
+        if registered.problem is not None:
+            self._note(f"passkey of {key.approver} not registered: {registered.problem}")
+        return {k: v for k, v in proof.items() if k != "key"}
 
 
 class ServerApprovals(Approvals):
@@ -111,12 +131,14 @@ class ServerApprovals(Approvals):
         approvers: Iterable[str] = (),
         expires_after: float = 600.0,
         poll: float = 0.002,
+        require_passkey: bool = False,
     ) -> None:
         self.channel = ServerChannel(client)
         self.client = client
         super().__init__(
-            approvers=approvers, expires_after=expires_after, channels=[self.channel], poll=poll
-        )
+            approvers=approvers, expires_after=expires_after, channels=[self.channel], poll=poll,
+            require_passkey=require_passkey,
+        )  # fmt: skip
         self._fixed = bool(self.approvers)
 
     def approve_step(self, step: Any) -> tuple[str, str] | None:
