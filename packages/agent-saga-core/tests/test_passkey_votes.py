@@ -429,3 +429,56 @@ def test_a_passkey_vote_may_follow_a_token_vote_of_the_same_approver(home: Path)
             passkey=passkey.vote(request, "approve"),
         )  # fmt: skip
         assert not twice.accepted
+
+
+WITHOUT_WEBAUTHN = textwrap.dedent(
+    """
+    import sys
+
+    class NoWebauthn:  # py_webauthn absent, as without the agent-saga[passkeys] extra
+        def find_spec(self, name, path=None, target=None):
+            if name == "webauthn" or name.startswith("webauthn."):
+                raise ImportError(f"No module named {name!r}")
+            return None
+
+    sys.meta_path.insert(0, NoWebauthn())
+    from agent_saga import ConfigurationError
+    from agent_saga._approvals.wait import Approvals
+    from agent_saga.cli import main
+
+    try:
+        Approvals(approvers=["alice"], require_passkey=True)
+    except ConfigurationError as exc:
+        print("refused:", exc)
+    main(["--home", sys.argv[1], "certify"])
+    """
+)
+
+
+def test_without_the_extra_passkeys_are_refused_loudly_never_passed(home: Path) -> None:
+    signed_log(home)
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_WEBAUTHN, str(home)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        "refused: Approvals(require_passkey=True): a passkey vote cannot be checked: py_webauthn "
+        "is missing; install the extra: pip install 'agent-saga[passkeys]'"
+    )
+    assert any(
+        line.startswith("CRITICAL: a passkey vote cannot be checked: py_webauthn is missing")
+        for line in lines
+    ), done.stdout
+    assert "NOT CERTIFIED" in done.stdout
+
+
+def test_what_passkey_approvals_rest_on_is_in_the_manifest_and_the_doc(home: Path) -> None:
+    from agent_saga._approvals.wait import PASSKEY_LIMIT
+
+    doc = Path(__file__).resolve().parents[3] / "docs" / "guarantees.md"
+    assert PASSKEY_LIMIT in " ".join(doc.read_text().split())
+    approvals = Approvals(approvers=["alice"], require_passkey=True)
+    with AgentKit(home=home, approvals=approvals) as kit:
+        assert PASSKEY_LIMIT in kit.guarantees()["not_claimed"]
