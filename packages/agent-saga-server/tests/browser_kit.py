@@ -127,11 +127,14 @@ class WiresNeedAPerson:
 
 
 def start_agent(
-    dashboard: Dashboard, home: Path, origin: str
+    dashboard: Dashboard, home: Path, origin: str, *, require_passkey: bool = False
 ) -> tuple[threading.Thread, dict[str, Any]]:
-    """An agent on the dashboard's control plane whose one wire waits for an approval."""
+    """An agent on the dashboard's control plane whose one wire waits for an approval
+    (``require_passkey``: its engine counts only passkey votes)."""
     token = issue_token(dashboard.home, "agent", origin)
     kit = AgentKit(home=home, server=dashboard.url, token=token, rules=[WiresNeedAPerson()])
+    approvals: Any = kit.connection.approvals if kit.connection is not None else None
+    approvals.require_passkey = require_passkey  # before the agent's first step
     seen: dict[str, Any] = {"wires": 0, "error": None, "kit": kit}
 
     @kit.tool(name="bank.wire", semantics=IRREVERSIBLE, redact=["card"])

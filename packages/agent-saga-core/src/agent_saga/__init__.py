@@ -68,6 +68,7 @@ from ._log.records import Entry, Kind, Record, SagaStatus, Semantics
 from ._log.store import LogStore, MemoryLogStore, VerifyReport
 
 if TYPE_CHECKING:
+    from ._approvals.passkeys import PasskeyRegistration, register_passkey, revoke_passkey
     from ._approvals.request import ApprovalRequest, action_digest
     from ._approvals.votes import VoteResult, submit_vote
     from ._approvals.wait import ApprovalChannel, Approvals
@@ -110,6 +111,9 @@ _LAZY = {
     "VoteResult": "_approvals.votes",
     "action_digest": "_approvals.request",
     "submit_vote": "_approvals.votes",
+    "PasskeyRegistration": "_approvals.passkeys",
+    "register_passkey": "_approvals.passkeys",
+    "revoke_passkey": "_approvals.passkeys",
     "FleetBudget": "proofs._mesh.conflicts",
     "certify_merged": "proofs._mesh.certify",
     "merge_logs": "proofs._mesh.merge",
@@ -180,6 +184,7 @@ __all__ = [
     "Observer",
     "Observers",
     "OnRefusal",
+    "PasskeyRegistration",
     "PendingCall",
     "PostgresBudgetStore",
     "REVERSIBLE",
@@ -235,7 +240,9 @@ __all__ = [
     "read_log",
     "recover",
     "redact_path",
+    "register_passkey",
     "require_approval",
+    "revoke_passkey",
     "saga_scope",
     "submit_vote",
     "tool",

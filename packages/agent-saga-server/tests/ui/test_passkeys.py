@@ -1,17 +1,23 @@
 """Passkey approvals in chromium with a virtual authenticator (CDP ``WebAuthn``): an approver
-registers a passkey and approves an agent's IRREVERSIBLE step with it, and the step runs once;
-a replayed assertion, and an assertion made for another request (other arguments), are refused.
-The page is on ``http://localhost`` (WebAuthn needs a host name)."""
+registers a passkey and approves (or denies) an agent's IRREVERSIBLE step with it: the agent's
+engine, counting only passkey votes, checks the assertion again, the step runs once (or not),
+and certify verifies the assertion offline from the agent's log. A replayed assertion, and an
+assertion made for another request (other arguments), are refused. The page is on
+``http://localhost`` (WebAuthn needs a host name)."""
 
 from __future__ import annotations
 
 import secrets
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from agent_saga import AgentKit
 from browser_kit import Dashboard, Guard, issue_token, start_agent, wait_for_request
+from plane_testkit import AGENT_SAGA, server_environment
 from playwright.sync_api import Page, expect
 
 SIGN = """async ([base, csrf, decision]) => {
@@ -67,24 +73,60 @@ def pending_request(dashboard: Dashboard, origin: str, amount: int) -> str:
     return request_id
 
 
-def test_an_approver_registers_a_passkey_and_approves_with_it(
-    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path
+def agent_log(home: Path) -> list[Any]:
+    with AgentKit(home=home, checkpoints=False) as kit:
+        return list(kit.store.records())
+
+
+def certify(home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENT_SAGA, "--home", str(home), "certify"],
+        capture_output=True, text=True, check=False, env=server_environment(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_an_approver_decides_with_a_passkey_and_the_agent_checks_it(
+    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path, decision: str
 ) -> None:
+    """The agent's engine counts only passkey votes; the assertion made in the page reaches the
+    agent's log with the approver's key, is checked there before the step runs, and certify
+    verifies it offline."""
     page, _ = guarded
-    register_passkey(page, dashboard, "pat")
-    thread, seen = start_agent(dashboard, tmp_path / "agent", "wire-passkey")
+    approver = f"pat-{decision}"
+    register_passkey(page, dashboard, approver)
+    home = tmp_path / "agent"
+    origin = f"wire-passkey-{decision}"
+    thread, seen = start_agent(dashboard, home, origin, require_passkey=True)
     try:
         page.goto(f"{dashboard.named_url}/ui/approvals")
-        request = wait_for_request(page, dashboard, "wire-passkey", base=dashboard.named_url)
+        request = wait_for_request(page, dashboard, origin, base=dashboard.named_url)
         request.get_by_label("Note").fill("signed with my passkey")
-        request.get_by_role("button", name="Approve with passkey").click()
-        expect(page.locator("#decided")).to_contain_text("is now approved")
-        thread.join(20)
-        assert seen["wires"] == 1
-        assert seen["error"] is None
+        button = "Approve with passkey" if decision == "approve" else "Deny with passkey"
+        request.get_by_role("button", name=button).click()
+        outcome = "approved" if decision == "approve" else "denied"
+        expect(page.locator("#decided")).to_contain_text(f"is now {outcome}")
+        thread.join(30)
+        assert not thread.is_alive()
+        assert seen["wires"] == (1 if decision == "approve" else 0)
+        assert seen["error"] == (None if decision == "approve" else "SagaRolledBack")
     finally:
         thread.join(20)
         seen["kit"].close()
+    records = agent_log(home)
+    (key,) = [r.data for r in records if r.kind == "passkey.registered"]
+    (vote,) = [r.data for r in records if r.kind == "approval.vote"]
+    (decided,) = [r.data for r in records if r.kind == "approval.decided"]
+    assert (key["approver"], key["rp_id"]) == (approver, "localhost")
+    assert key["alg"] in (-7, -8)  # chromium picks EdDSA (Ed25519), the first one offered
+    assert vote["by"] == approver
+    assert vote["passkey"]["credential"] == key["credential"]
+    assert vote["passkey"]["challenge"]["decision"] == decision
+    assert decided["decision"] == outcome
+    assert decided["by" if decision == "approve" else "denied_by"] == [approver]
+    certified = certify(home)
+    assert certified.returncode == 0, certified.stdout + certified.stderr
+    assert "1 passkey votes verified" in certified.stdout
 
 
 def test_a_replayed_assertion_and_one_for_other_arguments_are_refused(

@@ -28,6 +28,7 @@ from .._log.admins import admin_id, trusted_admin_keys, verify_signature
 from .._log.codec import JSONValue, canonical
 from .._log.records import GENESIS, Kind, Record
 from ..proofs._note import NoteError, NoteVerifier
+from ..proofs._passkey import PasskeyRegistry
 
 __all__ = ["ApproverKeys", "KeyGrant", "key_message"]
 
@@ -88,6 +89,8 @@ class ApproverKeys:
     admins: Callable[[], frozenset[bytes]] = trusted_admin_keys
     log: str = GENESIS
     """The hash of the log's first record, once seen."""
+    passkeys: PasskeyRegistry = field(default_factory=PasskeyRegistry)
+    """Approvers' registered passkeys (``passkey.registered`` / ``passkey.revoked``)."""
     _nonces: set[str] = field(default_factory=set)
     _trusted: frozenset[bytes] | None = None
 

@@ -6,7 +6,9 @@ allowed approvers, and is decided once. Every signal is a record of the saga:
 
 - ``approval.requested``: the request (id, step, digest, arguments with redacted fields masked,
   allowed approvers, quorum, expiry);
-- ``approval.vote``: one approver's approve or deny, optionally Ed25519-signed;
+- ``approval.vote``: one approver's approve or deny, optionally Ed25519-signed or carrying a
+  passkey (WebAuthn) assertion over (request, saga, step, digest, decision, nonce), checked
+  with the approver's ``passkey.registered`` key (:mod:`agent_saga.proofs._passkey`);
 - ``approval.refused``: an attempt that changed nothing (not allowed, expired, decided, bad
   signature, replayed nonce, another digest), kept so that it shows in ``replay``;
 - ``approval.decided``: the outcome, written by the waiting agent (``approved``, ``denied`` or
@@ -17,7 +19,8 @@ revoking a key is itself tamper-evident, and such a record counts only when a tr
 administrator key or the approver's current key signed it (see :mod:`.keys`). Votes are
 re-checked by the agent when it counts them: a vote record only counts if its approver is
 allowed and, when signed, the signature verifies against a key registered with authority and
-not revoked, over this request's digest, with a fresh nonce.
+not revoked, over this request's digest, with a fresh nonce; a passkey vote's assertion must
+verify against the recomputed challenge and a registered, unrevoked passkey of its approver.
 
 An *unsigned* vote (``Approvals(require_signature=False)``, the default) names its approver but
 proves nothing: any process that can write the log can append one. Unsigned approvals rest on
@@ -31,11 +34,12 @@ import base64
 import binascii
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._log.codec import JSONValue, canonical
 from .._log.records import Kind, Record
+from ..proofs._passkey import PASSKEY_REGISTERED, PASSKEY_REVOKED, Expected, check_passkey
 from .keys import ApproverKeys
 
 REQUESTED = Kind.APPROVAL_REQUESTED
@@ -143,6 +147,10 @@ class Vote:
     signature: str | None = None
     nonce: str | None = None
     key: str | None = None
+    passkey: Mapping[str, Any] | None = None
+    """A WebAuthn assertion and its challenge's inputs (see :mod:`agent_saga.proofs._passkey`)."""
+    replayed: bool = False
+    """Its nonce was used by an earlier vote of the log."""
 
 
 def decode_signature(text: str) -> bytes | None:
@@ -175,6 +183,8 @@ class ApprovalBook:
         elif kind == VOTE:
             vote = _vote(data)
             if vote is not None:
+                if vote.nonce and vote.nonce in self.used_nonces:
+                    vote = replace(vote, replayed=True)
                 self.votes.setdefault(vote.request, []).append(vote)
                 if vote.nonce:
                     self.used_nonces.add(vote.nonce)
@@ -184,6 +194,8 @@ class ApprovalBook:
             self.ended_sagas.add(record.saga)
         elif kind in (KEY_ADDED, KEY_REVOKED):
             self.keys.take(record)
+        elif kind in (PASSKEY_REGISTERED, PASSKEY_REVOKED):
+            self.keys.passkeys.take(record)
 
     def take_all(self, records: Iterable[Record]) -> ApprovalBook:
         for record in records:
@@ -217,6 +229,7 @@ def _vote(data: Mapping[str, Any]) -> Vote | None:
             signature=data.get("signature") if isinstance(data.get("signature"), str) else None,
             nonce=data.get("nonce") if isinstance(data.get("nonce"), str) else None,
             key=data.get("key") if isinstance(data.get("key"), str) else None,
+            passkey=data.get("passkey") if isinstance(data.get("passkey"), dict) else None,
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -234,6 +247,16 @@ def check_vote(vote: Vote, request: ApprovalRequest, keys: ApproverKeys, digest:
         return f"{vote.approver} may not approve this request"
     if vote.at >= request.expires_at:
         return "the request had expired"
+    if vote.replayed:
+        return "replayed: its nonce was used by an earlier vote"
+    if vote.passkey is not None:
+        if vote.signature is not None:
+            return "a vote carries one proof: a signature or a passkey, not both"
+        expected = Expected(
+            request.id, request.saga, request.ordinal, digest, vote.decision, vote.approver,
+            vote.nonce,
+        )  # fmt: skip
+        return check_passkey(vote.passkey, expected, keys.passkeys)
     if vote.signature is None:
         return None
     raw = decode_signature(vote.signature)

@@ -15,7 +15,9 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import CorruptLogError
 from .._log.codec import JSONValue
@@ -86,6 +88,7 @@ def submit_vote(
     signature: str | None = None,
     nonce: str | None = None,
     key: str | None = None,
+    passkey: Mapping[str, Any] | None = None,
     now: float | None = None,
     sync: bool = True,
 ) -> VoteResult:
@@ -100,14 +103,33 @@ def submit_vote(
     ``approval.decided`` record, appended durably before the step acts, is one. For a channel
     whose votes are also kept durably elsewhere (the control plane), which saves a sync per
     vote on the way to the decision.
+
+    ``passkey`` is a WebAuthn assertion with its challenge's inputs (see
+    :mod:`agent_saga.proofs._passkey`); its nonce is the vote's. The approver's passkey must
+    already be registered in the log (:func:`~agent_saga._approvals.passkeys.register_passkey`).
     """
     if decision not in ("approve", "deny"):
         raise ValueError(f"decision is 'approve' or 'deny', got {decision!r}")
+    if passkey is not None and nonce is None:
+        inputs = passkey.get("challenge")
+        found = inputs.get("nonce") if isinstance(inputs, Mapping) else None
+        nonce = found if isinstance(found, str) and found else None
+    proof = _Proof(signature, nonce, key, dict(passkey) if passkey is not None else None)
     with _BOOKS.lock:
         return _submit(
             _BOOKS.current(store), store, request_id, approver, decision, channel, note,
-            signature, nonce, key, time.time() if now is None else now, sync,
+            proof, time.time() if now is None else now, sync,
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Proof:
+    """What a vote carries to prove who gave it (all ``None``: an unsigned vote)."""
+
+    signature: str | None
+    nonce: str | None
+    key: str | None
+    passkey: dict[str, Any] | None
 
 
 def _submit(
@@ -118,15 +140,16 @@ def _submit(
     decision: str,
     channel: str,
     note: str,
-    signature: str | None,
-    nonce: str | None,
-    key: str | None,
+    proof: _Proof,
     at: float,
     sync: bool,
 ) -> VoteResult:
     request = book.find(request_id)
-    problem = _refusal(book, request, approver, at, nonce)
-    vote = Vote(request_id, approver, decision, note, channel, at, signature, nonce, key)
+    problem = _refusal(book, request, approver, at, proof.nonce, proof.passkey is not None)
+    vote = Vote(
+        request_id, approver, decision, note, channel, at, proof.signature, proof.nonce,
+        proof.key, proof.passkey,
+    )  # fmt: skip
     if problem is None and request is not None:
         problem = check_vote(vote, request, book.keys, request.digest)
     data: dict[str, JSONValue] = {
@@ -142,15 +165,22 @@ def _submit(
         data["reason"] = problem
         store.append([Entry(REFUSED, None, data, int(at * 1000))], sync=sync)
         return VoteResult(False, problem, request)
-    for name, value in (("signature", signature), ("nonce", nonce), ("key", key)):
+    for name, value in (("signature", proof.signature), ("nonce", proof.nonce), ("key", proof.key)):
         if value is not None:
             data[name] = value
+    if proof.passkey is not None:
+        data["passkey"] = proof.passkey
     store.append([Entry(VOTE, None, data, int(at * 1000))], sync=sync)
     return VoteResult(True, f"{decision} recorded for {request_id}", request)
 
 
 def _refusal(
-    book: ApprovalBook, request: ApprovalRequest | None, approver: str, at: float, nonce: str | None
+    book: ApprovalBook,
+    request: ApprovalRequest | None,
+    approver: str,
+    at: float,
+    nonce: str | None,
+    passkey: bool,
 ) -> str | None:
     if request is None:
         return "no such approval request"
@@ -162,7 +192,10 @@ def _refusal(
         return "the request has expired"
     if approver not in request.approvers:
         return f"{approver} may not approve this request"
-    if any(v.approver == approver for v in book.votes.get(request.id, [])):
+    earlier = [v for v in book.votes.get(request.id, []) if v.approver == approver]
+    if any(v.passkey is not None or not passkey for v in earlier):
+        # A passkey vote may follow the same approver's vote without one: under
+        # ``require_passkey`` only the passkey vote counts.
         return f"{approver} has already voted on this request"
     if nonce is not None and nonce in book.used_nonces:
         return "this signature was already used (replay)"

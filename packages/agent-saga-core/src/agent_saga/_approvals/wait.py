@@ -19,6 +19,7 @@ from .._log.codec import JSONValue, to_jsonable
 from .._log.follow import LogFollower
 from .._log.records import Kind
 from .._log.store import LogStore
+from ..proofs._passkey import EXTRA_MISSING, webauthn_available
 from .request import ApprovalBook, ApprovalRequest, action_digest, check_vote
 
 if TYPE_CHECKING:
@@ -37,6 +38,14 @@ SIGNED_LIMIT = (
     "administrator key (admin_keys, configured outside the home) or the approver's own "
     "current key registered it, so whoever holds an administrator key, or can change the "
     "admin_keys configuration, can register a key for any approver"
+)
+
+PASSKEY_LIMIT = (
+    "passkey approvals rest on the passkey.registered records of the log: a passkey vote "
+    "proves that the holder of a registered passkey signed this decision on these exact "
+    "arguments, but whoever can write the log (or the control plane that relays "
+    "registrations) can register a passkey for any approver; an auditor compares the "
+    "registered keys with the approvers' own"
 )
 
 
@@ -58,7 +67,11 @@ class Approvals:
             approver is refused at once.
         expires_after: seconds until an undecided request counts as denied.
         channels: notified of each request and decision.
-        require_signature: count only Ed25519-signed votes (``agent-saga approve --sign``).
+        require_signature: count only signed votes: Ed25519 (``agent-saga approve --sign``)
+            or passkey.
+        require_passkey: count only passkey (WebAuthn) votes, each checked against the
+            approver's registered passkey and the arguments about to run. Needs the
+            ``agent-saga[passkeys]`` extra (:class:`ConfigurationError` without it).
         poll: seconds between looks at the log while waiting.
     """
 
@@ -69,6 +82,7 @@ class Approvals:
         expires_after: float = 600.0,
         channels: Sequence[ApprovalChannel] = (),
         require_signature: bool = False,
+        require_passkey: bool = False,
         poll: float = 0.05,
     ) -> None:
         if isinstance(approvers, str):
@@ -78,7 +92,10 @@ class Approvals:
         self.approvers = tuple(approvers)
         self.expires_after = expires_after
         self.channels = tuple(channels)
+        if require_passkey and not webauthn_available():
+            raise ConfigurationError(f"Approvals(require_passkey=True): {EXTRA_MISSING}")
         self.require_signature = require_signature
+        self.require_passkey = require_passkey
         self.poll = poll
 
     def describe(self) -> dict[str, JSONValue]:
@@ -90,8 +107,9 @@ class Approvals:
             "approvers": approvers,
             "expires_after_seconds": self.expires_after,
             "require_signature": self.require_signature,
+            "require_passkey": self.require_passkey,
             "channels": channels,
-            "not_claimed": [UNSIGNED_LIMIT if not self.require_signature else SIGNED_LIMIT],
+            "not_claimed": [self._limit()],
         }
 
     def pause(self, request: ApprovalRequest, clock: Clock, seconds: float) -> None:
@@ -99,6 +117,11 @@ class Approvals:
         subclass whose channel writes the votes may return as soon as it has written some;
         returning early only makes the step look sooner."""
         clock.sleep(seconds)
+
+    def _limit(self) -> str:
+        if self.require_passkey:
+            return PASSKEY_LIMIT
+        return SIGNED_LIMIT if self.require_signature else UNSIGNED_LIMIT
 
     def approve_step(self, step: ApprovalStep) -> tuple[str, str] | None:
         """Block until the step is approved (``None``) or not (``(rule, reason)`` to refuse with).
@@ -170,18 +193,25 @@ class Waiter:
         self.follower = LogFollower(store)
         self.counted: dict[str, str] = {}
         self.ignored: list[str] = []
+        self.checked = 0
+        """How many of the request's votes have been checked."""
 
     def look(self, digest: str) -> str | None:
         """Read new records; the decision once there is one (``approved``/``denied``/...)."""
         for record in self.follower.new_records():
             self.book.take(record)
         request = self.request
-        for vote in self.book.votes.get(request.id, []):
+        votes = self.book.votes.get(request.id, [])
+        fresh, self.checked = votes[self.checked :], len(votes)
+        for vote in fresh:  # each vote is checked once (a passkey check costs a verification)
             if vote.approver in self.counted:
                 continue  # each approver counts once
             problem = check_vote(vote, request, self.book.keys, digest)
-            if problem is None and self.approvals.require_signature and vote.signature is None:
+            signed = vote.signature is not None or vote.passkey is not None
+            if problem is None and self.approvals.require_signature and not signed:
                 problem = "an unsigned vote, but signatures are required"
+            if problem is None and self.approvals.require_passkey and vote.passkey is None:
+                problem = "a vote without a passkey, but passkeys are required"
             if problem is not None:
                 self.ignored.append(f"{vote.approver}: {problem}")
                 continue

@@ -209,9 +209,11 @@ def certify_command(out: Path | None, budgets: tuple[str, ...]) -> None:
         )
     counts = cert["counts"]
     verdict = "certified" if cert["ok"] else "NOT CERTIFIED"
+    passkeys = counts.get("passkey_votes", 0)
+    verified = f", {passkeys} passkey votes verified" if passkeys else ""
     settings.console.print(
         f"{verdict}: {counts['sagas']} sagas, {counts['records']} records, "
-        f"{counts['critical']} critical, {counts['warning']} warnings",
+        f"{counts['critical']} critical, {counts['warning']} warnings{verified}",
         markup=False,
     )
     if out is not None:

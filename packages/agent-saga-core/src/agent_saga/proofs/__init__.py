@@ -13,6 +13,10 @@ Everything here works offline on bytes and keys; nothing opens a log for writing
 * Disclosure bundles: :func:`build_bundle` and :func:`verify_bundle` (:class:`DisclosureError`).
 * certify: :func:`certify_records` (the findings over records read elsewhere) and
   :func:`verify_certificate`.
+* Passkey (WebAuthn) approvals checked offline: :func:`passkey_challenge` (what a passkey
+  signs), :class:`PasskeyKey` and :class:`PasskeyRegistry` (the log's registered passkeys),
+  :func:`webauthn_available` (the ``agent-saga[passkeys]`` extra); certify checks every passkey
+  vote of a log.
 * Records received from another process: :func:`check_record`, :func:`check_records` for a
   batch (:class:`ChainError`).
 * Offline devices' logs merged once each device's key, chain and checkpoints vouch for them
@@ -46,6 +50,7 @@ from ._merkle import (
     verify_inclusion,
 )
 from ._note import NoteError, NoteSigner, NoteVerifier
+from ._passkey import PasskeyKey, PasskeyRegistry, passkey_challenge, webauthn_available
 from ._received import ChainError, check_record, check_records
 from ._tree import MerkleTree
 
@@ -63,6 +68,8 @@ __all__ = [
     "NoteError",
     "NoteSigner",
     "NoteVerifier",
+    "PasskeyKey",
+    "PasskeyRegistry",
     "ProofError",
     "RootMismatchError",
     "build_bundle",
@@ -74,6 +81,7 @@ __all__ = [
     "node_hash",
     "open_checkpoint",
     "parse_checkpoint",
+    "passkey_challenge",
     "record_leaf",
     "root_from_consistency_proof",
     "root_from_inclusion_proof",
@@ -82,4 +90,5 @@ __all__ = [
     "verify_certificate",
     "verify_consistency",
     "verify_inclusion",
+    "webauthn_available",
 ]

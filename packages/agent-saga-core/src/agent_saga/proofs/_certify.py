@@ -10,7 +10,13 @@ Checks, each producing findings:
   was never recovered, an IRREVERSIBLE step that ran without a recorded approval, a suspended
   saga past its expiry, and any record of a saga logged after its ``saga.end`` (a run that
   outlived its transaction: that effect can never be compensated) are all CRITICAL; a saga
-  whose owner is still running, or that is suspended and not yet expired, is a WARNING.
+  whose owner is still running, or that is suspended and not yet expired, is a WARNING;
+- every passkey vote: its WebAuthn assertion verifies offline with the approver's registered
+  key, over the challenge recomputed from the logged request (saga, step, action digest), the
+  vote's decision and nonce (:mod:`._passkey_audit`); one that does not, and a registration
+  that does not hold, is CRITICAL naming its record; a passkey vote that cannot be checked
+  because py_webauthn is missing (the ``agent-saga[passkeys]`` extra) is CRITICAL. The count
+  of verified passkey votes is the certificate's ``counts.passkey_votes``.
 
 The certificate is JSON: the checkpoint it covers, the findings and the counts, signed with the
 home's checkpoint key over its canonical encoding. ``ok`` is true only when nothing is CRITICAL.
@@ -32,6 +38,8 @@ from .._log.redaction import REDACTION_KIND
 from .._log.store import VerifyReport
 from ._checkpoint import Checkpoint
 from ._note import NoteSigner, NoteVerifier
+from ._passkey import EXTRA_MISSING
+from ._passkey_audit import audit_passkeys
 
 __all__ = ["Finding", "certificate", "certify_records", "verify_certificate"]
 
@@ -161,6 +169,11 @@ def certify_records(
                     f"{record.seq}); its remaining content rests on that record"
                 )
                 findings.append(Finding(WARNING, "redacted", message))
+    passkeys = audit_passkeys(records)
+    if passkeys.unverifiable:
+        findings.append(Finding(CRITICAL, "passkey_unverifiable", EXTRA_MISSING))
+    for _, message in passkeys.problems:
+        findings.append(Finding(CRITICAL, "passkey", message))
     history = build_history(records)
     approved = _approved(records)
     now_ms = int(now * 1000) if now is not None else max((r.ts for r in records), default=0)
@@ -177,6 +190,7 @@ def _counts(records: Sequence[Record], findings: Sequence[Finding]) -> dict[str,
     counts = {"records": len(records), "sagas": len(history.sagas)}
     for status in SagaStatus:
         counts[status.value] = sum(1 for s in history.sagas if s.status is status)
+    counts["passkey_votes"] = audit_passkeys(records).verified
     counts["critical"] = sum(1 for f in findings if f.severity == CRITICAL)
     counts["warning"] = sum(1 for f in findings if f.severity == WARNING)
     return counts

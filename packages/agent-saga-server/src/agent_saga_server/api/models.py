@@ -150,6 +150,9 @@ class VoteOut(BaseModel):
     decision: str
     note: str
     at: float
+    passkey: dict[str, Any] | None = None
+    """A passkey vote's proof: the WebAuthn assertion, its challenge's inputs (``challenge``)
+    and the approver's registered key (``key``), for the agent's log."""
 
 
 class ApprovalOut(BaseModel):

@@ -12,7 +12,10 @@ re-checked after the decision). What changes is where the votes come from:
   :func:`agent_saga.submit_vote` and wakes the waiting step, which finds them there at once.
   The votes are written without a sync of their own: they are durable on the server, and the
   step's ``approval.decided`` record, appended durably before the step acts, makes them durable
-  in the local log too (one sync on the way to the decision instead of two).
+  in the local log too (one sync on the way to the decision instead of two). A vote cast with a
+  passkey on the dashboard carries its proof: the approver's key is written first as a
+  ``passkey.registered`` record (:func:`agent_saga.register_passkey`), then the vote with its
+  WebAuthn assertion, which the core checks again before it counts (``require_passkey``).
 
 Who may approve: the approvers given, else every subject that holds a valid approver token on
 the server when the request is made (``GET /v1/approvers``); when that cannot be read the
@@ -26,7 +29,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from agent_saga import ApprovalRequest, Approvals, LogStore, submit_vote
+from agent_saga import ApprovalRequest, Approvals, LogStore, register_passkey, submit_vote
+from agent_saga.proofs import PasskeyKey
 
 from .http import ServerClient, ServerRefused, ServerUnreachable
 
@@ -96,9 +100,11 @@ class ServerChannel:
             return
         for vote in row.get("votes", []):
             note = f"via the control plane: {vote.get('note', '')}".strip()
+            passkey = self._passkey(store, vote.get("passkey"))
             submit_vote(
                 store, request.id, str(vote["approver"]), str(vote["decision"]),
-                channel="server", note=note[:2000], sync=False,
+                channel="server-passkey" if passkey else "server", note=note[:2000],
+                passkey=passkey, sync=False,
             )  # fmt: skip
         with self.arrived:
             self.delivered.add(request.id)
@@ -109,6 +115,20 @@ class ServerChannel:
         with self.arrived:
             if self.arrived.wait_for(lambda: request_id in self.delivered, seconds):
                 self.delivered.discard(request_id)
+
+    def _passkey(self, store: LogStore, proof: Any) -> dict[str, Any] | None:
+        """A passkey vote's assertion, once its key is registered in the log (a key the log
+        holds already is not written again); ``None`` for a vote without a passkey."""
+        if not isinstance(proof, dict):
+            return None
+        key = PasskeyKey.from_data(proof.get("key") or {})
+        if key is None:
+            self._note("a passkey vote came without its key")
+            return {k: v for k, v in proof.items() if k != "key"}
+        registered = register_passkey(store, key, by=f"control plane {self.client.url}")
+        if registered.problem is not None:
+            self._note(f"passkey of {key.approver} not registered: {registered.problem}")
+        return {k: v for k, v in proof.items() if k != "key"}
 
 
 class ServerApprovals(Approvals):
@@ -127,12 +147,14 @@ class ServerApprovals(Approvals):
         approvers: Iterable[str] = (),
         expires_after: float = 600.0,
         poll: float = 0.05,
+        require_passkey: bool = False,
     ) -> None:
         self.channel = ServerChannel(client)
         self.client = client
         super().__init__(
-            approvers=approvers, expires_after=expires_after, channels=[self.channel], poll=poll
-        )
+            approvers=approvers, expires_after=expires_after, channels=[self.channel], poll=poll,
+            require_passkey=require_passkey,
+        )  # fmt: skip
         self._fixed = bool(self.approvers)
 
     def pause(self, request: ApprovalRequest, clock: Any, seconds: float) -> None:

@@ -136,13 +136,14 @@ async def approval_with_passkey(
     row = _deciding(viewer, config, request_id)
     note = str(body.get("note", ""))[:2000]
     try:
-        decision = verify_vote(
+        signed = verify_vote(
             config.db, where(request), viewer.subject, row,
             str(body.get("challenge_id", "")), body.get("credential"),
         )  # fmt: skip
         voted = approval_store.vote(
-            config.db, row.id, viewer.subject, decision, note, f"ui-passkey:{viewer.session_id}"
-        )
+            config.db, row.id, viewer.subject, signed.decision, note,
+            f"ui-passkey:{viewer.session_id}", passkey=signed.proof,
+        )  # fmt: skip
     except PasskeyRefused as exc:
         return _answer({"detail": str(exc)}, 403)
     except approval_store.ApprovalRefused as exc:

@@ -8,8 +8,12 @@
   recomputes it from the request as the server holds it *now*, so an assertion made for other
   arguments (another digest), another request or the other decision does not verify; the
   challenge is spent by the first verification (a replayed assertion is refused) and expires
-  after five minutes. The verified assertion is kept with its challenge row, so it can be
-  checked again offline with the registered public key.
+  after five minutes. The verified assertion is kept with its challenge row, and it travels
+  with the vote (:func:`verify_vote` returns it as the vote's *proof*: the assertion, the
+  challenge's inputs and the approver's registered key, COSE public key and algorithm, RP id
+  and origin). The agent writes the key as a ``passkey.registered`` record and the vote with
+  its assertion into its own log; its engine checks the assertion again against the arguments
+  about to run, and ``certify`` checks it offline (core ``agent_saga.proofs``).
 
 Every challenge and credential lives in the control plane's database (any replica verifies).
 """
@@ -23,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agent_saga.proofs import passkey_challenge
 from webauthn import (
     generate_authentication_options,
     generate_registration_options,
@@ -30,6 +35,7 @@ from webauthn import (
     verify_authentication_response,
     verify_registration_response,
 )
+from webauthn.helpers import bytes_to_base64url, decode_credential_public_key
 from webauthn.helpers.exceptions import InvalidAuthenticationResponse, InvalidRegistrationResponse
 from webauthn.helpers.structs import (
     AuthenticatorSelectionCriteria,
@@ -73,13 +79,19 @@ def create_tables(db: Database) -> None:
 
 def commitment(request: ApprovalRow, decision: str, nonce: str) -> bytes:
     """What an approval's passkey signs: SHA-256 over the canonical JSON of the request id,
-    saga, step, action digest, decision and nonce."""
-    bound = {
-        "request": request.id, "saga": request.saga, "step": request.ordinal,
-        "digest": request.digest, "decision": decision, "nonce": nonce,
-    }  # fmt: skip
-    text = json.dumps(bound, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).digest()
+    saga, step, action digest, decision and nonce (the core's :func:`passkey_challenge`, which
+    the agent's engine and certify recompute)."""
+    return passkey_challenge(
+        request.id, request.saga, request.ordinal, request.digest, decision, nonce
+    )
+
+
+@dataclass(frozen=True)
+class PasskeyVote:
+    """A verified passkey vote: the decision it signed and its proof for the agent's log."""
+
+    decision: str
+    proof: dict[str, Any]
 
 
 def _challenge(
@@ -193,8 +205,9 @@ def vote_options(
 
 def verify_vote(
     db: Database, where: Where, subject: str, request: ApprovalRow, ident: str, credential: Any
-) -> str:
-    """Verify a passkey vote on ``request`` as the server holds it now; the decision it signed.
+) -> PasskeyVote:
+    """Verify a passkey vote on ``request`` as the server holds it now; the decision it signed
+    and its proof (see the module docstring).
 
     Raises:
         PasskeyRefused: another request, another action digest, a spent or expired challenge,
@@ -233,7 +246,37 @@ def verify_vote(
             "UPDATE ui_challenges SET assertion = ? WHERE id = ?",
             (json.dumps(credential, sort_keys=True), ident),
         )
-    return str(decision)
+    inputs = {
+        "request": request.id, "saga": request.saga, "step": request.ordinal,
+        "digest": request.digest, "decision": str(decision), "nonce": str(nonce),
+    }  # fmt: skip
+    key = _key(where, subject, verified.credential_id, bytes.fromhex(public_key))
+    return PasskeyVote(str(decision), _proof(credential, inputs, key))
+
+
+def _key(where: Where, subject: str, credential_id: bytes, public_key: bytes) -> dict[str, Any]:
+    """The registered key as the agent's ``passkey.registered`` record states it."""
+    alg = int(decode_credential_public_key(public_key).alg)
+    return {
+        "credential": bytes_to_base64url(credential_id), "approver": subject,
+        "public_key": bytes_to_base64url(public_key), "alg": alg, "rp_id": where.rp_id,
+        "origin": where.origin,
+    }  # fmt: skip
+
+
+def _proof(credential: Any, inputs: dict[str, Any], key: dict[str, Any]) -> dict[str, Any]:
+    response = credential["response"]
+    proof: dict[str, Any] = {
+        "credential": key["credential"],
+        "authenticator_data": str(response["authenticatorData"]),
+        "client_data_json": str(response["clientDataJSON"]),
+        "signature": str(response["signature"]),
+        "challenge": inputs,
+        "key": key,
+    }
+    if isinstance(response.get("userHandle"), str):
+        proof["user_handle"] = response["userHandle"]
+    return proof
 
 
 def _b64url(text: str) -> bytes:
@@ -246,6 +289,7 @@ def _b64url(text: str) -> bytes:
 
 __all__ = [
     "PasskeyRefused",
+    "PasskeyVote",
     "Where",
     "commitment",
     "create_tables",

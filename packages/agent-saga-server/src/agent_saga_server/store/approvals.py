@@ -11,6 +11,11 @@ request takes no more votes.
 The waiting agent reads the decision and the votes (``GET .../approvals/{id}``), writes them to
 its own log and decides there too; the ``approval.decided`` record it ships back is kept as the
 request's ``outcome``.
+
+A vote cast with a passkey keeps its proof (the WebAuthn assertion, its challenge's inputs and
+the approver's registered key, as the dashboard verified them) in ``approval_vote_proofs``,
+written in the vote's transaction; the agent writes it into its log with the vote, where its
+engine and certify check it again.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class VoteRow:
     decision: str
     note: str
     at: float
+    passkey: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,10 +80,16 @@ def _row(tx: Tx, row: tuple[Any, ...], now: float) -> ApprovalRow:
     if values[14] == "pending" and now >= float(values[13]):
         values[14] = "expired"
     votes = tx.all(
-        "SELECT approver, decision, note, at FROM approval_votes WHERE request = ? ORDER BY at",
+        "SELECT v.approver, v.decision, v.note, v.at, p.passkey FROM approval_votes v "
+        "LEFT JOIN approval_vote_proofs p ON p.request = v.request AND p.approver = v.approver "
+        "WHERE v.request = ? ORDER BY v.at",
         (values[0],),
     )
-    fields: list[Any] = [*values[:17], [VoteRow(*v) for v in votes]]
+    rows = [
+        VoteRow(str(a), str(d), str(n), float(t), json.loads(p) if p else None)
+        for a, d, n, t, p in votes
+    ]
+    fields: list[Any] = [*values[:17], rows]
     return ApprovalRow(*fields)
 
 
@@ -173,9 +185,17 @@ def list_approvals(
 
 
 def vote(
-    db: Database, request_id: str, approver: str, decision: str, note: str, token_id: str
+    db: Database,
+    request_id: str,
+    approver: str,
+    decision: str,
+    note: str,
+    token_id: str,
+    passkey: dict[str, Any] | None = None,
 ) -> ApprovalRow:
     """Record ``approver``'s vote and decide the request when the vote decides it.
+
+    ``passkey``: the vote's verified passkey proof, kept with it (same transaction).
 
     Raises:
         ApprovalRefused: 404 unknown request; 403 an approver the request does not allow;
@@ -207,6 +227,11 @@ def vote(
             "VALUES (?, ?, ?, ?, ?, ?)",
             (request_id, approver, decision, note, now, token_id),
         )
+        if passkey is not None:
+            tx.execute(
+                "INSERT INTO approval_vote_proofs (request, approver, passkey) VALUES (?, ?, ?)",
+                (request_id, approver, json.dumps(passkey, sort_keys=True)),
+            )
         approvals = 1 + sum(1 for v in row.votes if v.decision == "approve")
         status = None
         if decision == "deny":

@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS approval_votes (
     request TEXT NOT NULL, approver TEXT NOT NULL, decision TEXT NOT NULL, note TEXT NOT NULL,
     at DOUBLE PRECISION NOT NULL, token_id TEXT NOT NULL, PRIMARY KEY (request, approver)
 );
+CREATE TABLE IF NOT EXISTS approval_vote_proofs (
+    request TEXT NOT NULL, approver TEXT NOT NULL, passkey TEXT NOT NULL,
+    PRIMARY KEY (request, approver)
+);
 CREATE TABLE IF NOT EXISTS budgets (
     name TEXT PRIMARY KEY, cap TEXT, updated_at DOUBLE PRECISION NOT NULL
 );
