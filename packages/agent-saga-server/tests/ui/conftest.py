@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from browser_kit import Dashboard, Guard, guard_page
+from browser_kit import Dashboard, Guard, axe_violations, guard_page
 from plane_testkit import AGENT_SAGA, server_environment
 from plane_testkit import _stop as stop_server
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -84,12 +84,14 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def snap(screenshots: Path) -> Callable[[Page, str], Path]:
-    """Save a screenshot of a page under :func:`screenshots`, as ``NAME.png``."""
+    """Save a screenshot of a page under :func:`screenshots`, as ``NAME.png``, and check the
+    page with axe-core (no serious or critical violation)."""
 
     def take(page: Page, name: str) -> Path:
         path = screenshots / f"{name}.png"
         page.screenshot(path=path, full_page=True)
         assert path.stat().st_size > 1000
+        assert axe_violations(page) == [], f"accessibility of the {name} page"
         return path
 
     return take
