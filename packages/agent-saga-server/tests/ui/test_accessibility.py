@@ -101,4 +101,3 @@ def test_axe_finds_a_violation_it_is_given(dashboard: Dashboard, page: Page) -> 
     dashboard.login(page)
     page.evaluate("() => document.querySelector('main').appendChild(new Image())")
     assert any(v.startswith("image-alt (critical)") for v in axe_violations(page))
-
