@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -94,17 +94,33 @@ def next_events(db: Database, position: dict[str, int]) -> list[dict[str, Any]]:
     return found
 
 
-async def follow(request: Request, db: Database, position: dict[str, int]) -> AsyncIterator[str]:
-    """The SSE stream from ``position`` on, until the browser goes away."""
+def record_messages(db: Database, events: list[dict[str, Any]], start: dict[str, int]) -> list[str]:
+    """One ``record`` event per record, each with the position right after it as its id."""
+    position = dict(start)
+    out = []
+    for event in events:
+        position[event["origin"]] = event["seq"]
+        out.append(f"id: {format_position(position)}\nevent: record\ndata: {json.dumps(event)}\n\n")
+    return out
+
+
+Messages = Callable[[Database, list[dict[str, Any]], dict[str, int]], list[str]]
+"""What a stream sends for a batch of new records: ``(db, records, position before them)``."""
+
+
+async def follow(
+    request: Request, db: Database, position: dict[str, int], messages: Messages = record_messages
+) -> AsyncIterator[str]:
+    """The SSE stream from ``position`` on, until the browser goes away; each batch of new
+    records becomes the events ``messages`` makes of it."""
     yield "retry: 1000\n\n"
     quiet = 0.0
     while not await request.is_disconnected():
+        before = dict(position)
         events = await run_in_threadpool(next_events, db, position)
-        for event in events:
-            pos = dict(position)  # the position right after this record
-            pos[event["origin"]] = event["seq"]
-            yield f"id: {format_position(pos)}\nevent: record\ndata: {json.dumps(event)}\n\n"
         if events:
+            for text in await run_in_threadpool(messages, db, events, before):
+                yield text
             quiet = 0.0
             continue
         await asyncio.sleep(POLL)
@@ -114,23 +130,37 @@ async def follow(request: Request, db: Database, position: dict[str, int]) -> As
             yield ": keep-alive\n\n"
 
 
+def stream(request: Request, db: Database, messages: Messages = record_messages) -> Response:
+    """An event stream (``text/event-stream``) following the log from the request's
+    ``Last-Event-ID`` (else from the tail)."""
+    position = parse_position(request.headers.get("last-event-id")) or tails(db)
+    headers = {**page_headers(), "x-accel-buffering": "no"}
+    return StreamingResponse(
+        follow(request, db, position, messages), media_type="text/event-stream", headers=headers
+    )
+
+
 @pages.get("/live")
 def live_page(viewer: PageViewer) -> Response:
     return render("live.html", viewer)
 
 
 @pages.get("/live/stream")
-async def live_stream(
+def live_stream(
     request: Request, config: Config, _: Annotated[Viewer, Depends(api_viewer)]
 ) -> Response:
-    """The live log's event stream (``text/event-stream``), resumable by ``Last-Event-ID``."""
-    position = parse_position(request.headers.get("last-event-id"))
-    if position is None:
-        position = await run_in_threadpool(tails, config.db)
-    headers = {**page_headers(), "x-accel-buffering": "no"}
-    return StreamingResponse(
-        follow(request, config.db, position), media_type="text/event-stream", headers=headers
-    )
+    """The live log's event stream, resumable by ``Last-Event-ID``."""
+    return stream(request, config.db)
 
 
-__all__ = ["format_position", "next_events", "pages", "parse_position", "tails"]
+__all__ = [
+    "Messages",
+    "follow",
+    "format_position",
+    "next_events",
+    "pages",
+    "parse_position",
+    "record_messages",
+    "stream",
+    "tails",
+]
