@@ -92,12 +92,15 @@ def axe_violations(page: Page) -> list[str]:
 
 @dataclass
 class Dashboard:
-    """A running ``agent-saga ui``: its base URL, home, and the login link it printed."""
+    """A running ``agent-saga ui``: its base URL, home, the login link it printed, and its
+    temporary directory."""
 
     url: str
     home: Path
     first_link: str
     process: subprocess.Popen[str]
+    scratch: Path
+    """The server's ``TMPDIR`` (where the playground's sandboxes are made, and removed)."""
 
     def login_link(self, subject: str = "ann", role: str = "admin") -> str:
         """A fresh one-time login link, minted in the dashboard's database."""

@@ -99,12 +99,15 @@ def snap(screenshots: Path) -> Callable[[Page, str], Path]:
 
 @pytest.fixture(scope="session")
 def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
-    """``agent-saga --home HOME ui --port 0``, read until it prints its login link."""
+    """``agent-saga --home HOME ui --port 0``, read until it prints its login link; its
+    temporary files (``TMPDIR``) go to a directory of the test session."""
     home = tmp_path_factory.mktemp("ui-home")
+    scratch = tmp_path_factory.mktemp("ui-tmp")  # the server's temporary files (playground)
     errors = (home / "ui.err").open("w")
+    env = {**server_environment(), "TMPDIR": str(scratch)}
     process = subprocess.Popen(
         [AGENT_SAGA, "--home", str(home), "ui", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=errors, text=True, env=server_environment(), cwd=home,
+        stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=home,
     )  # fmt: skip
     try:
         assert process.stdout is not None
@@ -113,7 +116,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
             process.wait(30)
             raise RuntimeError(f"ui did not start: {first!r} {(home / 'ui.err').read_text()}")
         url = first.split()[3].removesuffix("/ui/")
-        yield Dashboard(url, home, second.split()[-1], process)
+        yield Dashboard(url, home, second.split()[-1], process, scratch)
     finally:
         stop_server(process)
         errors.close()

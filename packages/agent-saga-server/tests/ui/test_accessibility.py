@@ -57,7 +57,7 @@ def test_every_page_has_no_serious_or_critical_violation(
     dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path
 ) -> None:
     page, guard = guarded
-    guard.expected += ["status of 404", "status of 401"]
+    guard.expected += ["status of 404", "status of 401", "status of 400"]
     page.goto(f"{dashboard.url}/ui/login")
     found = {"login": axe_violations(page)}
     run_two_sagas(dashboard.home)
@@ -89,11 +89,16 @@ def test_every_page_has_no_serious_or_critical_violation(
         for name, url in pages.items():
             page.goto(url)
             found[name] = axe_violations(page)
+        page.goto(f"{dashboard.url}/ui/playground")
+        page.get_by_label("Compare before and after side by side").check()
+        page.get_by_role("button", name="Run with agent-saga (after)").click()
+        page.locator(".run.after").wait_for()
+        found["playground results"] = axe_violations(page)
     finally:
         thread.join(20)
         seen["kit"].close()
     assert {name: v for name, v in found.items() if v} == {}
-    assert len(found) == 15
+    assert len(found) == 16
 
 
 def test_axe_finds_a_violation_it_is_given(dashboard: Dashboard, page: Page) -> None:

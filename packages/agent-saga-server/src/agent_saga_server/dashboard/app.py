@@ -19,6 +19,7 @@ from . import (
     login,
     passkey_routes,
     passkeys,
+    playground,
     sagas,
     sagas_live,
     sessions,
@@ -56,7 +57,17 @@ def mount(app: FastAPI, db: Database, hosts: set[str] | None = None) -> Dashboar
         config.hosts |= hosts
     app.state.dashboard = config
     router = APIRouter(prefix=PREFIX, dependencies=[Depends(allowed_host)], include_in_schema=False)
-    for module in (login, sagas_live, sagas, approvals, control, live, audit, passkey_routes):
+    for module in (
+        login,
+        sagas_live,
+        sagas,
+        approvals,
+        control,
+        live,
+        audit,
+        passkey_routes,
+        playground,
+    ):
         router.include_router(module.pages)
     app.include_router(router)
     static = StaticFiles(directory=HERE / "static")
