@@ -83,6 +83,8 @@ def test_every_page_has_no_serious_or_critical_violation(
             "audit": f"{dashboard.url}/ui/audit",
             "audit certify": f"{dashboard.url}/ui/audit?certify=local",
             "passkeys": f"{dashboard.url}/ui/passkeys",
+            "status": f"{dashboard.url}/ui/status",
+            "status verified": f"{dashboard.url}/ui/status?verify=yes",
             "playground": f"{dashboard.url}/ui/playground",
             "missing": f"{dashboard.url}/ui/sagas/local/{quote('no such saga')}",
         }
@@ -98,7 +100,7 @@ def test_every_page_has_no_serious_or_critical_violation(
         thread.join(20)
         seen["kit"].close()
     assert {name: v for name, v in found.items() if v} == {}
-    assert len(found) == 16
+    assert len(found) == 18
 
 
 def test_axe_finds_a_violation_it_is_given(dashboard: Dashboard, page: Page) -> None:

@@ -23,6 +23,7 @@ from . import (
     sagas,
     sagas_live,
     sessions,
+    status,
 )
 from .web import HERE, PREFIX, DashboardConfig, NeedsLogin, allowed_host, host_name, redirect
 
@@ -67,6 +68,7 @@ def mount(app: FastAPI, db: Database, hosts: set[str] | None = None) -> Dashboar
         audit,
         passkey_routes,
         playground,
+        status,
     ):
         router.include_router(module.pages)
     app.include_router(router)
