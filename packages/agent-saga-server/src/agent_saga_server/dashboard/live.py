@@ -3,8 +3,10 @@
 The stream follows the tail of the stored log. Each round it reads the ``origins`` table (one
 row per origin, its last ``seq``) and, for an origin that moved, only the records after the
 position it had sent (``WHERE origin = ? AND seq > ?``, the primary key's order); it never
-re-reads a log. A round that finds nothing sleeps :data:`POLL` seconds, so a record stored by
-ingest reaches the page well within a second.
+re-reads a log. A round that finds nothing waits on the process's one
+:class:`~.tail_watch.TailWatch`, which polls the tails every 0.1 s for all streams at once and
+wakes them when one moved, so a record stored by ingest reaches the page well within a second
+and idle streams cost nothing per stream.
 
 Each event's id is the stream's whole position, ``origin=seq`` pairs joined by ``;``. A browser
 that reconnects sends it back as ``Last-Event-ID`` and the stream resumes right after the last
@@ -16,9 +18,9 @@ position grows with the number of origins (about 20 bytes each); a ``Last-Event-
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
@@ -29,10 +31,12 @@ from starlette.concurrency import run_in_threadpool
 from ..store.db import Database
 from ..store.tokens import NAME
 from .sessions import Viewer
+from .tail_watch import TailWatch
 from .web import Config, PageViewer, api_viewer, page_headers, render
 
 pages = APIRouter()
-POLL = 0.1
+WAIT = 1.0
+"""The longest a stream waits for the tails to move before it looks whether its browser left."""
 BATCH = 200
 KEEPALIVE = 15.0
 MAX_POSITION = 16 * 1024
@@ -114,20 +118,31 @@ async def follow(
     """The SSE stream from ``position`` on, until the browser goes away; each batch of new
     records becomes the events ``messages`` makes of it."""
     yield "retry: 1000\n\n"
-    quiet = 0.0
+    watch = tail_watch(request, db)
+    quiet = time.monotonic()
     while not await request.is_disconnected():
+        version = watch.version  # before the read: a record stored after it wakes the wait
         before = dict(position)
         events = await run_in_threadpool(next_events, db, position)
         if events:
             for text in await run_in_threadpool(messages, db, events, before):
                 yield text
-            quiet = 0.0
+            quiet = time.monotonic()
             continue
-        await asyncio.sleep(POLL)
-        quiet += POLL
-        if quiet >= KEEPALIVE:
-            quiet = 0.0
+        await watch.wait(version, WAIT)
+        if time.monotonic() - quiet >= KEEPALIVE:
+            quiet = time.monotonic()
             yield ": keep-alive\n\n"
+
+
+def tail_watch(request: Request, db: Database) -> TailWatch:
+    """The process's one :class:`TailWatch` of ``db`` (kept in the app's state)."""
+    state = request.app.state
+    found: TailWatch | None = getattr(state, "tail_watch", None)
+    if found is None or found.db is not db:
+        found = TailWatch(db, tails)
+        state.tail_watch = found
+    return found
 
 
 def stream(request: Request, db: Database, messages: Messages = record_messages) -> Response:
