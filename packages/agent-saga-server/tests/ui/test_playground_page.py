@@ -35,6 +35,7 @@ def test_a_wire_side_by_side_double_charge_before_refund_after(
     kinds = after.locator(".log td:nth-child(2)").all_inner_texts()
     assert "compensation.done" in kinds
     assert kinds.index("compensation.done") > kinds.index("saga.begin")
+    expect(page.get_by_label("Compare before and after side by side")).to_be_checked()
     snap(page, "playground")
     assert list(dashboard.scratch.iterdir()) == []  # every sandbox removed
 

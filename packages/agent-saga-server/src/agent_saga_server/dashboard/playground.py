@@ -67,10 +67,12 @@ def _page(
     values: dict[str, float] | None = None,
     results: list[RunResult] | None = None,
     problem: str = "",
+    side_by_side: bool = False,
 ) -> Response:
     return render(
         "playground.html", viewer, status, scenario=scenario, values=values or DEFAULTS,
         labels=LABELS, bounds=BOUNDS, results=results or [], problem=problem,
+        side_by_side=side_by_side,
     )  # fmt: skip
 
 
@@ -106,7 +108,9 @@ async def playground_run(
         results = [await run_in_threadpool(run, scenario, value, engine=e) for e in modes]
     finally:
         LIMITER.slots.release()
-    return _page(viewer, scenario=scenario, values=values, results=results)
+    return _page(
+        viewer, scenario=scenario, values=values, results=results, side_by_side=len(modes) == 2
+    )
 
 
 __all__ = ["LIMITER", "RunLimiter", "pages"]
