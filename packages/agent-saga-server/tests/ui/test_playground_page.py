@@ -83,15 +83,20 @@ def test_inputs_are_bounded_and_runs_need_the_csrf_token(
     guard.expected.append("status of 400")
     open_playground(page, dashboard, "pia")
     csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
-    form = {"csrf": csrf, "scenario": "dose", "run": "after", "dose": "1e9"}
+    form: dict[str, str | float | bool] = {
+        "csrf": csrf,
+        "scenario": "dose",
+        "run": "after",
+        "dose": "1e9",
+    }
     answer = page.request.post(f"{dashboard.url}/ui/playground", form=form)
     assert answer.status == 400
     assert "between 0.001 and 100000" in answer.text()
-    hostile = {**form, "dose": "<script>alert(1)</script>"}
+    hostile: dict[str, str | float | bool] = {**form, "dose": "<script>alert(1)</script>"}
     refused = page.request.post(f"{dashboard.url}/ui/playground", form=hostile)
     assert refused.status == 400
     assert "<script>" not in refused.text()
-    no_token = {**form, "csrf": "", "dose": "5"}
+    no_token: dict[str, str | float | bool] = {**form, "csrf": "", "dose": "5"}
     assert page.request.post(f"{dashboard.url}/ui/playground", form=no_token).status == 403
     with httpx.Client(base_url=dashboard.url, trust_env=False) as anonymous:
         assert anonymous.post("/ui/playground", data=form).status_code == 401
@@ -103,7 +108,12 @@ def test_runs_are_rate_limited_per_session(
     page, _ = guarded
     open_playground(page, dashboard, "rita")
     csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
-    form = {"csrf": csrf, "scenario": "servo", "run": "before", "servo": "10"}
+    form: dict[str, str | float | bool] = {
+        "csrf": csrf,
+        "scenario": "servo",
+        "run": "before",
+        "servo": "10",
+    }
     statuses = [
         page.request.post(f"{dashboard.url}/ui/playground", form=form).status for _ in range(14)
     ]
