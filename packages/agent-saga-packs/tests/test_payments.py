@@ -253,3 +253,17 @@ def test_every_fault_point_of_charges_alone(
         "duplicate",
     }
     assert report.ok
+
+
+def test_recent_charges_leave_out_refunded_and_older_ones(
+    bank: LedgerBank, clock: FakeClock
+) -> None:
+    old = bank.charge("cus_ana", 100, "EUR", idempotency_key="k-old")
+    clock.advance(100)
+    kept = bank.charge("cus_ana", 200, "EUR", idempotency_key="k-kept")
+    refunded = bank.charge("cus_bo", 300, "EUR", idempotency_key="k-refunded")
+    bank.refund(refunded["charge_id"], idempotency_key="k-refund")
+    recent = bank.recent_charges(START + 50)
+    assert [c["charge_id"] for c in recent] == [kept["charge_id"]]
+    assert old["charge_id"] not in [c["charge_id"] for c in bank.recent_charges(START + 50)]
+    assert len(bank.recent_charges(START)) == 2

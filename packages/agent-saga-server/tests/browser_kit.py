@@ -15,6 +15,10 @@ from agent_saga import IRREVERSIBLE, AgentKit, RequireApproval, ToolCall
 from playwright.sync_api import ConsoleMessage, Dialog, Page, Request
 
 LOCAL = ("127.0.0.1", "localhost")
+AXE_VERSION = "4.14.1"
+AXE = Path(__file__).resolve().parent / "ui" / "axe_core" / "axe.min.js"
+"""axe-core, vendored (see ``ui/axe_core/README.md``)."""
+SERIOUS = ("serious", "critical")
 Snap = Callable[[Page, str], Path]
 """The ``snap`` fixture: saves a screenshot of a page under a name."""
 
@@ -64,14 +68,39 @@ def guard_page(page: Page) -> Guard:
     return guard
 
 
+def axe_violations(page: Page) -> list[str]:
+    """The serious and critical axe-core violations of the page as it is now, one line each
+    (rule, impact, the first offending elements).
+
+    axe-core goes in through the DevTools protocol (``page.evaluate``), which the page's
+    Content-Security-Policy does not govern; the page itself still runs under that policy.
+    """
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        source = AXE.read_text(encoding="utf-8")
+        assert source.startswith(f"/*! axe v{AXE_VERSION}"), "the vendored axe-core moved"
+        page.evaluate(source)
+    found: list[dict[str, Any]] = page.evaluate(
+        "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+    )
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at "
+        + "; ".join(" ".join(node["target"]) for node in v["nodes"][:3])
+        for v in found
+        if v["impact"] in SERIOUS
+    ]
+
+
 @dataclass
 class Dashboard:
-    """A running ``agent-saga ui``: its base URL, home, and the login link it printed."""
+    """A running ``agent-saga ui``: its base URL, home, the login link it printed, and its
+    temporary directory."""
 
     url: str
     home: Path
     first_link: str
     process: subprocess.Popen[str]
+    scratch: Path
+    """The server's ``TMPDIR`` (where the playground's sandboxes are made, and removed)."""
 
     def login_link(self, subject: str = "ann", role: str = "admin") -> str:
         """A fresh one-time login link, minted in the dashboard's database."""

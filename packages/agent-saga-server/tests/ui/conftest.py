@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from browser_kit import Dashboard, Guard, guard_page
+from browser_kit import Dashboard, Guard, axe_violations, guard_page
 from plane_testkit import AGENT_SAGA, server_environment
 from plane_testkit import _stop as stop_server
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -84,12 +84,14 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def snap(screenshots: Path) -> Callable[[Page, str], Path]:
-    """Save a screenshot of a page under :func:`screenshots`, as ``NAME.png``."""
+    """Save a screenshot of a page under :func:`screenshots`, as ``NAME.png``, and check the
+    page with axe-core (no serious or critical violation)."""
 
     def take(page: Page, name: str) -> Path:
         path = screenshots / f"{name}.png"
         page.screenshot(path=path, full_page=True)
         assert path.stat().st_size > 1000
+        assert axe_violations(page) == [], f"accessibility of the {name} page"
         return path
 
     return take
@@ -97,12 +99,15 @@ def snap(screenshots: Path) -> Callable[[Page, str], Path]:
 
 @pytest.fixture(scope="session")
 def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
-    """``agent-saga --home HOME ui --port 0``, read until it prints its login link."""
+    """``agent-saga --home HOME ui --port 0``, read until it prints its login link; its
+    temporary files (``TMPDIR``) go to a directory of the test session."""
     home = tmp_path_factory.mktemp("ui-home")
+    scratch = tmp_path_factory.mktemp("ui-tmp")  # the server's temporary files (playground)
     errors = (home / "ui.err").open("w")
+    env = {**server_environment(), "TMPDIR": str(scratch)}
     process = subprocess.Popen(
         [AGENT_SAGA, "--home", str(home), "ui", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=errors, text=True, env=server_environment(), cwd=home,
+        stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=home,
     )  # fmt: skip
     try:
         assert process.stdout is not None
@@ -111,7 +116,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
             process.wait(30)
             raise RuntimeError(f"ui did not start: {first!r} {(home / 'ui.err').read_text()}")
         url = first.split()[3].removesuffix("/ui/")
-        yield Dashboard(url, home, second.split()[-1], process)
+        yield Dashboard(url, home, second.split()[-1], process, scratch)
     finally:
         stop_server(process)
         errors.close()

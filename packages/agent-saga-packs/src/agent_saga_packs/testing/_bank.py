@@ -140,6 +140,17 @@ class LedgerBank:
             row = db.execute("SELECT * FROM wires WHERE key = ?", (idempotency_key,)).fetchone()
         return None if row is None else _wire(row)
 
+    def recent_charges(self, since: float) -> list[dict[str, Any]]:
+        """Charges made at or after ``since`` (epoch seconds) and not refunded, oldest first
+        (what :class:`~agent_saga_packs.DuplicateWithin` reads to refuse a charge made twice)."""
+        with transaction(self.path) as db:
+            rows = db.execute(
+                "SELECT c.* FROM charges c LEFT JOIN refunds r ON r.charge_id = c.id "
+                "WHERE c.at >= ? AND r.id IS NULL ORDER BY c.at",
+                (since,),
+            )
+            return [_charge(row) for row in rows.fetchall()]
+
     def recent_wires(self, since: float) -> list[dict[str, Any]]:
         """Wires sent at or after ``since`` (epoch seconds), oldest first."""
         with transaction(self.path) as db:

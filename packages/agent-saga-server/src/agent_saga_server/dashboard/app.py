@@ -11,7 +11,20 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..store.db import Database
-from . import approvals, audit, control, live, login, passkey_routes, passkeys, sagas, sessions
+from . import (
+    approvals,
+    audit,
+    control,
+    live,
+    login,
+    passkey_routes,
+    passkeys,
+    playground,
+    sagas,
+    sagas_live,
+    sessions,
+    status,
+)
 from .web import HERE, PREFIX, DashboardConfig, NeedsLogin, allowed_host, host_name, redirect
 
 
@@ -45,7 +58,18 @@ def mount(app: FastAPI, db: Database, hosts: set[str] | None = None) -> Dashboar
         config.hosts |= hosts
     app.state.dashboard = config
     router = APIRouter(prefix=PREFIX, dependencies=[Depends(allowed_host)], include_in_schema=False)
-    for module in (login, sagas, approvals, control, live, audit, passkey_routes):
+    for module in (
+        login,
+        sagas_live,
+        sagas,
+        approvals,
+        control,
+        live,
+        audit,
+        passkey_routes,
+        playground,
+        status,
+    ):
         router.include_router(module.pages)
     app.include_router(router)
     static = StaticFiles(directory=HERE / "static")

@@ -3,8 +3,10 @@
 The stream follows the tail of the stored log. Each round it reads the ``origins`` table (one
 row per origin, its last ``seq``) and, for an origin that moved, only the records after the
 position it had sent (``WHERE origin = ? AND seq > ?``, the primary key's order); it never
-re-reads a log. A round that finds nothing sleeps :data:`POLL` seconds, so a record stored by
-ingest reaches the page well within a second.
+re-reads a log. A round that finds nothing waits on the process's one
+:class:`~.tail_watch.TailWatch`, which polls the tails every 0.1 s for all streams at once and
+wakes them when one moved, so a record stored by ingest reaches the page well within a second
+and idle streams cost nothing per stream.
 
 Each event's id is the stream's whole position, ``origin=seq`` pairs joined by ``;``. A browser
 that reconnects sends it back as ``Last-Event-ID`` and the stream resumes right after the last
@@ -16,10 +18,10 @@ position grows with the number of origins (about 20 bytes each); a ``Last-Event-
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -29,10 +31,12 @@ from starlette.concurrency import run_in_threadpool
 from ..store.db import Database
 from ..store.tokens import NAME
 from .sessions import Viewer
+from .tail_watch import TailWatch
 from .web import Config, PageViewer, api_viewer, page_headers, render
 
 pages = APIRouter()
-POLL = 0.1
+WAIT = 1.0
+"""The longest a stream waits for the tails to move before it looks whether its browser left."""
 BATCH = 200
 KEEPALIVE = 15.0
 MAX_POSITION = 16 * 1024
@@ -94,24 +98,61 @@ def next_events(db: Database, position: dict[str, int]) -> list[dict[str, Any]]:
     return found
 
 
-async def follow(request: Request, db: Database, position: dict[str, int]) -> AsyncIterator[str]:
-    """The SSE stream from ``position`` on, until the browser goes away."""
+def record_messages(db: Database, events: list[dict[str, Any]], start: dict[str, int]) -> list[str]:
+    """One ``record`` event per record, each with the position right after it as its id."""
+    position = dict(start)
+    out = []
+    for event in events:
+        position[event["origin"]] = event["seq"]
+        out.append(f"id: {format_position(position)}\nevent: record\ndata: {json.dumps(event)}\n\n")
+    return out
+
+
+Messages = Callable[[Database, list[dict[str, Any]], dict[str, int]], list[str]]
+"""What a stream sends for a batch of new records: ``(db, records, position before them)``."""
+
+
+async def follow(
+    request: Request, db: Database, position: dict[str, int], messages: Messages = record_messages
+) -> AsyncIterator[str]:
+    """The SSE stream from ``position`` on, until the browser goes away; each batch of new
+    records becomes the events ``messages`` makes of it."""
     yield "retry: 1000\n\n"
-    quiet = 0.0
+    watch = tail_watch(request, db)
+    quiet = time.monotonic()
     while not await request.is_disconnected():
+        version = watch.version  # before the read: a record stored after it wakes the wait
+        before = dict(position)
         events = await run_in_threadpool(next_events, db, position)
-        for event in events:
-            pos = dict(position)  # the position right after this record
-            pos[event["origin"]] = event["seq"]
-            yield f"id: {format_position(pos)}\nevent: record\ndata: {json.dumps(event)}\n\n"
         if events:
-            quiet = 0.0
+            for text in await run_in_threadpool(messages, db, events, before):
+                yield text
+            quiet = time.monotonic()
             continue
-        await asyncio.sleep(POLL)
-        quiet += POLL
-        if quiet >= KEEPALIVE:
-            quiet = 0.0
+        await watch.wait(version, WAIT)
+        if time.monotonic() - quiet >= KEEPALIVE:
+            quiet = time.monotonic()
             yield ": keep-alive\n\n"
+
+
+def tail_watch(request: Request, db: Database) -> TailWatch:
+    """The process's one :class:`TailWatch` of ``db`` (kept in the app's state)."""
+    state = request.app.state
+    found: TailWatch | None = getattr(state, "tail_watch", None)
+    if found is None or found.db is not db:
+        found = TailWatch(db, tails)
+        state.tail_watch = found
+    return found
+
+
+def stream(request: Request, db: Database, messages: Messages = record_messages) -> Response:
+    """An event stream (``text/event-stream``) following the log from the request's
+    ``Last-Event-ID`` (else from the tail)."""
+    position = parse_position(request.headers.get("last-event-id")) or tails(db)
+    headers = {**page_headers(), "x-accel-buffering": "no"}
+    return StreamingResponse(
+        follow(request, db, position, messages), media_type="text/event-stream", headers=headers
+    )
 
 
 @pages.get("/live")
@@ -120,17 +161,21 @@ def live_page(viewer: PageViewer) -> Response:
 
 
 @pages.get("/live/stream")
-async def live_stream(
+def live_stream(
     request: Request, config: Config, _: Annotated[Viewer, Depends(api_viewer)]
 ) -> Response:
-    """The live log's event stream (``text/event-stream``), resumable by ``Last-Event-ID``."""
-    position = parse_position(request.headers.get("last-event-id"))
-    if position is None:
-        position = await run_in_threadpool(tails, config.db)
-    headers = {**page_headers(), "x-accel-buffering": "no"}
-    return StreamingResponse(
-        follow(request, config.db, position), media_type="text/event-stream", headers=headers
-    )
+    """The live log's event stream, resumable by ``Last-Event-ID``."""
+    return stream(request, config.db)
 
 
-__all__ = ["format_position", "next_events", "pages", "parse_position", "tails"]
+__all__ = [
+    "Messages",
+    "follow",
+    "format_position",
+    "next_events",
+    "pages",
+    "parse_position",
+    "record_messages",
+    "stream",
+    "tails",
+]

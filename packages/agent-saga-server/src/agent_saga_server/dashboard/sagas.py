@@ -77,7 +77,7 @@ def sagas_page(
     filters = {"status": status, "origin": origin, "tool": tool}
     return render(
         "sagas.html", viewer, 400 if problems else 200, sagas=found, next=more,
-        filters=filters, statuses=STATUSES, problems=problems, when=when,
+        filters=filters, statuses=STATUSES, problems=problems, when=when, paged=bool(cursor),
     )  # fmt: skip
 
 

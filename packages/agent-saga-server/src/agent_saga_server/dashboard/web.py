@@ -26,6 +26,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from ..store.db import Database
 from . import sessions
+from .home import LocalHome
 from .sessions import Viewer
 
 HERE = Path(__file__).resolve().parent
@@ -51,10 +52,14 @@ class DashboardConfig:
     Args:
         db: the control plane's database (the dashboard's tables live there too).
         hosts: host names the ``Host`` header may name (without port).
+        home: see the attribute.
     """
 
     db: Database
     hosts: set[str] = field(default_factory=lambda: set(LOCAL_HOSTS))
+    home: LocalHome | None = None
+    """The plain home ``agent-saga ui`` serves (its kill switch and approvals are acted on
+    too); ``None`` under ``cloud-server``."""
 
 
 class NeedsLogin(Exception):

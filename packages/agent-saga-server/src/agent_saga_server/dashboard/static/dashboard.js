@@ -24,6 +24,76 @@ function followLiveLog(state, body) {
   });
 }
 
+// The sagas list, kept current: a saga event updates its row, or adds it on top when it
+// matches the page's filters (on the first page only). Every value is set as text.
+function sagaMatches(filters, saga) {
+  return (!filters.status || filters.status === saga.status)
+    && (!filters.origin || filters.origin === saga.origin)
+    && (!filters.tool || saga.tools.includes(filters.tool));
+}
+
+function textCell(row, text) {
+  const cell = document.createElement("td");
+  cell.textContent = text;
+  row.appendChild(cell);
+  return cell;
+}
+
+function fillSagaRow(row, saga) {
+  row.replaceChildren();
+  row.dataset.origin = saga.origin;
+  row.dataset.saga = saga.saga;
+  const first = textCell(row, "");
+  const link = document.createElement("a");
+  link.href = saga.href;
+  link.textContent = saga.name;
+  const id = document.createElement("small");
+  id.textContent = saga.saga;
+  first.append(link, " ", id);
+  const status = document.createElement("span");
+  status.className = `status status-${saga.status}`;
+  status.textContent = saga.status;
+  textCell(row, "").appendChild(status);
+  textCell(row, `${saga.tools.length}: ${saga.tools.join(", ")}`);
+  textCell(row, saga.started);
+  textCell(row, saga.origin);
+}
+
+function followSagas(state, body) {
+  const filters = state.dataset;
+  const source = new EventSource(filters.stream);
+  source.addEventListener("open", () => { state.textContent = "live: new sagas appear here"; });
+  source.addEventListener("error", () => { state.textContent = "reconnecting…"; });
+  source.addEventListener("saga", (event) => {
+    const saga = JSON.parse(event.data);
+    const shown = Array.from(body.rows).find(
+      (row) => row.dataset.origin === saga.origin && row.dataset.saga === saga.saga);
+    const wanted = sagaMatches(filters, saga);
+    if (shown) {
+      if (wanted) { fillSagaRow(shown, saga); } else { shown.remove(); }
+      return;
+    }
+    if (!wanted || filters.paged === "yes") {
+      return;
+    }
+    for (const empty of body.querySelectorAll("tr.empty")) { empty.remove(); }
+    const row = document.createElement("tr");
+    fillSagaRow(row, saga);
+    body.prepend(row);
+    while (body.rows.length > LIVE_ROWS) {
+      body.deleteRow(body.rows.length - 1);
+    }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const sagas = document.getElementById("sagas-live");
+  const list = document.querySelector("#sagas tbody");
+  if (sagas && list) {
+    followSagas(sagas, list);
+  }
+});
+
 document.addEventListener("DOMContentLoaded", () => {
   const state = document.getElementById("live-state");
   const body = document.getElementById("live-log");
