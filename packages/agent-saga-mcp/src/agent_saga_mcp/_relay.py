@@ -179,12 +179,15 @@ class Relay:
             why = f"Invalid request: id {request_id!r} is in use by a call in progress"
             self.send(_wire.error(request_id, _wire.INVALID_REQUEST, why))
         else:
-            try:
-                call = types.CallToolRequestParams.model_validate(params or {}, by_name=False)
-            except ValidationError as exc:
-                self.send(_wire.error(request_id, _wire.INVALID_PARAMS, _invalid(exc)))
-                return
-            task = asyncio.get_running_loop().create_task(self.call(request_id, call))
+            call = _plain_call(params)
+            if call is None:
+                try:
+                    valid = types.CallToolRequestParams.model_validate(params or {}, by_name=False)
+                except ValidationError as exc:
+                    self.send(_wire.error(request_id, _wire.INVALID_PARAMS, _invalid(exc)))
+                    return
+                call = valid.name, valid.arguments
+            task = asyncio.get_running_loop().create_task(self.call(request_id, *call))
             self.calls[request_id] = task
 
     def initialize(self, request_id: Any, params: dict[str, Any] | None) -> None:
@@ -214,11 +217,11 @@ class Relay:
             listed = self.tool_lists[version] = _shaped("tools/list", version, result)
         return listed
 
-    async def call(self, request_id: Any, params: types.CallToolRequestParams) -> None:
+    async def call(self, request_id: Any, name: str, arguments: dict[str, Any] | None) -> None:
         """Serve one ``tools/call``; cancelled (unanswered) by ``notifications/cancelled``."""
         task = asyncio.current_task()
         try:
-            result = await self.gateway.call_tool(RelayCaller(self), params)
+            result = await self.gateway.call(RelayCaller(self), name, arguments)
             assert self.version is not None
             if isinstance(result, RelayedResult) and result.version == self.version:
                 answer = _wire.response(request_id, result.raw)
@@ -300,6 +303,18 @@ def _shaped(method: str, version: str, result: Any) -> dict[str, Any]:
     """``result`` dumped and shaped for ``version`` by the SDK's per-version result surface."""
     dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     return methods.serialize_server_result(method, version, dumped)
+
+
+def _plain_call(params: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None] | None:
+    """Name and arguments of the common ``tools/call`` (a name, object arguments, nothing
+    else), read without a model: the SDK's types accept every such message as it is. ``None``
+    for any other shape, which the caller validates in full."""
+    if params is None or len(params) > 2 or not isinstance(name := params.get("name"), str):
+        return None
+    arguments = params.get("arguments")
+    if len(params) == 2 and not isinstance(arguments, dict):
+        return None  # the second key is not arguments, or they are not an object
+    return name, arguments
 
 
 def _modern(params: dict[str, Any] | None) -> bool:
