@@ -261,7 +261,9 @@ def _compiled(schema: Mapping[str, Any]) -> Any:
     import jsonschema_rs
 
     try:
-        return jsonschema_rs.validator_for(dict(schema), validate_formats=False, retriever=_no_fetch)
+        return jsonschema_rs.validator_for(
+            dict(schema), validate_formats=False, retriever=_no_fetch
+        )
     except (jsonschema_rs.ValidationError, ValueError, TypeError):
         return None
 
