@@ -156,3 +156,46 @@ def test_a_result_is_structured_content_else_the_json_its_text_holds() -> None:
     prose = types.TextContent(type="text", text="Created issue 3")
     assert structured(types.CallToolResult(content=[prose])) is None
     assert structured(types.CallToolResult(content=[text, prose])) is None
+
+
+def test_a_step_runs_in_the_saga_context_in_the_calling_task_and_can_be_cancelled() -> None:
+    import asyncio
+    import contextvars
+
+    from agent_saga_mcp._session import _InContext
+
+    which: contextvars.ContextVar[str] = contextvars.ContextVar("which", default="caller")
+    context = contextvars.Context()
+    context.run(which.set, "saga")
+    seen: list[object] = []
+
+    async def step(wait: float) -> str:
+        seen.append((which.get(), asyncio.current_task()))
+        try:
+            await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            seen.append("cancelled inside the step")
+            raise
+        which.set("after the step")  # lands in the saga's context, as in a task made in it
+        return "done"
+
+    async def main() -> None:
+        assert await _InContext(step(0), context) == "done"
+        assert seen == [("saga", asyncio.current_task())]
+        assert (which.get(), context.run(which.get)) == ("caller", "after the step")
+        task = asyncio.get_running_loop().create_task(
+            _call_cancelled(_InContext(step(30), context))
+        )
+        await asyncio.sleep(0.05)
+        task.cancel()
+        assert await task == "cancelled"
+        assert seen[-1] == "cancelled inside the step"
+
+    async def _call_cancelled(awaitable: _InContext[str]) -> str:
+        try:
+            await awaitable
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "not cancelled"
+
+    asyncio.run(main())
