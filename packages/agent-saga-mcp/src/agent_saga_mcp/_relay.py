@@ -3,14 +3,16 @@
 The client's JSON-RPC lines are read and answered here, with no SDK session in between: the
 SDK's server and client sessions (typed message models, memory streams and a task hop per
 message on each side) cost a bare proxy about as much as the upstream's own work per call.
-What the relay interprets, it validates with the SDK's types (``mcp.types``):
+What the relay interprets, it validates with the SDK's types (``mcp.types``), except the
+common ``tools/call`` (a name and object arguments, nothing else), whose shape is checked by
+hand: the SDK's types accept every such message as it is.
 
 * ``initialize``: answered as the SDK's server answers it (same capabilities, server info and
   instructions, from :meth:`Gateway.server`), at the client's handshake-era version or the
   newest one; ``ping``: an empty result;
 * ``tools/list``: the exposed tools (merged, prefixed, hidden ones left out), dumped once per
   protocol version through the SDK's per-version result surface;
-* ``tools/call``: each in a task of its own, through :meth:`Gateway.call_tool` (gate, log,
+* ``tools/call``: each in a task of its own, through :meth:`Gateway.call` (gate, log,
   compensation, refusals as ``isError`` results, the saga tools). An upstream's result goes back
   as the JSON it sent when nothing was added to it and it was sent at the client's version;
   anything else is dumped and shaped for the client's version;
