@@ -4,8 +4,9 @@ The core keeps the current saga in a context variable, set when a transaction is
 reset, in that same context, when it is left. An MCP session's calls arrive as separate tasks,
 so each saga gets a :class:`contextvars.Context` of its own: the transaction is entered inside
 it, every step of the saga runs in it (inside the calling task, see :meth:`SagaSlot.run`),
-and the transaction is left inside it (which commits, or compensates newest first). A session runs one call at a time (its lock), so a
-context is never entered twice at once, and steps keep the order their calls arrived in.
+and the transaction is left inside it (which commits, or compensates newest first). A session
+runs one call at a time (its lock), so a context is never entered twice at once, and steps keep
+the order their calls arrived in.
 
 Transaction boundaries, as the gateway draws them:
 
