@@ -254,6 +254,8 @@ def test_a_client_that_vanishes_is_rolled_back_after_the_idle_timeout(served: Se
     assert number not in served.closed()
     asyncio.run(eventually(lambda: number in served.closed(), timeout=40))
     [saga] = step_sagas(served.home, "create_issue", title="vanished")
+    # The compensation's effect lands before the saga's end record is written: wait for both.
+    asyncio.run(eventually(lambda: saga_end(saga_records(served.home)[saga]) is not None))
     end = saga_end(saga_records(served.home)[saga])
     assert end is not None
     assert end["status"] == "rolled_back"

@@ -106,6 +106,39 @@ def test_the_input_schema_rule_refuses_arguments_the_upstream_would_reject() -> 
     assert rule.describe() == "arguments match the inputSchema of 1 upstream tool(s)"
 
 
+def test_the_compiled_schema_check_admits_only_what_jsonschema_admits() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "amount": {"type": "number", "minimum": 0},
+            "email": {"type": "string", "format": "email"},  # formats are not asserted
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+        },
+        "required": ["amount"],
+        "additionalProperties": False,
+    }
+    remote = {"type": "object", "properties": {"x": {"$ref": "https://example.invalid/x.json"}}}
+    rule = InputSchemaRule({"charge": schema, "remote": remote}, {})
+    assert set(rule._fast) == {"charge"}  # a reference it would have to fetch: not compiled
+    cases: list[tuple[dict[str, object], str | None]] = [
+        ({"amount": 5}, None),
+        ({"amount": 10**30, "email": "not an address"}, None),  # too big for the compiled check
+        ({"amount": 2.5, "tags": ["a", "b"]}, None),
+        ({"amount": -1}, "amount: -1 is less than the minimum of 0"),
+        ({"amount": True}, "amount: True is not of type 'number'"),
+        ({"amount": 1, "tags": ["a", 2]}, "tags.1: 2 is not of type 'string'"),
+        ({"amount": 1, "other": 1}, "arguments: Additional properties are not allowed"),
+        ({}, "arguments: 'amount' is a required property"),
+    ]
+    for arguments, refusal in cases:
+        decision = rule.evaluate(_call("charge", arguments))
+        if refusal is None:
+            assert decision == Allow(), arguments
+        else:
+            assert isinstance(decision, Deny), arguments
+            assert decision.reason.startswith(refusal), (arguments, decision.reason)
+
+
 def test_approval_above_a_bound_also_asks_when_the_value_cannot_be_compared() -> None:
     above = Above("amount", 100)
     assert above(_call("t", {"amount": 100})) is False
@@ -123,3 +156,46 @@ def test_a_result_is_structured_content_else_the_json_its_text_holds() -> None:
     prose = types.TextContent(type="text", text="Created issue 3")
     assert structured(types.CallToolResult(content=[prose])) is None
     assert structured(types.CallToolResult(content=[text, prose])) is None
+
+
+def test_a_step_runs_in_the_saga_context_in_the_calling_task_and_can_be_cancelled() -> None:
+    import asyncio
+    import contextvars
+
+    from agent_saga_mcp._session import _InContext
+
+    which: contextvars.ContextVar[str] = contextvars.ContextVar("which", default="caller")
+    context = contextvars.Context()
+    context.run(which.set, "saga")
+    seen: list[object] = []
+
+    async def step(wait: float) -> str:
+        seen.append((which.get(), asyncio.current_task()))
+        try:
+            await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            seen.append("cancelled inside the step")
+            raise
+        which.set("after the step")  # lands in the saga's context, as in a task made in it
+        return "done"
+
+    async def main() -> None:
+        assert await _InContext(step(0), context) == "done"
+        assert seen == [("saga", asyncio.current_task())]
+        assert (which.get(), context.run(which.get)) == ("caller", "after the step")
+        task = asyncio.get_running_loop().create_task(
+            _call_cancelled(_InContext(step(30), context))
+        )
+        await asyncio.sleep(0.05)
+        task.cancel()
+        assert await task == "cancelled"
+        assert seen[-1] == "cancelled inside the step"
+
+    async def _call_cancelled(awaitable: _InContext[str]) -> str:
+        try:
+            await awaitable
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "not cancelled"
+
+    asyncio.run(main())

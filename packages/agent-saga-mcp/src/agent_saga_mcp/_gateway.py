@@ -171,7 +171,13 @@ class Gateway:
         """Serve one ``tools/call`` from ``caller`` (see the module docstring); never raises
         for what the core decides, only for a fault of the gateway itself or a cancellation
         (after which the call's saga has been rolled back)."""
-        name, arguments = params.name, dict(params.arguments or {})
+        return await self.call(caller, params.name, params.arguments)
+
+    async def call(
+        self, caller: Caller, name: str, arguments: Mapping[str, Any] | None
+    ) -> types.CallToolResult:
+        """:meth:`call_tool` with the request's name and arguments already read."""
+        arguments = dict(arguments or {})
         sagas = self.session_for(caller)
         if self.config.saga_tools and name in _saga_tools.NAMES:
             return await _saga_tools.handle(name, arguments, sagas)

@@ -3,14 +3,16 @@
 The client's JSON-RPC lines are read and answered here, with no SDK session in between: the
 SDK's server and client sessions (typed message models, memory streams and a task hop per
 message on each side) cost a bare proxy about as much as the upstream's own work per call.
-What the relay interprets, it validates with the SDK's types (``mcp.types``):
+What the relay interprets, it validates with the SDK's types (``mcp.types``), except the
+common ``tools/call`` (a name and object arguments, nothing else), whose shape is checked by
+hand: the SDK's types accept every such message as it is.
 
 * ``initialize``: answered as the SDK's server answers it (same capabilities, server info and
   instructions, from :meth:`Gateway.server`), at the client's handshake-era version or the
   newest one; ``ping``: an empty result;
 * ``tools/list``: the exposed tools (merged, prefixed, hidden ones left out), dumped once per
   protocol version through the SDK's per-version result surface;
-* ``tools/call``: each in a task of its own, through :meth:`Gateway.call_tool` (gate, log,
+* ``tools/call``: each in a task of its own, through :meth:`Gateway.call` (gate, log,
   compensation, refusals as ``isError`` results, the saga tools). An upstream's result goes back
   as the JSON it sent when nothing was added to it and it was sent at the client's version;
   anything else is dumped and shaped for the client's version;
@@ -179,12 +181,15 @@ class Relay:
             why = f"Invalid request: id {request_id!r} is in use by a call in progress"
             self.send(_wire.error(request_id, _wire.INVALID_REQUEST, why))
         else:
-            try:
-                call = types.CallToolRequestParams.model_validate(params or {}, by_name=False)
-            except ValidationError as exc:
-                self.send(_wire.error(request_id, _wire.INVALID_PARAMS, _invalid(exc)))
-                return
-            task = asyncio.get_running_loop().create_task(self.call(request_id, call))
+            call = _plain_call(params)
+            if call is None:
+                try:
+                    valid = types.CallToolRequestParams.model_validate(params or {}, by_name=False)
+                except ValidationError as exc:
+                    self.send(_wire.error(request_id, _wire.INVALID_PARAMS, _invalid(exc)))
+                    return
+                call = valid.name, valid.arguments
+            task = asyncio.get_running_loop().create_task(self.call(request_id, *call))
             self.calls[request_id] = task
 
     def initialize(self, request_id: Any, params: dict[str, Any] | None) -> None:
@@ -214,11 +219,11 @@ class Relay:
             listed = self.tool_lists[version] = _shaped("tools/list", version, result)
         return listed
 
-    async def call(self, request_id: Any, params: types.CallToolRequestParams) -> None:
+    async def call(self, request_id: Any, name: str, arguments: dict[str, Any] | None) -> None:
         """Serve one ``tools/call``; cancelled (unanswered) by ``notifications/cancelled``."""
         task = asyncio.current_task()
         try:
-            result = await self.gateway.call_tool(RelayCaller(self), params)
+            result = await self.gateway.call(RelayCaller(self), name, arguments)
             assert self.version is not None
             if isinstance(result, RelayedResult) and result.version == self.version:
                 answer = _wire.response(request_id, result.raw)
@@ -300,6 +305,18 @@ def _shaped(method: str, version: str, result: Any) -> dict[str, Any]:
     """``result`` dumped and shaped for ``version`` by the SDK's per-version result surface."""
     dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     return methods.serialize_server_result(method, version, dumped)
+
+
+def _plain_call(params: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None] | None:
+    """Name and arguments of the common ``tools/call`` (a name, object arguments, nothing
+    else), read without a model: the SDK's types accept every such message as it is. ``None``
+    for any other shape, which the caller validates in full."""
+    if params is None or len(params) > 2 or not isinstance(name := params.get("name"), str):
+        return None
+    arguments = params.get("arguments")
+    if len(params) == 2 and not isinstance(arguments, dict):
+        return None  # the second key is not arguments, or they are not an object
+    return name, arguments
 
 
 def _modern(params: dict[str, Any] | None) -> bool:

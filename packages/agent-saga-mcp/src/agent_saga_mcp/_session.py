@@ -3,9 +3,10 @@
 The core keeps the current saga in a context variable, set when a transaction is entered and
 reset, in that same context, when it is left. An MCP session's calls arrive as separate tasks,
 so each saga gets a :class:`contextvars.Context` of its own: the transaction is entered inside
-it, every step of the saga runs as a task in it, and the transaction is left inside it (which
-commits, or compensates newest first). A session runs one call at a time (its lock), so a
-context is never entered twice at once, and steps keep the order their calls arrived in.
+it, every step of the saga runs in it (inside the calling task, see :meth:`SagaSlot.run`),
+and the transaction is left inside it (which commits, or compensates newest first). A session
+runs one call at a time (its lock), so a context is never entered twice at once, and steps keep
+the order their calls arrived in.
 
 Transaction boundaries, as the gateway draws them:
 
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from agent_saga import AgentKit, RollbackReport, Saga, SagaRolledBack, Transaction
 
@@ -68,8 +69,10 @@ class SagaSlot:
         return cls(transaction, context, saga, explicit)
 
     async def run(self, step: Coroutine[Any, Any, T]) -> T:
-        """Run ``step`` as a task in this saga's context (current_saga() is this saga)."""
-        return await asyncio.get_running_loop().create_task(step, context=self.context)
+        """Run ``step`` in this saga's context (current_saga() is this saga), in the caller's
+        task: no task of its own (one loop iteration fewer per call), the same context a task
+        created in it would run in."""
+        return await _InContext(step, self.context)
 
     async def finish(self, cause: BaseException | None = None) -> RollbackReport | None:
         """Leave the transaction: commit, or roll back when ``cause`` is given or a step doomed
@@ -98,6 +101,35 @@ class SagaSlot:
                 {"ordinal": s.ordinal, "tool": s.tool, "outcome": s.outcome} for s in self.steps
             ],
         }
+
+
+class _InContext(Generic[T]):
+    """Awaiting this runs ``coroutine`` inside ``context``, in the awaiting task: each of its
+    steps is ``context.run(coroutine.send, ...)``, and what it waits on is waited on by the
+    awaiting task (a cancellation of that task is thrown into it, as into an awaited task)."""
+
+    __slots__ = ("context", "coroutine")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T], context: contextvars.Context) -> None:
+        self.coroutine = coroutine
+        self.context = context
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        run, coroutine = self.context.run, self.coroutine
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                if error is None:
+                    waited = run(coroutine.send, value)
+                else:
+                    waited, error = run(coroutine.throw, error), None
+            except StopIteration as returned:
+                return returned.value  # type: ignore[no-any-return]
+            try:
+                value = yield waited
+            except BaseException as thrown:  # a cancellation (or anything thrown in): pass it on
+                value, error = None, thrown
 
 
 class SessionSagas:
