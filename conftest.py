@@ -27,7 +27,6 @@ from collections.abc import Iterator
 
 import pytest
 from agent_saga.testing.environment import variables_to_clear
-from hypothesis.configuration import set_hypothesis_home_dir
 
 INHERIT_OPTION = "--inherit-environment"
 _HYPOTHESIS_HOME = pytest.StashKey[str]()
@@ -35,7 +34,11 @@ _HYPOTHESIS_HOME = pytest.StashKey[str]()
 
 def pytest_configure(config: pytest.Config) -> None:
     # Before collection: Hypothesis reads its storage directory on first use, which may come
-    # before any fixture runs.
+    # before any fixture runs. A member's own environment may not have Hypothesis at all.
+    try:
+        from hypothesis.configuration import set_hypothesis_home_dir
+    except ImportError:
+        return
     home = tempfile.mkdtemp(prefix="agent-saga-hypothesis-")
     config.stash[_HYPOTHESIS_HOME] = home
     set_hypothesis_home_dir(home)
@@ -44,6 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     home = config.stash.get(_HYPOTHESIS_HOME, None)
     if home is not None:
+        from hypothesis.configuration import set_hypothesis_home_dir
+
         set_hypothesis_home_dir(None)
         shutil.rmtree(home, ignore_errors=True)
 
