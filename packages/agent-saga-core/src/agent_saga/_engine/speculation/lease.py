@@ -46,7 +46,16 @@ _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _INTENT_DOMAIN = b"agent-saga speculated intent v2\x00"
 
-__all__ = ["Lease", "LeaseClaims", "Refused", "args_digest", "check", "intent_digest", "issue"]
+__all__ = [
+    "Lease",
+    "LeaseClaims",
+    "Refused",
+    "args_digest",
+    "check",
+    "intent_digest",
+    "issue",
+    "lease_length",
+]
 
 
 class LeaseClaims(NamedTuple):
@@ -131,6 +140,14 @@ def intent_digest(saga: str, ordinal: int, tool: str, idempotency_key: str, args
         digest.update(len(raw).to_bytes(4, "big"))
         digest.update(raw)
     return digest.hexdigest()
+
+
+def lease_length(saga: str, tool: str) -> int:
+    """The length of the text of any lease for a step of ``saga`` running ``tool`` (a lease
+    longer than ``MAX_LEASE`` would never hold, so such a step must not run ahead)."""
+    packed = _HEAD.size + len(saga.encode("utf-8", "surrogatepass"))
+    packed += len(tool.encode("utf-8", "surrogatepass"))
+    return len(PREFIX) + 16 + (4 * packed + 2) // 3 + _MAC_TEXT + 3
 
 
 def issue(key: LeaseKey, claims: LeaseClaims) -> str:
