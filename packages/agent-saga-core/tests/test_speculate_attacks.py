@@ -157,3 +157,23 @@ def test_the_length_checked_before_running_ahead_is_the_issued_lease_length(
     key = MemoryLeaseKeys().current(0.0)
     claims = LeaseClaims(key.kid, saga, tool, 1, "ab" * 32, "cd" * 32, 5, "ef" * 16)
     assert len(issue(key, claims)) == lease_length(saga, tool)
+
+
+def test_a_broken_key_file_refuses_the_lease_instead_of_failing_the_call(tmp_path: Path) -> None:
+    """A lease naming a key id the process does not know makes it read the key directory; a
+    malformed key file there is a refusal with its reason (the call runs), never a raise."""
+    calls: list[str] = []
+    kit, lookup = _kit(tmp_path / "home", calls)
+    with kit, kit.transaction("t"):
+        lease = kit.speculate(lookup, sku="A1")
+        junk = kit.home / "keys" / "leases" / "0000000000000000.key"
+        junk.write_text("{}")
+        junk.chmod(0o600)
+        time.sleep(1.1)  # the directory is read again at most once a second
+        forged = "asl2.1111111111111111." + str(lease).split(".", 2)[2]
+        assert kit.redeem(forged, lookup, sku="A1") == "fresh price of A1"
+        assert kit.redeem(lease, lookup, sku="A1") == "fresh price of A1"  # still holds
+    reasons = _reasons(kit)
+    assert calls == ["A1", "A1"]
+    assert len(reasons) == 1
+    assert "is not a lease key" in str(reasons[0])

@@ -33,6 +33,7 @@ from binascii import a2b_base64, b2a_base64
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..._errors import ConfigurationError
 from .keys import LeaseKey, LeaseKeys
 
 PREFIX = "asl2"
@@ -45,6 +46,7 @@ _MAC_TEXT = 43
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _INTENT_DOMAIN = b"agent-saga speculated intent v2\x00"
+_new_tuple = tuple.__new__
 
 __all__ = [
     "Lease",
@@ -173,7 +175,10 @@ def check(
     if len(parts) != 4 or parts[0] != PREFIX:
         return Refused(f"not a lease ({PREFIX}.<key id>.<claims>.<mac>)")
     kid = parts[1]
-    key = keys.get(kid, now)
+    try:
+        key = keys.get(kid, now)
+    except ConfigurationError as exc:  # a key file of the home that cannot be read
+        return Refused(f"cannot read the lease keys: {exc}")
     if key is None:
         if _KID.fullmatch(kid) is None:
             return Refused(f"not a lease ({PREFIX}.<key id>.<claims>.<mac>)")
@@ -197,9 +202,8 @@ def check(
     except (BinasciiError, struct.error, UnicodeDecodeError):
         return Refused("malformed claims")
     hexed = digests.hex()
-    claims = LeaseClaims(
-        kid, claimed_saga, claimed_tool, ordinal, hexed[32:96], hexed[96:], exp, hexed[:32]
-    )
+    fields = (kid, claimed_saga, claimed_tool, ordinal, hexed[32:96], hexed[96:], exp, hexed[:32])
+    claims: LeaseClaims = _new_tuple(LeaseClaims, fields)  # what LeaseClaims() does, no frame
     if int(now * 1000) >= exp:
         return Refused("expired", claims)
     if claimed_saga != saga:
