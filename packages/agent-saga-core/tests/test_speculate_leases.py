@@ -26,6 +26,8 @@ from agent_saga._engine.speculation.keys import (
     MAX_TTL,
     ROTATE_AFTER,
     FileLeaseKeys,
+    KeyedMac,
+    LeaseKey,
     MemoryLeaseKeys,
 )
 from agent_saga._engine.speculation.lease import (
@@ -93,6 +95,53 @@ def test_the_mac_and_the_argument_digest_are_plain_hmac_sha256_under_the_key() -
             args_digest(key, ARGS) == hmac.new(key.secret, ARGS_DOMAIN + ARGS, "sha256").hexdigest()
         )
     assert issue(key, CLAIMS) == TOKEN
+
+
+@MANY
+@given(secret=st.binary(min_size=32, max_size=32), data=st.binary(max_size=300))
+def test_the_keyed_mac_is_hmac_sha256_on_either_path(secret: bytes, data: bytes) -> None:
+    """The pre-keyed states and the fallback (an HMAC object copied) give the standard MAC."""
+    expected = hmac.digest(secret, LEASE_DOMAIN + data, "sha256")
+    fast = KeyedMac(secret, LEASE_DOMAIN)
+    slow = KeyedMac(secret, LEASE_DOMAIN)
+    object.__setattr__(slow, "_inner", None)  # as on a Python whose hmac keeps no such states
+    assert fast.digest(data) == slow.digest(data) == expected
+    assert fast.digest(data) == expected  # copied, never consumed
+
+
+PINNED = (
+    "asl2.0123456789abcdef.AAABi8_mUmAAAAAAAAAAA83Nzc3Nzc3Nzc3Nzc3Nzc2rq6urq6urq6urq6urq6urq6urq6urq"
+    "6urq6urq6urq-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_vAAlzYWdhLTAwMDFwcmljZXMubG9va3Vw."
+    "Q5sKU6TzDztblx3jFhNE0ctjsbzlYEaXEFigjLsHpPQ"
+)
+"""The lease the first asl2 code issued for the claims below (pinned before the hot path was
+made faster: the format did not change)."""
+
+
+class _OneKey:
+    def __init__(self, key: LeaseKey) -> None:
+        self.key = key
+
+    def current(self, now: float) -> LeaseKey:
+        return self.key
+
+    def get(self, kid: str, now: float) -> LeaseKey | None:
+        return self.key if kid == self.key.kid else None
+
+    def rotate(self, now: float) -> LeaseKey:
+        return self.key
+
+
+def test_a_pinned_lease_vector() -> None:
+    """A lease of fixed claims under a fixed secret is this exact text (the asl2 format)."""
+    key = LeaseKey("0123456789abcdef", bytes(range(32)), NOW)
+    claims = LeaseClaims(
+        key.kid, "saga-0001", "prices.lookup", 3, "ab" * 32, "ef" * 32, 1_700_000_060_000, "cd" * 16
+    )
+    assert issue(key, claims) == PINNED
+    assert check(
+        PINNED, _OneKey(key), NOW, saga="saga-0001", tool="prices.lookup", canonical_args=b""
+    ) == Refused("issued for other arguments", claims)
 
 
 @MANY

@@ -40,9 +40,9 @@ _RESCAN = 1.0
 
 
 def _sha256(data: bytes = b"") -> Any:
-    """SHA-256 as a constructor the standard :mod:`hmac` builds its HMAC from: it then keeps
-    the keyed inner and outer states and copies them per MAC, which costs less than copying
-    an OpenSSL HMAC context (what it does given ``"sha256"``). The MAC is the same."""
+    """SHA-256 as a constructor: given one, the standard :mod:`hmac` keys two SHA-256 states
+    (inner and outer) itself instead of an OpenSSL HMAC context, and those states are what
+    :class:`KeyedMac` keeps."""
     return hashlib.sha256(data)
 
 
@@ -50,28 +50,67 @@ LEASE_DOMAIN = b"agent-saga lease v2\x00"
 """What a lease's MAC is computed over first (then the lease text before its MAC)."""
 ARGS_DOMAIN = b"agent-saga lease arguments v1\x00"
 """What an argument digest is computed over first (then the canonical arguments)."""
+_PROBE = b"agent-saga keyed MAC self-test"
+
+
+class KeyedMac:
+    """HMAC-SHA-256 under one secret, already fed a domain: ``digest(data)`` is
+    ``HMAC-SHA-256(secret, domain || data)``, the standard MAC, byte for byte.
+
+    The standard :mod:`hmac` module computes the keyed inner and outer SHA-256 states once
+    (RFC 2104, section 4: the pads are precomputed per key); each MAC copies both, feeds the
+    data to the inner one and its digest to the outer one, which is what ``HMAC.digest`` does,
+    without the Python frames of ``HMAC.copy``, ``update``, ``_current`` and ``digest``. The
+    states are checked against :func:`hmac.digest` when the key is made; a Python whose
+    :mod:`hmac` keeps them elsewhere gets the copying of the HMAC object instead (slower, the
+    same MAC). The states are never updated in place.
+    """
+
+    __slots__ = ("_hmac", "_inner", "_outer")
+
+    def __init__(self, secret: bytes, domain: bytes) -> None:
+        keyed = hmac.new(secret, domain, _sha256)
+        self._hmac = keyed
+        self._inner: Any = getattr(keyed, "_inner", None)
+        self._outer: Any = getattr(keyed, "_outer", None)
+        if self._inner is not None and self.digest(_PROBE) != hmac.digest(
+            secret, domain + _PROBE, "sha256"
+        ):
+            self._inner = self._outer = None
+
+    def digest(self, data: bytes) -> bytes:
+        """``HMAC-SHA-256(secret, domain || data)``."""
+        inner = self._inner
+        if inner is None:
+            copied = self._hmac.copy()
+            copied.update(data)
+            return copied.digest()
+        inner = inner.copy()
+        inner.update(data)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, repr=False)
 class LeaseKey:
     """One lease key. Its ``repr`` names the key id only.
 
-    ``lease_mac`` and ``args_mac`` are HMAC-SHA-256 objects under the secret, already fed their
-    domain (:data:`LEASE_DOMAIN`, :data:`ARGS_DOMAIN`): a MAC is ``.copy()``, ``update`` and
-    ``digest``, so the key's pads are computed once per key, not once per lease. They are
-    never updated in place.
+    ``lease_mac`` and ``args_mac`` are :class:`KeyedMac` under the secret, fed their domain
+    (:data:`LEASE_DOMAIN`, :data:`ARGS_DOMAIN`): a key's pads are computed once per key, not
+    once per lease.
     """
 
     kid: str
     secret: bytes
     created: float
     """Seconds since the epoch, on the kit's clock."""
-    lease_mac: Any = field(init=False, compare=False)
-    args_mac: Any = field(init=False, compare=False)
+    lease_mac: KeyedMac = field(init=False, compare=False)
+    args_mac: KeyedMac = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lease_mac", hmac.new(self.secret, LEASE_DOMAIN, _sha256))
-        object.__setattr__(self, "args_mac", hmac.new(self.secret, ARGS_DOMAIN, _sha256))
+        object.__setattr__(self, "lease_mac", KeyedMac(self.secret, LEASE_DOMAIN))
+        object.__setattr__(self, "args_mac", KeyedMac(self.secret, ARGS_DOMAIN))
 
     def __repr__(self) -> str:
         return f"LeaseKey({self.kid!r})"
@@ -112,8 +151,7 @@ class MemoryLeaseKeys:
         return newest
 
     def get(self, kid: str, now: float) -> LeaseKey | None:
-        with self._lock:
-            return self._keys.get(kid)
+        return self._keys.get(kid)  # one dict read: atomic, no lock needed
 
     def rotate(self, now: float) -> LeaseKey:
         key = _new_key(now)
@@ -179,6 +217,9 @@ class FileLeaseKeys:
         return newest
 
     def get(self, kid: str, now: float) -> LeaseKey | None:
+        key = self._keys.get(kid)  # one dict read (the dict is replaced whole by a scan)
+        if key is not None:
+            return key
         with self._lock:
             key = self._keys.get(kid)
             stale = self._scanned is None or now - self._scanned >= _RESCAN

@@ -17,8 +17,9 @@ constant time), the key still kept, and every claim equal to what the call prese
 unpacked only after the MAC holds, so they are, byte for byte, ones this key issued. A refusal
 is a one-line reason.
 
-The hot path (issue, then check) parses no JSON and builds no HMAC from its key: each key holds
-HMAC objects already fed its secret and domain (:class:`~.keys.LeaseKey`), copied per MAC.
+The hot path (issue, then check) parses no JSON and keys no HMAC: each key holds its keyed
+SHA-256 states, fed their domain (:class:`~.keys.KeyedMac`), copied per MAC; digests are
+compared as bytes and turned into hex once, for the claims returned.
 """
 
 from __future__ import annotations
@@ -32,17 +33,31 @@ from binascii import a2b_base64, b2a_base64
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..._errors import ConfigurationError
 from .keys import LeaseKey, LeaseKeys
 
 PREFIX = "asl2"
 MAX_LEASE = 2048
 _KID = re.compile(r"[0-9a-f]{16}")
-_HEAD = struct.Struct(">qq16s32s32sH")
+_HEAD = struct.Struct(">qq80sH")
+"""Expiry, ordinal, nonce + intent + argument digest (16 + 32 + 32 bytes), saga length."""
+_MAC_TEXT = 43
+"""Characters of a MAC's base64url text (32 bytes, unpadded)."""
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _INTENT_DOMAIN = b"agent-saga speculated intent v2\x00"
+_new_tuple = tuple.__new__
 
-__all__ = ["Lease", "LeaseClaims", "Refused", "args_digest", "check", "intent_digest", "issue"]
+__all__ = [
+    "Lease",
+    "LeaseClaims",
+    "Refused",
+    "args_digest",
+    "check",
+    "intent_digest",
+    "issue",
+    "lease_length",
+]
 
 
 class LeaseClaims(NamedTuple):
@@ -66,14 +81,10 @@ class LeaseClaims(NamedTuple):
                 id does not fit its field.
         """
         saga = self.saga.encode("utf-8", "surrogatepass")
-        head = _HEAD.pack(
-            self.exp,
-            self.ordinal,
-            bytes.fromhex(self.nonce),
-            bytes.fromhex(self.intent),
-            bytes.fromhex(self.args),
-            len(saga),
-        )
+        digests = bytes.fromhex(self.nonce + self.intent + self.args)
+        if len(digests) != 80:
+            raise ValueError("a lease's nonce is 16 bytes and its digests 32 bytes each")
+        head = _HEAD.pack(self.exp, self.ordinal, digests, len(saga))
         return head + saga + self.tool.encode("utf-8", "surrogatepass")
 
 
@@ -111,16 +122,13 @@ def _b64(raw: bytes) -> str:
 
 def _mac(key: LeaseKey, signed: bytes) -> str:
     """The MAC of the lease text before its last dot, as its base64url text."""
-    mac = key.lease_mac.copy()
-    mac.update(signed)
-    return _b64(mac.digest())
+    raw = b2a_base64(key.lease_mac.digest(signed), newline=False)
+    return raw[:_MAC_TEXT].translate(_TO_URLSAFE).decode("ascii")
 
 
 def args_digest(key: LeaseKey, canonical_args: bytes) -> str:
     """The argument digest a lease under ``key`` binds (hex)."""
-    mac = key.args_mac.copy()
-    mac.update(canonical_args)
-    return mac.hexdigest()  # type: ignore[no-any-return]
+    return key.args_mac.digest(canonical_args).hex()
 
 
 def intent_digest(saga: str, ordinal: int, tool: str, idempotency_key: str, args: str) -> str:
@@ -136,26 +144,18 @@ def intent_digest(saga: str, ordinal: int, tool: str, idempotency_key: str, args
     return digest.hexdigest()
 
 
+def lease_length(saga: str, tool: str) -> int:
+    """The length of the text of any lease for a step of ``saga`` running ``tool`` (a lease
+    longer than ``MAX_LEASE`` would never hold, so such a step must not run ahead)."""
+    packed = _HEAD.size + len(saga.encode("utf-8", "surrogatepass"))
+    packed += len(tool.encode("utf-8", "surrogatepass"))
+    return len(PREFIX) + 16 + (4 * packed + 2) // 3 + _MAC_TEXT + 3
+
+
 def issue(key: LeaseKey, claims: LeaseClaims) -> str:
     """The lease text for ``claims`` under ``key`` (``claims.kid`` must be ``key.kid``)."""
     signed = f"{PREFIX}.{key.kid}.{_b64(claims.payload())}"
     return f"{signed}.{_mac(key, signed.encode('ascii'))}"
-
-
-def _claims(kid: str, text: str) -> LeaseClaims | None:
-    """The claims of packed text whose MAC verified (so it is, byte for byte, one this key
-    issued: the checks here are for a key that signed something else, never for a forgery)."""
-    try:
-        raw = a2b_base64(text.encode("ascii").translate(_FROM_URLSAFE) + b"=" * (-len(text) % 4))
-        exp, ordinal, nonce, intent, args, size = _HEAD.unpack_from(raw)
-        at = _HEAD.size + size
-        if at > len(raw):
-            return None
-        saga = raw[_HEAD.size : at].decode("utf-8", "surrogatepass")
-        tool = raw[at:].decode("utf-8", "surrogatepass")
-    except (BinasciiError, struct.error, UnicodeDecodeError):
-        return None
-    return LeaseClaims(kid, saga, tool, ordinal, intent.hex(), args.hex(), exp, nonce.hex())
 
 
 def check(
@@ -172,26 +172,44 @@ def check(
     if type(token) is not str or not token.isascii() or len(token) > MAX_LEASE:
         return Refused(f"not a lease (text of at most {MAX_LEASE} ASCII characters)")
     parts = token.split(".")
-    if len(parts) != 4 or parts[0] != PREFIX or _KID.fullmatch(parts[1]) is None:
+    if len(parts) != 4 or parts[0] != PREFIX:
         return Refused(f"not a lease ({PREFIX}.<key id>.<claims>.<mac>)")
     kid = parts[1]
-    key = keys.get(kid, now)
+    try:
+        key = keys.get(kid, now)
+    except ConfigurationError as exc:  # a key file of the home that cannot be read
+        return Refused(f"cannot read the lease keys: {exc}")
     if key is None:
+        if _KID.fullmatch(kid) is None:
+            return Refused(f"not a lease ({PREFIX}.<key id>.<claims>.<mac>)")
         return Refused(f"unknown or retired key id {kid}")
     # The MAC covers the exact text before it, and the one base64url spelling of the computed
     # MAC is compared with the text presented: equal text, never merely equal decoded bytes.
     signed = token[: len(token) - len(parts[3]) - 1].encode("ascii")
     if not hmac.compare_digest(parts[3], _mac(key, signed)):
         return Refused("forged or altered: its MAC does not verify")
-    claims = _claims(kid, parts[2])
-    if claims is None:
+    # Unpacked only now: the claims are, byte for byte, ones this key issued, so what follows
+    # guards against a key that signed something else, never against a forgery.
+    text = parts[2]
+    try:
+        raw = a2b_base64(text.encode("ascii").translate(_FROM_URLSAFE) + b"=" * (-len(text) % 4))
+        exp, ordinal, digests, size = _HEAD.unpack_from(raw)
+        at = _HEAD.size + size
+        if at > len(raw):
+            return Refused("malformed claims")
+        claimed_saga = raw[_HEAD.size : at].decode("utf-8", "surrogatepass")
+        claimed_tool = raw[at:].decode("utf-8", "surrogatepass")
+    except (BinasciiError, struct.error, UnicodeDecodeError):
         return Refused("malformed claims")
-    if int(now * 1000) >= claims.exp:
+    hexed = digests.hex()
+    fields = (kid, claimed_saga, claimed_tool, ordinal, hexed[32:96], hexed[96:], exp, hexed[:32])
+    claims: LeaseClaims = _new_tuple(LeaseClaims, fields)  # what LeaseClaims() does, no frame
+    if int(now * 1000) >= exp:
         return Refused("expired", claims)
-    if claims.saga != saga:
+    if claimed_saga != saga:
         return Refused("issued for another saga", claims)
-    if claims.tool != tool:
-        return Refused(f"issued for tool {claims.tool!r}, not {tool!r}", claims)
-    if not hmac.compare_digest(claims.args, args_digest(key, canonical_args)):
+    if claimed_tool != tool:
+        return Refused(f"issued for tool {claimed_tool!r}, not {tool!r}", claims)
+    if not hmac.compare_digest(digests[48:], key.args_mac.digest(canonical_args)):
         return Refused("issued for other arguments", claims)
     return claims

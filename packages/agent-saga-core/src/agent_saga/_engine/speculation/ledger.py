@@ -37,7 +37,17 @@ from ..spec import ToolSpec
 from ..steps import Step
 from ..tool import tool_spec
 from .keys import MAX_TTL, LeaseKeys
-from .lease import Lease, LeaseClaims, Refused, args_digest, check, intent_digest, issue
+from .lease import (
+    MAX_LEASE,
+    Lease,
+    LeaseClaims,
+    Refused,
+    args_digest,
+    check,
+    intent_digest,
+    issue,
+    lease_length,
+)
 from .spent import SpentLeases
 
 __all__ = ["SagaLeases", "Speculation"]
@@ -266,6 +276,11 @@ class Speculation:
             raise SpeculationError(
                 f"only REVERSIBLE steps may run ahead of confirmation; {spec.name} is "
                 f"{spec.semantics.value.upper()}"
+            )
+        if lease_length(saga.id, spec.name) > MAX_LEASE:
+            raise SpeculationError(
+                f"{spec.name}: the tool name and saga id are too long for a lease "
+                f"(a lease holds at most {MAX_LEASE} characters)"
             )
         life = self.ttl if ttl is None else ttl
         if not 0 < life <= MAX_TTL:
