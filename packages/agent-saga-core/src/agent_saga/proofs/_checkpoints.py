@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 
 from .._errors import ConfigurationError
@@ -34,7 +35,9 @@ FORKS_DIR = "forks"
 _LOCK_NAME = ".lock"
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` durably (temporary file fsynced, renamed, directory
+    fsynced)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
@@ -112,15 +115,55 @@ class CheckpointLog:
             except ForkError:
                 self._keep_evidence(previous, fresh)
                 raise
-        _write_atomic(self.latest_path, fresh.note)
+        write_atomic(self.latest_path, fresh.note)
         return fresh
+
+    def publish_head(
+        self, size: int, root: bytes, roots: Mapping[int, bytes], signer: NoteSigner
+    ) -> Checkpoint:
+        """:meth:`publish` for a streaming pass: the head ``(size, root)``, with ``roots`` the
+        roots it computed at the sizes of earlier checkpoints (instead of a whole tree).
+
+        The latest checkpoint is extended only if its root is the one the pass computed at its
+        size: a direct recomputation, stronger than a consistency proof.
+
+        Raises:
+            ForkError: the root computed at the latest checkpoint's size differs from its own.
+            CheckpointError: the latest checkpoint is unreadable, signed by another key, or was
+                published while the log was read at a size the pass did not capture (run again).
+        """
+        ensure_dir(self.directory)
+        lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            previous = self.latest([signer.verifier])
+            fresh = Checkpoint(signer.name, size, root).sign(signer)
+            if previous is not None and 0 < previous.size <= size:
+                seen = root if previous.size == size else roots.get(previous.size)
+                if seen is None:
+                    raise CheckpointError(
+                        f"a checkpoint of {previous.size} records was published while the log "
+                        "was read; run the command again"
+                    )
+                if seen != previous.root:
+                    mine = Checkpoint(signer.name, previous.size, seen).sign(signer)
+                    self._keep_evidence(previous, mine)
+                    raise ForkError(
+                        f"two roots for the first {previous.size} records", previous, mine
+                    )
+            if previous is not None and previous.size >= size:
+                return previous
+            write_atomic(self.latest_path, fresh.note)
+            return fresh
+        finally:
+            os.close(lock_fd)
 
     def _keep_evidence(self, older: Checkpoint, newer: Checkpoint) -> None:
         forks = self.directory / FORKS_DIR
         ensure_dir(forks)
         stamp = f"{int(time.time() * 1000)}-{os.getpid()}"
-        _write_atomic(forks / f"{stamp}-accepted-{older.size}.note", older.note)
-        _write_atomic(forks / f"{stamp}-refused-{newer.size}.note", newer.note)
+        write_atomic(forks / f"{stamp}-accepted-{older.size}.note", older.note)
+        write_atomic(forks / f"{stamp}-refused-{newer.size}.note", newer.note)
 
 
 class Checkpointer:
