@@ -27,6 +27,7 @@ from ._disclosure import build_bundle
 from ._frontier import MerkleFrontier
 from ._logtree import record_leaf
 from ._note import NoteVerifier
+from ._notefiles import note_size
 from ._resume import ResumePoint
 from ._signing import home_signer, home_verifier
 from ._stream import StreamedLog, stream_log
@@ -116,7 +117,7 @@ def snapshot(
         except CheckpointError as exc:
             checkpoint = _NoteRead(None, exc)
         if checkpoint.note is not None:
-            sizes.add(_unverified_size(checkpoint.note))
+            sizes.add(note_size(checkpoint.note))
     if not keep_records:
         streamed = stream_log(source, sizes, resume)
         return LogSnapshot(
@@ -140,12 +141,6 @@ def snapshot(
         error = exc  # the records before the break still count
     report = VerifyReport(error is None, tree.size, error, head)
     return LogSnapshot(tuple(records), tree, report, tuple(redactions), source.where, checkpoint)
-
-
-def _unverified_size(note: str) -> int:
-    """The size a checkpoint note states, unverified (only to know which root to compute)."""
-    lines = note.split("\n")
-    return int(lines[1]) if len(lines) > 1 and lines[1].isdigit() else 0
 
 
 def check_checkpoint(log: LogSnapshot, checkpoint: Checkpoint) -> str | None:

@@ -30,11 +30,12 @@ from pathlib import Path
 
 from .._log.files import ensure_dir
 from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
-from ._checkpoints import CHECKPOINTS_DIR, write_atomic
 from ._frontier import fold_edge, fold_frontier
 from ._merkle import HASH_SIZE, leaf_hash
 from ._note import NoteVerifier
+from ._notefiles import write_atomic
 
+CHECKPOINTS_DIR = "checkpoints"
 VERIFIED_DIR = "verified"
 _SUFFIX = ".json"
 _MAX_POINT_BYTES = 64 * 1024
