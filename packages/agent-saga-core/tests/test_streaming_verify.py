@@ -70,8 +70,10 @@ def test_a_full_verify_keeps_no_record_in_memory(tmp_path: Path) -> None:
         log = snapshot(home, keep_records=False, home=home)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
-        assert log.chain.ok and log.size == count
-        assert log.records == () and log.tree is None
+        assert log.chain.ok
+        assert log.size == count
+        assert log.records == ()
+        assert log.tree is None
     assert peaks[1] < peaks[0] * 1.2, peaks
 
 
@@ -79,7 +81,8 @@ def test_verify_stores_a_resume_point_confirmed_by_the_checkpoint(home: Path) ->
     [point] = points(home)
     assert point.name == f"{300:020d}.json"
     stored = json.loads(point.read_text())
-    assert stored["size"] == 300 and len(stored["frontier"]) == (300).bit_count()
+    assert stored["size"] == 300
+    assert len(stored["frontier"]) == (300).bit_count()
 
 
 def test_since_reads_only_the_segments_after_the_verified_checkpoint(home: Path) -> None:
