@@ -77,7 +77,7 @@ def stream_verify(
                 on_record(line, digest, _base + end)
 
             tail = scan(
-                fs, part.fd, chain, part.segment.path, start=local, seq=seq, prev=prev,
+                part.fs, part.fd, chain, part.segment.path, start=local, seq=seq, prev=prev,
                 end=part.end, ledger=ledger, on_record=hook,
             )  # fmt: skip
             count += tail.records

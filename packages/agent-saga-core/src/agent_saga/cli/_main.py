@@ -33,6 +33,7 @@ from .._kit.version import __version__
 from .._log.records import SagaStatus
 from ..proofs._mesh.layout import is_mesh
 from ._approvals import COMMANDS as APPROVAL_COMMANDS
+from ._archive import archive
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import (
     is_fleet,
@@ -354,5 +355,6 @@ def guarantees(settings: Settings, raw: bool) -> None:
 
 main.add_command(recover)
 main.add_command(settle)
+main.add_command(archive)
 for _command in (*PROOF_COMMANDS, *APPROVAL_COMMANDS, *MESH_COMMANDS):
     main.add_command(_command)
