@@ -452,4 +452,5 @@ def test_a_checkpoint_published_while_the_log_is_read_is_no_truncation(home: Pat
         assert kit.checkpoint().size > log.size
         latest, finding = latest_problem(home, log, home_verifiers(home, None))
     assert finding is None, finding
-    assert latest is not None and latest.size == log.size
+    assert latest is not None
+    assert latest.size == log.size

@@ -12,10 +12,11 @@
 5. only then is the local file removed (and the directory fsynced).
 
 The first segment, ``log.jsonl``, is never moved: it is what marks a home as holding a log
-(and it is a single-file home's whole log before its first roll). A crash anywhere leaves either the local file (before 5; the next run starts again from 1, and
-a copy already in the archive is overwritten by an identical one) or the durable, verified copy
-and its marker. The open segment is never archived. Nothing is deleted from the archive, ever;
-the summary (``.sealed``) stays in the home. Moving a segment back is copying it back to its
+(and it is a single-file home's whole log before its first roll). A crash anywhere leaves
+either the local file (before 5; the next run starts again from 1, and a copy already in the
+archive is overwritten by an identical one) or the durable, verified copy and its marker. The
+open segment is never archived. Nothing is deleted from the archive, ever; the summary
+(``.sealed``) stays in the home. Moving a segment back is copying it back to its
 place in ``segments/`` (readers prefer a local file to the archive).
 """
 
