@@ -35,6 +35,7 @@ import types
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from agent_saga._log.chain import Chain
 from agent_saga._log.codec import JSONValue
@@ -174,8 +175,13 @@ def run_python(code: str, home: Path) -> str:
     return done.stdout
 
 
+LAST_CPU: list[float] = [0.0]
+"""CPU seconds (user + system) of the last command :func:`run_measured` ran."""
+
+
 def run_measured(argv: list[str]) -> tuple[float, float, int, str]:
-    """Wall seconds, peak RSS in MB, exit code and output of one command."""
+    """Wall seconds, peak RSS in MB, exit code and output of one command (its CPU seconds in
+    :data:`LAST_CPU`: less sensitive to a loaded machine than wall time)."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
@@ -183,6 +189,7 @@ def run_measured(argv: list[str]) -> tuple[float, float, int, str]:
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     elapsed = time.perf_counter() - start
+    LAST_CPU[0] = usage.ru_utime + usage.ru_stime
     return elapsed, usage.ru_maxrss / 1024, proc.returncode, output.decode(errors="replace")
 
 
@@ -215,9 +222,9 @@ def measure(home: Path, records: int, rounds: int) -> None:
     paged = has_option(home, "sagas", "--limit")
     sagas_args = ["sagas", "--limit", "50"] if paged else ["sagas"]
     since_ok = (home / "checkpoints" / "latest.note").exists()
-    results: dict[str, list[float]] = {}
+    results: dict[str, list[Any]] = {}
 
-    def add(name: str, value: float) -> None:
+    def add(name: str, value: Any) -> None:
         results.setdefault(name, []).append(value)
 
     for _ in range(rounds):
@@ -235,14 +242,32 @@ def measure(home: Path, records: int, rounds: int) -> None:
             raise SystemExit(f"verify failed on the generated log (exit {code})")
         add("verify", elapsed)
         add("verify_rss", rss)
+        add("verify_cpu", LAST_CPU[0])
         if since_ok:
             note = str(home / "checkpoints" / "latest.note")
-            elapsed, rss, _, _ = run_measured(cli(home, "verify", "--since", note))
+            elapsed, rss, _, out = run_measured(cli(home, "verify", "--since", note))
+            resumed = [line for line in out.splitlines() if "resumed after" in line]
+            results.setdefault("since_says", []).append(resumed[0] if resumed else 0.0)
             add("since", elapsed)
             add("since_rss", rss)
+            add("since_cpu", LAST_CPU[0])
         elapsed, rss, _, _ = run_measured(cli(home, "certify"))
         add("certify", elapsed)
         add("certify_rss", rss)
+        add("certify_cpu", LAST_CPU[0])
+    report(home, records, rounds, results, sagas_args, since_ok=since_ok)
+
+
+def report(
+    home: Path,
+    records: int,
+    rounds: int,
+    results: dict[str, list[Any]],
+    sagas_args: list[str],
+    *,
+    since_ok: bool,
+) -> None:
+    """Print the figures of :func:`measure`: medians with their min-max range."""
     floor = statistics.median(results["floor"])
     rates = [records / t for t in results["verify"]]
     print(f"\n{records:,} records, {log_bytes(home) / 1e6:,.0f} MB, {rounds} rounds")
@@ -262,16 +287,19 @@ def measure(home: Path, records: int, rounds: int) -> None:
         f"  verify                      {span(rates, 'records/s')}, peak RSS "
         f"{span(results['verify_rss'], 'MB')}   target >= 200,000/s, < 100 MB"
     )
+    cpu_rates = [records / t for t in results["verify_cpu"]]
+    print(f"  verify, per CPU second       {span(cpu_rates, 'records/s')}")
     ratio = [v / statistics.median(results["read"]) for v in results["verify"]]
     print(f"  verify / read-the-bytes     {span(ratio, 'x')}")
     if since_ok:
         print(
             f"  verify --since latest       {span(results['since'], 'ms', 1000)}, peak RSS "
-            f"{span(results['since_rss'], 'MB')}"
+            f"{span(results['since_rss'], 'MB')}, CPU {span(results['since_cpu'], 'ms', 1000)}"
         )
+        print(f"    (last round: {results['since_says'][-1] or 'read the whole log'})")
     print(
         f"  certify                     {span(results['certify'], 's')}, peak RSS "
-        f"{span(results['certify_rss'], 'MB')}"
+        f"{span(results['certify_rss'], 'MB')}, CPU {span(results['certify_cpu'], 's')}"
     )
 
 

@@ -90,7 +90,7 @@ def _verified(mesh: Path) -> None:
         checkpoint, problem = latest_problem(origin, log, [verifier])
         assert problem is None
         assert checkpoint is not None
-        assert checkpoint.size == log.tree.size
+        assert checkpoint.size == log.size
 
 
 class Meshes:

@@ -49,5 +49,25 @@ class LogFollower:
             self._take(record)
             yield record
 
+    @property
+    def last(self) -> str:
+        """Hash of the last record returned (:data:`GENESIS` before any)."""
+        return self._last
+
+    @property
+    def offset(self) -> int:
+        """Where the last record returned ends in a file store (-1 for another store)."""
+        return self._offset if isinstance(self.store, FileLogStore) else -1
+
+    def start_at(self, seq: int, last: str, offset: int) -> bool:
+        """Follow a file store from after record ``seq`` (hash ``last``, ending at ``offset``)
+        instead of from its start; only before anything was read. The next call of
+        :meth:`new_records` fails if the log does not continue there. Returns whether it did
+        (not on another store)."""
+        if self.seen or not isinstance(self.store, FileLogStore):
+            return False
+        self.seen, self._last, self._offset = seq, last, offset
+        return True
+
     def _take(self, record: Record) -> None:
         self.seen, self._last = record.seq, record.hash

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._errors import CorruptLogError
+from .archive import read_marker
 from .chain import Chain
 from .files import open_read
 from .fs import FileSystem
@@ -32,7 +33,14 @@ def open_layout(fs: FileSystem, home: Path, chain: Chain) -> tuple[Layout, int, 
     for seg, stated in zip(layout.sealed, layout.summaries, strict=False):
         summary = stated
         if not fs.exists(seg.path):
-            raise CorruptLogError(seg.path, 0, "sealed segment is missing", seg.first)
+            marker = read_marker(fs, home, seg.first)  # moved to the archive: size from there
+            if marker is None or summary is None:
+                raise CorruptLogError(seg.path, 0, "sealed segment is missing", seg.first)
+            problem = check_sealed(seg, summary, marker.size, seq, prev)
+            if problem is not None:
+                raise problem
+            seq, prev = summary.last, summary.hash
+            continue
         fd = open_read(fs, seg.path)
         try:
             size = fs.size(fd)

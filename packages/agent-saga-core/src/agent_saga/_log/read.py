@@ -12,7 +12,8 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from .._errors import CorruptLogError
+from .._errors import ConfigurationError, CorruptLogError
+from .archive import ArchiveReader, configured_target, read_marker
 from .chain import Chain
 from .files import LOCK_NAME, LOG_NAME, OS, WATERMARK_NAME, decode_watermark, open_read
 from .fs import FileSystem
@@ -82,6 +83,8 @@ class _Part(NamedTuple):
     end: int
     synced: int
     active: bool
+    fs: FileSystem
+    """What reads ``fd``: the log's file system, or the archive for an archived segment."""
 
 
 def _parts(path: Path, fs: FileSystem, layout: Layout) -> Iterator[_Part]:
@@ -91,21 +94,52 @@ def _parts(path: Path, fs: FileSystem, layout: Layout) -> Iterator[_Part]:
         CorruptLogError: a sealed segment is missing.
     """
     home = path.parent
+    archive = ArchiveReader()
     for seg, summary in zip(layout.segments, layout.summaries, strict=True):
         active = seg is layout.active
         if not fs.exists(seg.path):
             if active:
                 return
-            raise CorruptLogError(seg.path, 0, "sealed segment is missing", seg.first)
+            archived = _open_archived(fs, home, seg, archive)
+            if archived is None:
+                raise CorruptLogError(seg.path, 0, "sealed segment is missing", seg.first)
+            where, reader, fd = archived
+            try:
+                yield _Part(
+                    seg._replace(path=where), summary, fd, reader.size(fd), 0, False, reader
+                )
+            finally:
+                reader.close(fd)
+            continue
         fd = open_read(fs, seg.path)
         try:
             if active:
                 end, synced = _batch_boundary(home, seg.mark, fd, fs)
             else:
                 end, synced = fs.size(fd), 0
-            yield _Part(seg, summary, fd, end, synced, active)
+            yield _Part(seg, summary, fd, end, synced, active, fs)
         finally:
             fs.close(fd)
+
+
+def _open_archived(
+    fs: FileSystem, home: Path, seg: Segment, archive: ArchiveReader
+) -> tuple[str, FileSystem, int] | None:
+    """``(its location, reader, descriptor)`` for a sealed segment moved to the archive;
+    ``None`` when it was not archived.
+
+    Raises:
+        CorruptLogError: it was archived but the copy cannot be read.
+    """
+    marker = read_marker(fs, home, seg.first)
+    if marker is None:
+        return None
+    try:
+        reader, fd = archive.open(marker.url, configured_target(home))
+    except (OSError, ConfigurationError) as exc:
+        reason = f"archived segment cannot be read: {exc}"
+        raise CorruptLogError(marker.url, 0, reason, seg.first) from exc
+    return marker.url, reader, fd
 
 
 def _sealed_problem(
@@ -159,7 +193,7 @@ def iter_log(
         last_end, start = 0, (seq, prev)
         where = part.segment.path
         for offset, length, record in walk(
-            fs, part.fd, chain, where, seq=seq, prev=prev, end=part.end, ledger=ledger
+            part.fs, part.fd, chain, where, seq=seq, prev=prev, end=part.end, ledger=ledger
         ):
             last_end, seq, prev = offset + length, record.seq, record.hash
             yield base + offset, record
@@ -197,8 +231,9 @@ def follow_log(
             continue
         local = max(0, start - base)
         for offset, length, record in walk(
-            fs, part.fd, chain, part.segment.path, start=local, seq=seq, prev=prev, end=part.end
-        ):
+            part.fs, part.fd, chain, part.segment.path, start=local, seq=seq, prev=prev,
+            end=part.end,
+        ):  # fmt: skip
             seq, prev = record.seq, record.hash
             yield base + offset + length, record
         base += part.end
@@ -228,7 +263,7 @@ def verify_file(path: Path, chain: Chain | None = None, fs: FileSystem = OS) -> 
         for part in _parts(path, fs, layout):
             start = (seq, prev)
             tail = scan(
-                fs, part.fd, chain, part.segment.path,
+                part.fs, part.fd, chain, part.segment.path,
                 seq=seq, prev=prev, end=part.end, ledger=ledger,
             )  # fmt: skip
             count += tail.records

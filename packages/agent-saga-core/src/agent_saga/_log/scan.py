@@ -7,7 +7,7 @@ byte offset; nothing else escapes from a scan.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from .._errors import CorruptLogError
@@ -138,6 +138,7 @@ def scan(
     prev: str = GENESIS,
     end: int | None = None,
     ledger: RedactionLedger | None = None,
+    on_record: Callable[[bytes, bytes, int], None] | None = None,
 ) -> Tail:
     """Verify records from byte ``start`` (which follows record ``seq`` with hash ``prev``).
 
@@ -145,6 +146,8 @@ def scan(
     :func:`check_line_fast`); stops at the first defect and reports it in
     :attr:`Tail.damage`. Never raises for content. With a ``ledger`` from the caller (one log
     read file by file), masked values are left for the caller to check as :func:`walk` does.
+    ``on_record(line, hash, end)`` is called for each record that verified, in order, with its
+    stored line (no newline), its hash as ASCII hex and the offset just after it.
     """
     size = fs.size(fd) if end is None else end
     count, position, last = 0, start, prev.encode("ascii")
@@ -204,6 +207,8 @@ def scan(
                     if problem is not None:
                         return broken(problem)
             count, (seq, last), position = count + 1, result, position + len(line) + 1
+            if on_record is not None:
+                on_record(line, last, position)
         if pending[:1] == b"\x00":
             return free_space()
         if len(pending) > MAX_RECORD_BYTES:

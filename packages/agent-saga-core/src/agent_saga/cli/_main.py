@@ -31,15 +31,14 @@ from .._history.lookup import find_saga
 from .._kit.manifest import Status
 from .._kit.version import __version__
 from .._log.records import SagaStatus
-from ..proofs._audit import snapshot
 from ..proofs._mesh.layout import is_mesh
 from ._approvals import COMMANDS as APPROVAL_COMMANDS
+from ._archive import archive
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import (
     is_fleet,
     key_problem,
     read_history,
-    reading,
     require_home,
     require_store,
 )
@@ -47,12 +46,13 @@ from ._mesh import COMMANDS as MESH_COMMANDS
 from ._mesh import verify_mesh
 from ._plugins import load_plugin_command, plugin_commands
 from ._proofs import COMMANDS as PROOF_COMMANDS
-from ._proofs import KEY_HELP, checkpoint_lines
+from ._proofs import KEY_HELP
 from ._recover import recover
-from ._redact import admin_key_option, redaction_lines
-from ._render import make_console, render_replay, render_sagas, render_status, render_verify
+from ._redact import admin_key_option
+from ._render import make_console, render_replay, render_sagas, render_status
 from ._settings import Settings, pass_settings
 from ._settle import settle
+from ._verify import run_verify
 
 EPILOG = """\b
 Exit codes:
@@ -231,33 +231,29 @@ def replay(settings: Settings, saga_id: str) -> None:
 @main.command()
 @click.option(
     "--since",
-    type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="A checkpoint saved earlier: the log must still extend it (nothing removed or changed).",
+    metavar="NOTE|latest",
+    help="A checkpoint saved earlier (or 'latest', the home's): the log must still extend it; "
+    "reading starts after the newest checkpoint a verify confirmed, up to this one.",
 )
 @click.option("--key", default=None, help=KEY_HELP)
 @admin_key_option
 @pass_settings
-def verify(settings: Settings, since: Path | None, key: str | None) -> None:
+def verify(settings: Settings, since: str | None, key: str | None) -> None:
     """Verify the hash chain from disk, then the log against its checkpoints.
 
     The chain alone catches a modified, deleted, inserted, swapped or duplicated record; the
     file log's synced watermark (log.synced) catches records cut from its end; a checkpoint
     also catches a truncated tail or a log rewritten from some record on. Exit 1 at the first
-    break or inconsistency. Checkpoints are the home's, for a fleet log too.
+    break or inconsistency. Checkpoints are the home's, for a fleet log too. With --since, the
+    records a verify already confirmed against a signed checkpoint are not read again (a full
+    verify, without --since, reads them all).
     """
     if is_mesh(settings.home):  # a merged log: every origin against its own key
         if not verify_mesh(settings):
             raise SystemExit(EXIT_FAILED)
         return
-    with reading(settings) as source:
-        log = snapshot(source, keep_records=False, home=settings.home)
-    render_verify(settings.console, log.chain, source.where, source.unit)
-    lines, consistent = checkpoint_lines(settings.home, log, since, key)
-    for line in [*lines, *redaction_lines(log)]:
-        settings.console.print(one_line(line), markup=False)
-    if not (log.chain.ok and consistent):
-        raise SystemExit(EXIT_FAILED)
+    run_verify(settings, since, key)
 
 
 @main.command()
@@ -359,5 +355,6 @@ def guarantees(settings: Settings, raw: bool) -> None:
 
 main.add_command(recover)
 main.add_command(settle)
+main.add_command(archive)
 for _command in (*PROOF_COMMANDS, *APPROVAL_COMMANDS, *MESH_COMMANDS):
     main.add_command(_command)

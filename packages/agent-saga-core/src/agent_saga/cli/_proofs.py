@@ -2,8 +2,7 @@
 
 They read the configured log (the home's file log or the fleet log on PostgreSQL, see
 :mod:`._logfile`); checkpoints and the signing key are always the home's, where the kits
-writing that log publish theirs. ``verify`` (in :mod:`._main`) uses :func:`checkpoint_lines`
-to compare the log with the latest checkpoint and with one given by ``--since``.
+writing that log publish theirs. ``verify`` is in :mod:`._verify`.
 """
 
 from __future__ import annotations
@@ -18,17 +17,12 @@ from .._history.lookup import resolve_saga_id
 from .._history.views import SagaLookupError
 from .._log.chain import HASH_MISMATCH
 from ..proofs._audit import (
-    LogSnapshot,
     certify,
-    check_checkpoint,
-    home_verifiers,
-    latest_problem,
     prove,
     publish,
     snapshot,
 )
-from ..proofs._certify import CRITICAL
-from ..proofs._checkpoint import CheckpointError, open_checkpoint
+from ..proofs._checkpoint import CheckpointError
 from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
 from ..proofs._mesh.layout import is_mesh
 from ..proofs._note import NoteVerifier
@@ -51,41 +45,6 @@ def _write_json(path: Path, value: dict[str, Any]) -> None:
         path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc}") from exc
-
-
-def checkpoint_lines(
-    home: Path, log: LogSnapshot, since: Path | None, key: str | None
-) -> tuple[list[str], bool]:
-    """Lines describing the log against its checkpoints, and whether all checks passed."""
-    verifiers = home_verifiers(home, _verifier(key))
-    lines: list[str] = []
-    ok = True
-    if since is not None:
-        try:
-            note = since.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInputError(f"cannot read the checkpoint {since}: {exc}") from exc
-        if not verifiers:
-            raise BadInputError("no key to check the checkpoint with: give --key")
-        try:
-            older = open_checkpoint(note, verifiers)
-        except CheckpointError as exc:
-            return [f"checkpoint {since} REJECTED: {exc}"], False
-        problem = check_checkpoint(log.tree, older)
-        if problem is None:
-            lines.append(
-                f"consistent with {since} ({older.size} records): nothing removed or changed"
-            )
-        else:
-            lines.append(f"INCONSISTENT with {since}: {problem}")
-            ok = False
-    latest, finding = latest_problem(home, log, verifiers)
-    if finding is not None:
-        lines.append(("" if finding.severity == CRITICAL else "note: ") + finding.message)
-        ok = ok and finding.severity != CRITICAL
-    elif latest is not None:
-        lines.append(f"consistent with the latest checkpoint ({latest.size} records)")
-    return lines, ok
 
 
 @click.group(invoke_without_command=True)

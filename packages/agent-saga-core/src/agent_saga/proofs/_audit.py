@@ -10,7 +10,7 @@ a checkpoint writes only under ``checkpoints/`` (and creates the key on first us
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,16 @@ from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
 from ._certify import CRITICAL, WARNING, Finding, certificate, certify_records
-from ._checkpoint import Checkpoint, CheckpointError, check_extension, open_checkpoint
+from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._checkpoints import CheckpointLog
 from ._disclosure import build_bundle
+from ._frontier import MerkleFrontier
 from ._logtree import record_leaf
 from ._note import NoteVerifier
+from ._notefiles import note_size
+from ._resume import ResumePoint
 from ._signing import home_signer, home_verifier
+from ._stream import StreamedLog, stream_log
 from ._tree import MerkleTree
 
 __all__ = ["LogSnapshot", "check_checkpoint", "snapshot"]
@@ -36,17 +40,41 @@ __all__ = ["LogSnapshot", "check_checkpoint", "snapshot"]
 class LogSnapshot:
     """The verified records of a log (up to the first break), their tree and the chain report.
 
-    ``records`` is empty when the snapshot was taken without keeping them; ``redactions``
-    always holds the ``log.redaction`` records.
+    ``records`` is empty and ``tree`` is ``None`` when the snapshot was taken without keeping
+    them: ``stream`` then holds the Merkle frontier and the roots at the sizes captured (the
+    checkpoints read before the log). ``redactions`` always holds the ``log.redaction`` records.
     """
 
     records: tuple[Record, ...]
-    tree: MerkleTree
+    tree: MerkleTree | None
     chain: VerifyReport
     redactions: tuple[Record, ...] = ()
     where: str = ""
     checkpoint: _NoteRead | None = None
     """The home's latest checkpoint as read *before* the log (see :func:`snapshot`)."""
+    stream: StreamedLog | None = None
+
+    @property
+    def size(self) -> int:
+        """Records in the tree (those that verified, up to the first break)."""
+        return self.tree.size if self.tree is not None else self.frontier.size
+
+    @property
+    def frontier(self) -> MerkleFrontier:
+        assert self.stream is not None
+        return self.stream.frontier
+
+    def root_at(self, size: int) -> bytes | None:
+        """The root of the first ``size`` records; ``None`` when the pass did not capture it."""
+        if self.tree is not None:
+            return self.tree.root(size)
+        if size == self.frontier.size:
+            return self.frontier.root()
+        return self.frontier_roots.get(size)
+
+    @property
+    def frontier_roots(self) -> dict[int, bytes]:
+        return {} if self.stream is None else self.stream.roots
 
 
 @dataclass(frozen=True)
@@ -56,15 +84,23 @@ class _NoteRead:
 
 
 def snapshot(
-    source: LogSource | Path, *, keep_records: bool = True, home: Path | None = None
+    source: LogSource | Path,
+    *,
+    keep_records: bool = True,
+    home: Path | None = None,
+    capture: Collection[int] = (),
+    resume: ResumePoint | None = None,
 ) -> LogSnapshot:
     """Read and verify a log once: records stop at the first break, which the report holds.
 
-    ``source`` is a log source or a home (its file log). Without ``keep_records`` only the tree
-    (32 bytes per record) and the redaction records stay in memory. With ``home``, the home's
-    latest checkpoint is read first: records are appended before a checkpoint covers them, so
-    a checkpoint read before the log never covers more than the log holds, even while agents
-    append and publish (read after the log, it could, and a live log would look truncated).
+    ``source`` is a log source or a home (its file log). Without ``keep_records`` nothing but
+    a Merkle frontier (O(log n) hashes) and the redaction records stays in memory: the roots at
+    the latest checkpoint's size and at the sizes in ``capture`` are computed as the records
+    stream by, and a file log is read only after ``resume`` when it is given (see
+    :mod:`._stream`). With ``home``, the home's latest checkpoint is read first: records are
+    appended before a checkpoint covers them, so a checkpoint read before the log never covers
+    more than the log holds, even while agents append and publish (read after the log, it
+    could, and a live log would look truncated).
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (or without one): a
@@ -74,11 +110,20 @@ def snapshot(
     if isinstance(source, Path):
         source = FileLogSource(source)
     checkpoint = None
+    sizes = set(capture)
     if home is not None:
         try:
             checkpoint = _NoteRead(CheckpointLog(home).read_note())
         except CheckpointError as exc:
             checkpoint = _NoteRead(None, exc)
+        if checkpoint.note is not None:
+            sizes.add(note_size(checkpoint.note))
+    if not keep_records:
+        streamed = stream_log(source, sizes, resume)
+        return LogSnapshot(
+            (), None, streamed.chain, tuple(streamed.redactions), source.where, checkpoint,
+            streamed,
+        )  # fmt: skip
     records: list[Record] = []
     redactions: list[Record] = []
     tree = MerkleTree()
@@ -87,8 +132,7 @@ def snapshot(
         for record in source.records():
             tree.append(record_leaf(record))
             head = record.hash
-            if keep_records:
-                records.append(record)
+            records.append(record)
             if record.kind == REDACTION_KIND:
                 redactions.append(record)
     except ChainKeyError:
@@ -99,25 +143,35 @@ def snapshot(
     return LogSnapshot(tuple(records), tree, report, tuple(redactions), source.where, checkpoint)
 
 
-def check_checkpoint(tree: MerkleTree, checkpoint: Checkpoint) -> str | None:
-    """Why the log behind ``tree`` is not an extension of ``checkpoint`` (``None``: it is).
+def check_checkpoint(log: LogSnapshot, checkpoint: Checkpoint) -> str | None:
+    """Why the log is not an extension of ``checkpoint`` (``None``: it is).
 
-    The check is the one a newer checkpoint must pass: a consistency proof from the older one.
+    The log's root at the checkpoint's size, recomputed from its records, must be the
+    checkpoint's root.
     """
-    if tree.size < checkpoint.size:
-        return f"log truncated: {tree.size} records, but a checkpoint covers {checkpoint.size}"
-    head = Checkpoint(checkpoint.origin, tree.size, tree.root())
-    proof = tree.consistency_proof(checkpoint.size) if 0 < checkpoint.size < tree.size else []
-    try:
-        check_extension(checkpoint, head, proof)
-    except CheckpointError as exc:
-        return f"log rewritten: the first {checkpoint.size} records changed ({exc})"
+    if log.size < checkpoint.size:
+        return f"log truncated: {log.size} records, but a checkpoint covers {checkpoint.size}"
+    if checkpoint.size == 0:
+        return None
+    root = log.root_at(checkpoint.size)
+    if root is None:
+        return f"the root at {checkpoint.size} records was not computed (internal error)"
+    if root != checkpoint.root:
+        return (
+            f"log rewritten: the first {checkpoint.size} records changed (their root is "
+            f"{root.hex()[:16]}..., the checkpoint's {checkpoint.root.hex()[:16]}...)"
+        )
     return None
 
 
 def publish(home: Path, log: LogSnapshot) -> Checkpoint:
     """Sign and publish a checkpoint of ``log`` (refused if it does not extend the latest)."""
-    return CheckpointLog(home).publish(log.tree, home_signer(home))
+    if log.tree is not None:
+        return CheckpointLog(home).publish(log.tree, home_signer(home))
+    frontier = log.frontier
+    return CheckpointLog(home).publish_head(
+        frontier.size, frontier.root(), log.frontier_roots, home_signer(home)
+    )
 
 
 def latest_problem(
@@ -141,7 +195,7 @@ def latest_problem(
     if latest is None:
         message = "no earlier checkpoint: a truncated log could not be detected"
         return None, Finding(WARNING, "checkpoint", message)
-    problem = check_checkpoint(log.tree, latest)
+    problem = check_checkpoint(log, latest)
     return latest, None if problem is None else Finding(CRITICAL, "checkpoint", problem)
 
 
@@ -166,6 +220,7 @@ def prove(home: Path, saga_id: str, source: LogSource | None = None) -> dict[str
     if problem is not None and problem.severity == CRITICAL:
         raise CheckpointError(problem.message)
     checkpoint = publish(home, log)
+    assert log.tree is not None
     return build_bundle(saga_id, log.records, log.tree, checkpoint)
 
 

@@ -16,16 +16,17 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 
-from .._errors import ConfigurationError
-from .._log.files import OS as _OS
-from .._log.files import ensure_dir, fsync_dir, fsync_fd, write_fully
+from .._errors import ConfigurationError, CorruptLogError
+from .._log.files import ensure_dir
 from .._log.forks import ForkGuard
 from .._log.store import LogStore
 from ._checkpoint import Checkpoint, CheckpointError, ForkError, check_extension, open_checkpoint
 from ._logtree import LogTree
 from ._note import NoteSigner, NoteVerifier
+from ._notefiles import note_size, write_atomic
 from ._tree import MerkleTree
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -34,16 +35,16 @@ FORKS_DIR = "forks"
 _LOCK_NAME = ".lock"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        write_fully(_OS, fd, text.encode())
-        fsync_fd(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+class UncapturedError(CheckpointError):
+    """The latest checkpoint's size was passed without its root being computed (another
+    process published it while the log was read): read again, capturing ``size``."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(
+            f"a checkpoint of {size} records was published while the log was read; "
+            "run the command again"
+        )
+        self.size = size
 
 
 class CheckpointLog:
@@ -52,6 +53,8 @@ class CheckpointLog:
     def __init__(self, home: Path) -> None:
         self.directory = home / CHECKPOINTS_DIR
         self.latest_path = self.directory / LATEST_NAME
+        self.points = self.directory / "verified"
+        """Where resume points are kept (see :mod:`._resume`)."""
 
     def latest(self, verifiers: list[NoteVerifier]) -> Checkpoint | None:
         """The latest accepted checkpoint, verified; ``None`` when none was ever published.
@@ -112,15 +115,52 @@ class CheckpointLog:
             except ForkError:
                 self._keep_evidence(previous, fresh)
                 raise
-        _write_atomic(self.latest_path, fresh.note)
+        write_atomic(self.latest_path, fresh.note)
         return fresh
+
+    def publish_head(
+        self, size: int, root: bytes, roots: Mapping[int, bytes], signer: NoteSigner
+    ) -> Checkpoint:
+        """:meth:`publish` for a streaming pass: the head ``(size, root)``, with ``roots`` the
+        roots it computed at the sizes of earlier checkpoints (instead of a whole tree).
+
+        The latest checkpoint is extended only if its root is the one the pass computed at its
+        size: a direct recomputation, stronger than a consistency proof.
+
+        Raises:
+            ForkError: the root computed at the latest checkpoint's size differs from its own.
+            CheckpointError: the latest checkpoint is unreadable, signed by another key, or was
+                published while the log was read at a size the pass did not capture (run again).
+        """
+        ensure_dir(self.directory)
+        lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            previous = self.latest([signer.verifier])
+            fresh = Checkpoint(signer.name, size, root).sign(signer)
+            if previous is not None and 0 < previous.size <= size:
+                seen = root if previous.size == size else roots.get(previous.size)
+                if seen is None:
+                    raise UncapturedError(previous.size)
+                if seen != previous.root:
+                    mine = Checkpoint(signer.name, previous.size, seen).sign(signer)
+                    self._keep_evidence(previous, mine)
+                    raise ForkError(
+                        f"two roots for the first {previous.size} records", previous, mine
+                    )
+            if previous is not None and previous.size >= size:
+                return previous
+            write_atomic(self.latest_path, fresh.note)
+            return fresh
+        finally:
+            os.close(lock_fd)
 
     def _keep_evidence(self, older: Checkpoint, newer: Checkpoint) -> None:
         forks = self.directory / FORKS_DIR
         ensure_dir(forks)
         stamp = f"{int(time.time() * 1000)}-{os.getpid()}"
-        _write_atomic(forks / f"{stamp}-accepted-{older.size}.note", older.note)
-        _write_atomic(forks / f"{stamp}-refused-{newer.size}.note", newer.note)
+        write_atomic(forks / f"{stamp}-accepted-{older.size}.note", older.note)
+        write_atomic(forks / f"{stamp}-refused-{newer.size}.note", newer.note)
 
 
 class Checkpointer:
@@ -148,6 +188,8 @@ class Checkpointer:
         self.home = home
         self.log = CheckpointLog(home)
         self.tree = LogTree(store)
+        self._started = False
+        self._resumed_at = 0
         self.every = every
         self.interval = interval
         self._poll = poll
@@ -193,8 +235,13 @@ class Checkpointer:
         self.process.check()
         with self._publish_lock:
             try:
-                self.tree.update()
-                published = self.log.publish(self.tree.tree, self.signer)
+                self._follow()
+                try:
+                    published = self._publish()
+                except UncapturedError as exc:  # rare: read again, up to its size
+                    self._start(exc.size)
+                    self._follow()
+                    published = self._publish()
             except ForkError as exc:
                 self.last_error = exc
                 raise
@@ -202,8 +249,60 @@ class Checkpointer:
             self._published_at = time.monotonic()
             return published
 
+    def _publish(self) -> Checkpoint:
+        tree = self.tree
+        return self.log.publish_head(tree.size, tree.root(), tree.roots, self.signer)
+
+    def _follow(self) -> int:
+        """Bring the tree up to date, capturing the root at the latest checkpoint's size; the
+        first time, start from the newest stored resume point (see :mod:`._resume`)."""
+        if not self._started:
+            self._start(None)
+        try:
+            note = self.log.read_note()
+        except CheckpointError:
+            note = None
+        if note is not None:
+            self.tree.capture(note_size(note))
+        resumed = self.tree.size > 0 and self._resumed_at == self.tree.size
+        try:
+            return self.tree.update()
+        except CorruptLogError:
+            if not resumed:
+                raise
+            self._start(0)  # the log does not continue the point: read it all
+            return self._follow()
+
+    def _start(self, at_most: int | None) -> None:
+        """Start the tree again, from the newest resume point of at most ``at_most`` records
+        (any when ``None``; none when 0)."""
+        self._started = True
+        self.tree.restart()
+        self._resumed_at = 0
+        if at_most != 0 and any(self.log.points.glob("*.json")):
+            self._start_at_point(at_most)
+        if at_most:
+            self.tree.capture(at_most)
+
+    def _start_at_point(self, at_most: int | None) -> None:
+        from ._resume import load_point
+        from ._signing import home_verifier  # loads cryptography: only when there are points
+
+        verifier = home_verifier(self.home)
+        if verifier is not None:
+            point, _ = load_point(
+                self.home, at_most if at_most is not None else 1 << 62, [verifier]
+            )
+            if point is not None:
+                state = point.state
+                if self.tree.start_at(
+                    state.size, state.frontier, state.edge, state.hash, state.offset,
+                    point.checkpoint.root,
+                ):  # fmt: skip
+                    self._resumed_at = state.size
+
     def _due(self) -> bool:
-        grown = self.tree.update() - self._published
+        grown = self._follow() - self._published
         if grown <= 0:
             return False
         return grown >= self.every or time.monotonic() - self._published_at >= self.interval
@@ -274,7 +373,7 @@ class Checkpointer:
         if not final or isinstance(self.last_error, ForkError):
             return
         try:
-            if self.tree.update() > self._published:
+            if self._follow() > self._published:
                 self.checkpoint()
         except Exception as exc:  # a failed last checkpoint must not lose the close
             self.last_error = exc

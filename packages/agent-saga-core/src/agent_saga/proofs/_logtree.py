@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from .._log.follow import LogFollower
 from .._log.records import Record
 from .._log.store import LogStore
+from ._frontier import MerkleFrontier
 from ._merkle import leaf_hash
 from ._tree import MerkleTree
 
@@ -30,20 +31,76 @@ def tree_of(records: Iterable[Record]) -> MerkleTree:
 
 
 class LogTree:
-    """A :class:`MerkleTree` that follows one store's log (see :class:`LogFollower`).
+    """The Merkle frontier of one store's log, kept up to date by :class:`LogFollower`.
 
-    Thread-safe.
+    Memory is O(log n) hashes whatever the log's size: no leaf is kept. The roots at the sizes
+    passed to :meth:`capture` are remembered when the tree passes them (the sizes of
+    checkpoints to extend). :meth:`start_at` starts it after a verified prefix of a file log
+    instead of from record 1. Thread-safe.
     """
 
     def __init__(self, store: LogStore) -> None:
         self.store = store
-        self.tree = MerkleTree()
+        self.frontier = MerkleFrontier()
+        self.roots: dict[int, bytes] = {}
+        self.edge: list[bytes] = []
+        self._capture: set[int] = set()
         self._follower = LogFollower(store)
         self._lock = threading.Lock()
 
     @property
     def size(self) -> int:
-        return self.tree.size
+        return self.frontier.size
+
+    def root(self) -> bytes:
+        return self.frontier.root()
+
+    def capture(self, size: int) -> None:
+        """Remember the root at ``size`` when the tree reaches it (now, if it is there)."""
+        with self._lock:
+            if size == self.frontier.size:
+                self.roots[size] = self.frontier.root()
+            elif size > self.frontier.size:
+                self._capture.add(size)
+
+    def start_at(
+        self,
+        size: int,
+        frontier: list[bytes],
+        edge: list[bytes],
+        last: str,
+        offset: int,
+        root: bytes,
+    ) -> bool:
+        """Start after record ``size`` (hash ``last``, ending at ``offset``) of a file log,
+        whose frontier was confirmed by a signed root; only before anything was read.
+
+        Returns whether it did. The next :meth:`update` checks that the log continues it.
+        """
+        with self._lock:
+            if self.frontier.size or not self._follower.start_at(size, last, offset):
+                return False
+            self.frontier = MerkleFrontier(size, frontier)
+            self.edge = list(edge)
+            self.roots[size] = root
+            return True
+
+    def restart(self) -> None:
+        """Forget everything and read again from record 1 (a start point that did not hold)."""
+        with self._lock:
+            self.frontier = MerkleFrontier()
+            self.roots.clear()
+            self.edge = []
+            self._follower = LogFollower(self.store)
+
+    @property
+    def last_hash(self) -> str:
+        return self._follower.last
+
+    @property
+    def offset(self) -> int:
+        """Where the last record taken in ends in a file log (-1 for another store)."""
+        return self._follower.offset
 
     def update(self) -> int:
         """Take in every record appended so far; returns the tree size.
@@ -52,6 +109,10 @@ class LogTree:
             CorruptLogError: the log no longer continues the records already taken in.
         """
         with self._lock:
+            frontier, capture = self.frontier, self._capture
             for record in self._follower.new_records():
-                self.tree.append(record_leaf(record))
-            return self.tree.size
+                self.edge = frontier.append_with_edge(record_leaf(record))
+                if frontier.size in capture:
+                    capture.discard(frontier.size)
+                    self.roots[frontier.size] = frontier.root()
+            return frontier.size

@@ -1,0 +1,120 @@
+"""``agent-saga verify``: the chain, the checkpoints, and resuming from a verified checkpoint.
+
+A full ``verify`` reads every record once in a streaming pass (a Merkle frontier of O(log n)
+hashes, no record kept), compares the log with the latest checkpoint by recomputing the root
+at its size, and, when everything holds, stores a resume point for that checkpoint
+(``checkpoints/verified/``, see :mod:`agent_saga.proofs._resume`). ``verify --since NOTE``
+(``latest`` for the home's latest checkpoint) also checks the log against NOTE, and starts
+from the newest stored resume point of at most NOTE's size when there is one: only the
+records after it are read. Storing a point is a courtesy: a home that cannot be written is
+verified all the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from ..proofs._audit import LogSnapshot, check_checkpoint, home_verifiers, latest_problem, snapshot
+from ..proofs._certify import CRITICAL
+from ..proofs._checkpoint import Checkpoint, CheckpointError, open_checkpoint
+from ..proofs._checkpoints import CheckpointLog
+from ..proofs._note import NoteVerifier
+from ..proofs._resume import ResumePoint, load_point, save_point
+from ..proofs._signing import read_verifier
+from ._errors import EXIT_FAILED, BadInputError, one_line
+from ._logfile import reading
+from ._redact import redaction_lines
+from ._render import render_verify
+from ._settings import Settings
+
+LATEST = "latest"
+
+
+def run_verify(settings: Settings, since: str | None, key: str | None) -> None:
+    """Verify the configured log (see the module docstring); exit 1 when anything fails."""
+    home = settings.home
+    verifiers = home_verifiers(home, None if key is None else read_verifier(key))
+    older, rejected = _older(home, since, verifiers)
+    lines: list[str] = []
+    point = None
+    if older is not None and older.size > 0:
+        point, refused = load_point(home, older.size, verifiers)
+        lines.extend(refused)
+    capture = () if older is None else (older.size,)
+    with reading(settings) as source:
+        log = snapshot(source, keep_records=False, home=home, capture=capture, resume=point)
+    render_verify(settings.console, log.chain, source.where, source.unit)
+    assert log.stream is not None
+    lines.extend(log.stream.notes)
+    if log.stream.resumed_from:
+        read = log.chain.records - log.stream.resumed_from
+        lines.append(
+            f"resumed after record {log.stream.resumed_from} (verified earlier against its "
+            f"signed checkpoint): read the {read} records after it"
+        )
+    ok = log.chain.ok
+    if rejected is not None:
+        lines.append(f"checkpoint {since} REJECTED: {rejected}")
+        ok = False
+    elif older is not None:
+        problem = check_checkpoint(log, older)
+        if problem is None:
+            lines.append(
+                f"consistent with {since} ({older.size} records): nothing removed or changed"
+            )
+        else:
+            lines.append(f"INCONSISTENT with {since}: {problem}")
+            ok = False
+    latest, finding = latest_problem(home, log, verifiers)
+    if finding is not None:
+        lines.append(("" if finding.severity == CRITICAL else "note: ") + finding.message)
+        ok = ok and finding.severity != CRITICAL
+    elif latest is not None:
+        lines.append(f"consistent with the latest checkpoint ({latest.size} records)")
+    for line in [*lines, *redaction_lines(log)]:
+        settings.console.print(one_line(line), markup=False)
+    if not ok:
+        raise SystemExit(EXIT_FAILED)
+    for checkpoint in (older, latest):
+        store_point(home, log, checkpoint)
+
+
+def store_point(home: Path, log: LogSnapshot, checkpoint: Checkpoint | None) -> None:
+    """Keep a resume point for ``checkpoint`` when the pass captured its state in a file log.
+
+    Only called once the log matched the checkpoint; an unwritable home is not an error.
+    """
+    if checkpoint is None or log.stream is None:
+        return
+    state = log.stream.states.get(checkpoint.size)
+    if state is None or state.offset < 0:
+        return
+    with contextlib.suppress(OSError):
+        save_point(home, ResumePoint(checkpoint, state))
+
+
+def _older(
+    home: Path, since: str | None, verifiers: list[NoteVerifier]
+) -> tuple[Checkpoint | None, str | None]:
+    """The checkpoint named by ``--since``, or why it was rejected."""
+    if since is None:
+        return None, None
+    if since == LATEST and not Path(since).exists():
+        try:
+            note = CheckpointLog(home).read_note()
+        except CheckpointError as exc:
+            return None, str(exc)
+        if note is None:
+            raise BadInputError("--since latest: the home has no checkpoint yet")
+    else:
+        try:
+            note = Path(since).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInputError(f"cannot read the checkpoint {since}: {exc}") from exc
+    if not verifiers:
+        raise BadInputError("no key to check the checkpoint with: give --key")
+    try:
+        return open_checkpoint(note, verifiers), None
+    except CheckpointError as exc:
+        return None, str(exc)

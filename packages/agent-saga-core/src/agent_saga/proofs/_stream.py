@@ -1,0 +1,150 @@
+"""One streaming pass over a log: the chain verified, the Merkle frontier built, no record kept.
+
+:func:`stream_log` reads a log source once and returns a :class:`StreamedLog`: the chain
+report, the frontier (O(log n) hashes), the roots at the sizes asked for (the checkpoints the
+log is compared with) with the state there (to store as a resume point), and the redaction
+records (few). Memory stays bounded whatever the log's size. A file log is read with the fast
+line check (:func:`agent_saga._log.stream.stream_verify`); another source through its verified
+records.
+
+With a resume point, a file log is read only after it: the frontier starts from the point's,
+and the records read must continue the chain from its record. A point that does not match the
+log (records cut or rewritten there, or the file rewritten by a redaction) is not an error of
+the log: the pass starts again from the first record and says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from .._errors import CorruptLogError
+from .._log.chain import Chain, parse_line
+from .._log.records import GENESIS, Record
+from .._log.redaction import REDACTION_KIND
+from .._log.source import ChainKeyError, FileLogSource, LogSource, explain_first_record
+from .._log.store import VerifyReport
+from .._log.stream import ResumeAt, stream_verify
+from ._frontier import MerkleFrontier
+from ._logtree import record_leaf
+from ._merkle import leaf_hash
+from ._resume import Captured, ResumePoint
+
+_REDACTION_TAIL = b',"kind":"' + REDACTION_KIND.encode() + b'","prev":'
+
+
+@dataclass
+class StreamedLog:
+    """What one pass found (see the module docstring)."""
+
+    chain: VerifyReport
+    """``records`` counts every record up to the first break, including those before the
+    resume point."""
+    frontier: MerkleFrontier
+    roots: dict[int, bytes] = field(default_factory=dict)
+    states: dict[int, Captured] = field(default_factory=dict)
+    redactions: list[Record] = field(default_factory=list)
+    resumed_from: int = 0
+    """Records taken from a resume point without reading them (0: read from the first)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.frontier.size
+
+
+def stream_log(
+    source: LogSource, capture: Collection[int] = (), resume: ResumePoint | None = None
+) -> StreamedLog:
+    """Read ``source`` once (after ``resume`` when given and usable; see the module docstring).
+
+    Raises:
+        ChainKeyError: record 1 does not verify with the chain key given (a key problem).
+        StoreFailedError: the store cannot be read.
+    """
+    sizes = frozenset(capture)
+    if not isinstance(source, FileLogSource):
+        log = _stream_records(source, sizes)
+        if resume is not None:
+            log.notes.append("this log cannot be resumed: it was read from its first record")
+        return log
+    if resume is not None:
+        resumed = _stream_file(source, sizes, resume)
+        if resumed is not None:
+            return resumed
+    full = _stream_file(source, sizes, None)
+    assert full is not None
+    if resume is not None:
+        full.notes.insert(
+            0,
+            f"the log no longer continues the resume point at record {resume.state.size}: "
+            "read from its first record",
+        )
+    return full
+
+
+def _stream_file(
+    source: FileLogSource, sizes: frozenset[int], resume: ResumePoint | None
+) -> StreamedLog | None:
+    """The pass over a file log; ``None`` when ``resume`` does not match the log."""
+    if resume is None:
+        frontier, start, last = MerkleFrontier(), None, GENESIS
+    else:
+        state = resume.state
+        frontier = MerkleFrontier(state.size, list(state.frontier))
+        start, last = ResumeAt(state.offset, state.size, state.hash), state.hash
+    log = StreamedLog(VerifyReport(True, 0), frontier, resumed_from=frontier.size)
+    if resume is not None:
+        log.roots[resume.state.size] = resume.checkpoint.root  # confirmed by the point's check
+    chain = Chain(source.key)
+    previous = [last]
+
+    def on_record(line: bytes, digest: bytes, end: int) -> None:
+        size = frontier.size + 1
+        if size in sizes:
+            edge = frontier.append_with_edge(leaf_hash(bytes.fromhex(digest.decode())))
+            log.roots[size] = frontier.root()
+            log.states[size] = Captured(size, frontier.hashes, edge, digest.decode(), end)
+        else:
+            frontier.append_chain_hash(digest)
+        if _REDACTION_TAIL in line:
+            parsed = parse_line(chain, line, size, previous[0], allow_masked=True)
+            if isinstance(parsed, Record) and parsed.kind == REDACTION_KIND:
+                log.redactions.append(parsed)
+        previous[0] = digest.decode()
+
+    report = stream_verify(source.path, chain, on_record, start=start)
+    if resume is not None and report.records == 0 and report.error is not None:
+        return None  # the first record after the point does not continue it
+    total = log.resumed_from + report.records
+    error = report.error
+    if error is not None and log.resumed_from == 0:
+        error = explain_first_record(error, source)
+        if isinstance(error, ChainKeyError):
+            raise error
+    log.chain = VerifyReport(error is None, total, error, report.last_hash)
+    return log
+
+
+def _stream_records(source: LogSource, sizes: frozenset[int]) -> StreamedLog:
+    frontier = MerkleFrontier()
+    log = StreamedLog(VerifyReport(True, 0), frontier)
+    head, error = GENESIS, None
+    try:
+        for record in source.records():
+            size = frontier.size + 1
+            if size in sizes:
+                edge = frontier.append_with_edge(record_leaf(record))
+                log.roots[size] = frontier.root()
+                log.states[size] = Captured(size, frontier.hashes, edge, record.hash, -1)
+            else:
+                frontier.append_chain_hash(record.hash.encode())
+            head = record.hash
+            if record.kind == REDACTION_KIND:
+                log.redactions.append(record)
+    except ChainKeyError:
+        raise
+    except CorruptLogError as exc:
+        error = exc  # the records before the break still count
+    log.chain = VerifyReport(error is None, frontier.size, error, head)
+    return log
