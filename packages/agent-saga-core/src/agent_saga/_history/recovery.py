@@ -39,6 +39,7 @@ from .._engine.runtime import Runtime
 from .._log.codec import JSONValue, is_restorable, to_jsonable
 from .._log.records import Entry, Kind, SagaStatus
 from .build import CompensationState, SagaView, StepOutcome, StepView, sagas
+from .sagareads import own_records, unfinished_sagas
 
 LEASE_TTL = 300.0
 
@@ -91,14 +92,14 @@ class RecoveryReport:
 
 
 def recover(runtime: Runtime, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport:
-    """Run one recovery pass over the whole log of ``runtime.store``."""
+    """Run one recovery pass over the unfinished sagas of ``runtime.store`` (found through its
+    saga index, or by its server, in time proportional to them; else by reading the log)."""
     store = runtime.store
-    records = list(store.records())
     recovered: list[RecoveredSaga] = []
     live: list[str] = []
     elsewhere: list[str] = []
     suspended: list[str] = []
-    for view in sagas(records):
+    for view in unfinished_sagas(store):
         wait = _left_alone(runtime, view)
         if wait == "suspended":
             suspended.append(view.id)
@@ -111,7 +112,7 @@ def recover(runtime: Runtime, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport
             elsewhere.append(view.id)
             continue
         try:
-            own = [r for r in store.records() if r.saga == view.id]
+            own = own_records(store, view.id)
             current = sagas(own)
             # Re-read under the lease: another worker, or a resume, may have moved it on.
             if current and _left_alone(runtime, current[0]) is None:

@@ -57,6 +57,7 @@ from .opening import open_layout
 from .read import follow_log, iter_log, verify_file
 from .records import Entry, Record
 from .repair import repair_entry, scan_on_open
+from .sagaindex import SagaIndex
 from .segments import SEGMENT_BYTES, SEGMENT_RECORDS
 from .store import VerifyReport
 from .writer import SegmentWriter
@@ -110,6 +111,9 @@ class FileLogStore:
         self.fork_guard = ForkGuard(f"the log store at {self.path}")
         self._owner_fd = hold_owner_lock(self._fs, self.home, self.owner_id)
         self._writer: SegmentWriter | None = None
+        self.saga_index = SagaIndex(self.home, self._chain) if fs is OS else None
+        """The saga index beside the log (real files only); the writer keeps it close behind
+        the log without blocking a transaction, readers catch it up (see :mod:`.sagaindex`)."""
         self._fs.lock(self._lock_fd, blocking=True)
         try:
             layout, seq, prev = open_layout(fs, self.home, self._chain)
@@ -121,6 +125,8 @@ class FileLogStore:
             self._open_scan(seq, prev)
             if self._writer.over_limit():  # a home written before segments: seal it now
                 self._writer.roll()
+            if self.saga_index is not None:
+                self._writer.on_batch = self.saga_index.follow
         except BaseException:
             self._fs.unlock(self._lock_fd)
             self._release_files()
@@ -266,6 +272,8 @@ class FileLogStore:
             self._release_files()
 
     def _release_files(self) -> None:
+        if self.saga_index is not None:
+            self.saga_index.close()
         if self._writer is not None:
             self._writer.release()
         for fd in (self._lock_fd, self._owner_fd):

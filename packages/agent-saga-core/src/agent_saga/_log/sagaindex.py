@@ -99,6 +99,8 @@ class SagaIndex:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._pid = 0
+        self._known = 0
+        """``seq`` the index was last seen to cover (spares :meth:`follow` a query)."""
 
     # -- the connection -----------------------------------------------------------------------
 
@@ -163,11 +165,11 @@ class SagaIndex:
         when at least ``every`` records are new, but never block (another thread or process
         indexing: skip) nor take on more than ``max_lag`` records (left to readers). Never
         raises: a lagging index is caught up by its next reader."""
-        if not self._lock.acquire(blocking=False):
+        if seq - self._known < every or not self._lock.acquire(blocking=False):
             return
         try:
             db = self._connect()
-            indexed = self._point(db).seq
+            indexed = self._known = self._point(db).seq
             if seq - indexed < every or seq - indexed > max_lag:
                 return
             db.execute("PRAGMA busy_timeout=0")
@@ -211,6 +213,7 @@ class SagaIndex:
                 db.execute("ROLLBACK")
                 raise
             done += added
+            self._known = point.seq
             if added < _CHUNK:
                 return
 
