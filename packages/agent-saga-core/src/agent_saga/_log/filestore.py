@@ -18,8 +18,9 @@ Durability protocol (what is true when a call returns):
   ``segments/<first seq>.jsonl``. The open one is sealed once it holds ``segment_bytes`` bytes
   or ``segment_records`` records (:mod:`.writer`); a sealed segment is never written again.
 * Opening checks the sealed segments from their summaries (:mod:`.opening`) and verifies the
-  open segment's records. Damage is repaired only when it is a torn tail: it lies beyond the
-  synced watermark and no record follows it. The discarded bytes are kept in
+  open segment's last stretch (:mod:`.opentail`: a constant amount, whatever the log's age).
+  Damage is repaired only when it is a torn tail: it lies beyond the synced watermark and no
+  record follows it. The discarded bytes are kept in
   ``<segment>.broken.<n>``, the segment is truncated and fsynced, and a ``store.repaired``
   record is appended. Any other damage fails closed with :class:`CorruptLogError` naming the
   segment and the offset. ``verify()`` reads every segment.
@@ -54,9 +55,10 @@ from .forks import ForkGuard
 from .fs import FileSystem
 from .locks import FileLease, hold_owner_lock, owner_alive, take_lease
 from .opening import open_layout
+from .opentail import scan_tail_on_open
 from .read import follow_log, iter_log, verify_file
 from .records import Entry, Record
-from .repair import repair_entry, scan_on_open
+from .repair import repair_entry
 from .sagaindex import SagaIndex
 from .segments import SEGMENT_BYTES, SEGMENT_RECORDS
 from .store import VerifyReport
@@ -136,7 +138,7 @@ class FileLogStore:
     def _open_scan(self, seq: int, prev: str) -> None:
         """Verify the open segment; a repaired torn tail is recorded by ``store.repaired``."""
         writer = self._w
-        tail, repair = scan_on_open(
+        tail, repair = scan_tail_on_open(
             self._fs, writer.fd, writer.mark_fd, self._chain, writer.seg.path, seq=seq, prev=prev
         )
         writer.start(tail.seq, tail.hash, tail.end)

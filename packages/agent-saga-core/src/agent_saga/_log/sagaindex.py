@@ -40,7 +40,8 @@ from .._errors import CorruptLogError
 from .chain import Chain, Masked, parse_line
 from .files import LOG_NAME, OS, open_read
 from .read import walk_segments
-from .records import GENESIS, Kind, Record
+from .records import GENESIS, Record
+from .sagarows import belongs_to, fold, id_key, settles
 from .segments import segment
 
 INDEX_DIR = "index"
@@ -82,11 +83,6 @@ class Point(NamedTuple):
 
 
 _START = Point(1, 0, 0, 0, GENESIS, GENESIS)
-
-
-def id_key(saga_id: str) -> str:
-    """A saga id as prefixes are matched: no dashes, lower case."""
-    return saga_id.replace("-", "").lower()
 
 
 class SagaIndex:
@@ -250,14 +246,14 @@ class SagaIndex:
         )  # fmt: skip
         try:
             for seg, off, length, record in walker:
-                target, own = _belongs_to(record)
+                target, own = belongs_to(record)
                 if target is not None:
                     rows.append(
                         (record.seq, target, own, seg, off, length, bytes.fromhex(prev),
                          bytes.fromhex(record.hash))
                     )  # fmt: skip
                 if own:
-                    _fold(sagas, record)
+                    fold(sagas, record)
                 point = Point(seg, off, off + length, record.seq, prev, record.hash)
                 prev = record.hash
                 added += 1
@@ -302,7 +298,7 @@ class SagaIndex:
             record = self._read(seg, off, length, seq, bytes(prev).hex())
             if record.hash != bytes(digest).hex():
                 raise IndexMismatch(f"record {seq} is not the one the index was built from")
-            if (record.saga if is_own else _settles(record)) != saga_id:
+            if (record.saga if is_own else settles(record)) != saga_id:
                 raise IndexMismatch(f"record {seq} is not one of saga {saga_id}")
             records.append(record)
         return records
@@ -377,34 +373,3 @@ class SagaIndex:
             ).fetchall()
             total = db.execute("SELECT count(*) FROM sagas").fetchone()[0]
         return [r[0] for r in rows], int(total)
-
-
-def _belongs_to(record: Record) -> tuple[str | None, int]:
-    """The saga a record is read with, and whether it is the saga's own (1) or settles it."""
-    if record.saga is not None:
-        return record.saga, 1
-    return _settles(record), 0
-
-
-def _settles(record: Record) -> str | None:
-    if record.saga is None and record.kind == Kind.SETTLED:
-        target = record.data.get("saga")
-        return target if isinstance(target, str) else None
-    return None
-
-
-def _fold(sagas: dict[str, list[object]], record: Record) -> None:
-    """Add ``record`` to its saga's line: first seq, last seq, started, count, end status."""
-    assert record.saga is not None
-    end: str | None = None
-    if record.kind == Kind.SAGA_END:
-        status = record.data.get("status")
-        end = status if isinstance(status, str) else "?"
-    line = sagas.get(record.saga)
-    if line is None:
-        sagas[record.saga] = [record.seq, record.seq, record.ts, 1, end]
-        return
-    line[1] = record.seq
-    line[3] = int(str(line[3])) + 1
-    if end is not None:
-        line[4] = end
