@@ -258,3 +258,29 @@ def test_a_process_killed_while_indexing_leaves_an_index_the_next_reader_repairs
     )
     assert find_indexed(index, "s-00700") == find_saga(full, "s-00700")
     index.close()
+
+
+def test_sagas_pages_newest_first_with_limit_since_and_status(tmp_path: Path) -> None:
+    from agent_saga.cli import main
+    from click.testing import CliRunner
+
+    entries = []
+    for n in range(12):
+        sid = f"s-{n:03d}"
+        entries.append(Entry("saga.begin", sid, {"name": f"name-{n}"}, 1_700_000_000_000 + n))
+        status = "committed" if n % 3 else "rolled_back"
+        entries.append(Entry("saga.end", sid, {"status": status}, 1_700_000_000_000 + n))
+    write_log(tmp_path, entries, segment_records=5)
+
+    def ids(*args: str) -> list[str]:
+        result = CliRunner().invoke(main, ["--home", str(tmp_path), "sagas", *args])
+        assert result.exit_code == 0, result.output
+        return [line.split()[0] for line in result.stdout.splitlines()[1:]]
+
+    assert ids("--limit", "3") == ["s-011", "s-010", "s-009"]
+    assert ids("--limit", "2", "--status", "rolled_back") == ["s-009", "s-006"]
+    assert ids("--since", "2023-11-14T22:13:20.010") == ["s-011", "s-010"]
+    assert (tmp_path / INDEX_DIR / INDEX_NAME).exists()  # answered through the index
+    bad = CliRunner().invoke(main, ["--home", str(tmp_path), "sagas", "--since", "soon"])
+    assert bad.exit_code == 2
+    assert "--since 'soon'" in bad.output
