@@ -22,8 +22,11 @@ def find_saga(views: Sequence[SagaView], id_or_prefix: str) -> SagaView:
     return by_id[resolve_saga_id(by_id, id_or_prefix)]
 
 
-def resolve_saga_id(ids: Iterable[str], id_or_prefix: str) -> str:
+def resolve_saga_id(ids: Iterable[str], id_or_prefix: str, *, total: int | None = None) -> str:
     """The id among ``ids`` that ``id_or_prefix`` names, as :func:`find_saga` finds it.
+
+    ``total`` is how many sagas the log holds, for the message, when ``ids`` are only the
+    candidates an index found (default: ``len(ids)``).
 
     Raises:
         UnknownSagaError: nothing matches (or the text is empty).
@@ -43,7 +46,8 @@ def resolve_saga_id(ids: Iterable[str], id_or_prefix: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise UnknownSagaError(f"no saga matches {wanted!r} ({len(known)} saga(s) in the log)")
+        count = len(known) if total is None else total
+        raise UnknownSagaError(f"no saga matches {wanted!r} ({count} saga(s) in the log)")
     more = f", ... ({len(matches) - 5} more)" if len(matches) > 5 else ""
     shown = ", ".join(matches[:5]) + more
     raise AmbiguousSagaError(

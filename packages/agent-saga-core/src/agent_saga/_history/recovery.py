@@ -45,6 +45,7 @@ from .._log.records import Entry, Kind, SagaStatus
 from .._log.store import Lease
 from .build import CompensationState, SagaView, StepOutcome, StepView, sagas
 from .keep import KeptLease
+from .sagareads import own_records, unfinished_sagas
 
 LEASE_TTL = 300.0
 
@@ -97,14 +98,14 @@ class RecoveryReport:
 
 
 def recover(runtime: Runtime, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport:
-    """Run one recovery pass over the whole log of ``runtime.store``."""
+    """Run one recovery pass over the unfinished sagas of ``runtime.store`` (found through its
+    saga index, or by its server, in time proportional to them; else by reading the log)."""
     store = runtime.store
-    records = list(store.records())
     recovered: list[RecoveredSaga] = []
     live: list[str] = []
     elsewhere: list[str] = []
     suspended: list[str] = []
-    for view in sagas(records):
+    for view in unfinished_sagas(store):
         wait = _left_alone(runtime, view)
         if wait == "suspended":
             suspended.append(view.id)
@@ -118,7 +119,7 @@ def recover(runtime: Runtime, *, lease_ttl: float = LEASE_TTL) -> RecoveryReport
             continue
         try:
             with KeptLease(lease, lease_ttl):
-                own = [r for r in store.records() if r.saga == view.id]
+                own = own_records(store, view.id)
                 current = sagas(own)
                 # Re-read under the lease: another worker, or a resume, may have moved it on.
                 if current and _left_alone(runtime, current[0]) is None:

@@ -37,6 +37,7 @@ from .._log.codec import is_restorable
 from .._log.records import Kind, Record, SagaStatus, Semantics
 from .build import CompensationState, SagaView, StepOutcome, StepView, sagas
 from .recovery import LEASE_TTL
+from .sagareads import own_records
 
 _SETTLED = (CompensationState.COMPENSATED, CompensationState.FAILED, CompensationState.STARTED)
 
@@ -55,7 +56,7 @@ def resume_saga(runtime: Runtime, saga_id: str) -> Saga:
     if lease is None:
         raise ResumeError(f"saga {saga_id} is being resumed or recovered by another process")
     try:
-        own = [r for r in store.records() if r.saga == saga_id]
+        own = own_records(store, saga_id)
         if not own:
             raise ResumeError(f"no saga {saga_id!r} in the log")
         view = sagas(own)[0]

@@ -18,8 +18,9 @@ Durability protocol (what is true when a call returns):
   ``segments/<first seq>.jsonl``. The open one is sealed once it holds ``segment_bytes`` bytes
   or ``segment_records`` records (:mod:`.writer`); a sealed segment is never written again.
 * Opening checks the sealed segments from their summaries (:mod:`.opening`) and verifies the
-  open segment's records. Damage is repaired only when it is a torn tail: it lies beyond the
-  synced watermark and no record follows it. The discarded bytes are kept in
+  open segment's last stretch (:mod:`.opentail`: a constant amount, whatever the log's age).
+  Damage is repaired only when it is a torn tail: it lies beyond the synced watermark and no
+  record follows it. The discarded bytes are kept in
   ``<segment>.broken.<n>``, the segment is truncated and fsynced, and a ``store.repaired``
   record is appended. Any other damage fails closed with :class:`CorruptLogError` naming the
   segment and the offset. ``verify()`` reads every segment.
@@ -55,9 +56,11 @@ from .forks import ForkGuard
 from .fs import FileSystem
 from .locks import FileLease, hold_owner_lock, owner_alive, take_lease
 from .opening import open_layout
+from .opentail import scan_tail_on_open
 from .read import follow_log, iter_log, verify_file
 from .records import Entry, Record
-from .repair import repair_entry, scan_on_open
+from .repair import repair_entry
+from .sagaindex import SagaIndex
 from .segments import SEGMENT_BYTES, SEGMENT_RECORDS
 from .store import VerifyReport
 from .writer import SegmentWriter
@@ -111,6 +114,9 @@ class FileLogStore:
         self.fork_guard = ForkGuard(f"the log store at {self.path}")
         self._owner_fd = hold_owner_lock(self._fs, self.home, self.owner_id)
         self._writer: SegmentWriter | None = None
+        self.saga_index = SagaIndex(self.home, self._chain) if fs is OS else None
+        """The saga index beside the log (real files only); the writer keeps it close behind
+        the log without blocking a transaction, readers catch it up (see :mod:`.sagaindex`)."""
         self._fs.lock(self._lock_fd, blocking=True)
         try:
             layout, seq, prev = open_layout(fs, self.home, self._chain)
@@ -122,6 +128,8 @@ class FileLogStore:
             self._open_scan(seq, prev)
             if self._writer.over_limit():  # a home written before segments: seal it now
                 self._writer.roll()
+            if self.saga_index is not None:
+                self._writer.on_batch = self.saga_index.follow
         except BaseException:
             self._fs.unlock(self._lock_fd)
             self._release_files()
@@ -131,7 +139,7 @@ class FileLogStore:
     def _open_scan(self, seq: int, prev: str) -> None:
         """Verify the open segment; a repaired torn tail is recorded by ``store.repaired``."""
         writer = self._w
-        tail, repair = scan_on_open(
+        tail, repair = scan_tail_on_open(
             self._fs, writer.fd, writer.mark_fd, self._chain, writer.seg.path, seq=seq, prev=prev
         )
         writer.start(tail.seq, tail.hash, tail.end)
@@ -267,6 +275,8 @@ class FileLogStore:
             self._release_files()
 
     def _release_files(self) -> None:
+        if self.saga_index is not None:
+            self.saga_index.close()
         if self._writer is not None:
             self._writer.release()
         for fd in (self._lock_fd, self._owner_fd):

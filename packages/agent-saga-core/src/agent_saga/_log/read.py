@@ -280,3 +280,41 @@ def verify_file(path: Path, chain: Chain | None = None, fs: FileSystem = OS) -> 
         return VerifyReport(False, count, error, prev)
     problem = _unjustified(ledger, layout)
     return VerifyReport(problem is None, count, problem, prev)
+
+
+def walk_segments(
+    path: Path, chain: Chain, fs: FileSystem, *, first: int, offset: int, seq: int, prev: str
+) -> Generator[tuple[int, int, int, Record]]:
+    """``(segment's first seq, offset in it, length, record)`` for each record after record
+    ``seq`` (hash ``prev``), which ends at byte ``offset`` of the segment starting at seq
+    ``first``; earlier segments are skipped unread, later ones followed. Verified while read.
+
+    Raises:
+        CorruptLogError: a record after that point is incomplete, malformed or off the chain
+            (so a stale starting point, one the log no longer continues, is found at once).
+    """
+    ledger = RedactionLedger()  # shared: masked values are verify's to account for, not ours
+    for part in _parts(path, fs, layout_of(path, fs)):
+        if part.segment.first < first:
+            continue
+        start = offset if part.segment.first == first else 0
+        for position, length, record in walk(
+            fs, part.fd, chain, part.segment.path,
+            start=start, seq=seq, prev=prev, end=part.end, ledger=ledger,
+        ):  # fmt: skip
+            seq, prev = record.seq, record.hash
+            yield part.segment.first, position, length, record
+
+
+def shorter_than_synced(path: Path, fs: FileSystem = OS) -> bool:
+    """Whether the open segment of the log at ``path`` ends before its synced watermark
+    (records were removed from its end). Reads only the segment's last bytes."""
+    seg = layout_of(path, fs).active
+    if not fs.exists(seg.path):
+        return False
+    fd = open_read(fs, seg.path)
+    try:
+        end, synced = _batch_boundary(path.parent, seg.mark, fd, fs)
+    finally:
+        fs.close(fd)
+    return end < synced

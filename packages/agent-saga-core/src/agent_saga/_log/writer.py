@@ -18,7 +18,7 @@ tail (``seq``, hash, byte offset). Its invariants (the durability protocol is st
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .._errors import CorruptLogError, StoreFailedError
@@ -72,6 +72,9 @@ class SegmentWriter:
         self.mutex = threading.Lock()
         self.queue: list[Ticket] = []
         self.leader_active = False
+        self.on_batch: Callable[[int], None] | None = None
+        """Called by a leader with the last ``seq`` after handing over (the saga index's hook:
+        it must not block, raise or fsync)."""
 
     def start(self, seq: int, prev: str, end: int) -> None:
         """Set the tail found by verifying the open segment."""
@@ -137,6 +140,8 @@ class SegmentWriter:
             successor.wake()
         if interrupted is not None:
             raise interrupted
+        if self.on_batch is not None and error is None:
+            self.on_batch(self.seq)
 
     def _fsync(self) -> None:
         upto = self.written

@@ -4,33 +4,38 @@ The log is the file store in the home, or the fleet log on PostgreSQL when the c
 names one (``store``, ``$AGENT_SAGA_STORE``); a keyed chain is read with the key from
 ``--chain-key-file``, ``$AGENT_SAGA_CHAIN_KEY_FILE`` or ``chain_key_file``.
 
-Invariants: nothing here creates the home, the log or any other file, and nothing opens the log
-for writing. Reads of a file log hold a shared ``flock`` on the writers' ``log.lock`` (when it
-exists) so they never see a batch half-written by a live agent: writers hold it exclusively
-while they append. psycopg is imported only when the store is PostgreSQL.
+Invariants: nothing here creates the home or the log, and nothing opens the log for writing; the
+only file a read may write is the saga index beside a file log (``index/``, derived data, see
+:mod:`agent_saga._log.sagaindex`). Reads of a file log hold a shared ``flock`` on the writers'
+``log.lock`` (when it exists) so they never see a batch half-written by a live agent: writers
+hold it exclusively while they append. psycopg is imported only when the store is PostgreSQL.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from .._config import is_postgres_url
 from .._errors import CorruptLogError
 from .._history.build import History, build_history
 from .._log.chain import HASH_MISMATCH, Chain
 from .._log.files import LOCK_NAME, LOG_NAME
-from .._log.read import verify_file
+from .._log.read import shorter_than_synced, verify_file
+from .._log.sagaindex import IndexMismatch, SagaIndex
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
 from ..proofs._mesh.layout import is_mesh
 from ._errors import BadInputError, CliError
 from ._settings import KEY_SOURCES, Settings
 
+T = TypeVar("T")
 LOCK_TIMEOUT = 10.0
 """Seconds a reader waits for a writer's batch before giving up."""
 
@@ -201,3 +206,25 @@ def key_problem(settings: Settings, error: CorruptLogError) -> str | None:
             "record 1 does not verify with it"
         )
     return f"{error}; give the log's key with {KEY_SOURCES}"
+
+
+def through_index(settings: Settings, answer: Callable[[SagaIndex], T]) -> T | None:
+    """``answer`` from the saga index of the home's file log, or ``None`` when the index cannot
+    give it: a fleet or merged log, a home the index cannot be written in, a log the index
+    does not describe even once rebuilt, or a log that is damaged or shorter than its synced
+    watermark where the index reads it. The caller then reads the whole log, which reports
+    what is wrong. Errors about the question (an unknown saga id) propagate.
+    """
+    home = settings.home
+    if is_fleet(settings) or is_mesh(home) or not os.access(home, os.W_OK):
+        return None
+    path = require_log(home)
+    index = SagaIndex(home, Chain(settings.chain_key()))
+    try:
+        if shorter_than_synced(path):
+            return None
+        return answer(index)
+    except (IndexMismatch, CorruptLogError, sqlite3.Error, OSError):
+        return None
+    finally:
+        index.close()

@@ -27,6 +27,7 @@ from .._config import resolve_home
 from .._errors import AgentSagaError, CorruptLogError, LogError
 from .._gate.killswitch import FileKillSwitch, KillSwitch
 from .._history.build import SagaLookupError
+from .._history.indexed import find_indexed
 from .._history.lookup import find_saga
 from .._kit.manifest import Status
 from .._kit.version import __version__
@@ -41,6 +42,7 @@ from ._logfile import (
     read_history,
     require_home,
     require_store,
+    through_index,
 )
 from ._mesh import COMMANDS as MESH_COMMANDS
 from ._mesh import verify_mesh
@@ -52,6 +54,7 @@ from ._redact import admin_key_option
 from ._render import make_console, render_replay, render_sagas, render_status
 from ._settings import Settings, pass_settings
 from ._settle import settle
+from ._since import newest_sagas, parse_since
 from ._verify import run_verify
 
 EPILOG = """\b
@@ -202,13 +205,33 @@ def demo(settings: Settings) -> None:
     default=None,
     help="Only sagas with this status.",
 )
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most this many sagas, newest first (read through the saga index).",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="WHEN",
+    help="Only sagas begun since WHEN: an ISO date or time (UTC unless it says), or an age "
+    "such as 90m, 12h, 7d. Lists newest first.",
+)
 @pass_settings
-def sagas(settings: Settings, wanted: str | None) -> None:
-    """List the sagas in the log, oldest first (newest last)."""
-    history, where = read_history(settings)
-    views = [v for v in history.sagas if wanted is None or v.status.value == wanted]
-    events = history.events if wanted is None else ()
-    render_sagas(settings.console, views, events, where)
+def sagas(settings: Settings, wanted: str | None, limit: int | None, since: str | None) -> None:
+    """List the sagas in the log, oldest first (newest last); with --limit or --since, newest
+    first, reading only the sagas shown through the saga index."""
+    status = None if wanted is None else SagaStatus(wanted)
+    if limit is None and since is None:
+        history, where = read_history(settings)
+        views = [v for v in history.sagas if status is None or v.status is status]
+        events = history.events if status is None else ()
+        render_sagas(settings.console, views, events, where)
+        return
+    after = None if since is None else parse_since(since, time.time())
+    views, where = newest_sagas(settings, limit, after, status)
+    render_sagas(settings.console, views, (), where)
 
 
 @main.command()
@@ -220,9 +243,11 @@ def replay(settings: Settings, saga_id: str) -> None:
     Read-only: arguments, outcomes, refusals, compensations and the cause are read from the
     log; no tool and no compensator is run.
     """
-    history, _ = read_history(settings)
     try:
-        view = find_saga(history.sagas, saga_id)
+        view = through_index(settings, lambda index: find_indexed(index, saga_id))
+        if view is None:
+            history, _ = read_history(settings)
+            view = find_saga(history.sagas, saga_id)
     except SagaLookupError as exc:
         raise BadInputError(str(exc)) from exc
     render_replay(settings.console, view)

@@ -1,0 +1,375 @@
+"""The saga index of a home's file log: saga id -> where its records are, and which sagas are
+unfinished, so a saga is read in time proportional to the saga, not to the log.
+
+The index is ``<home>/index/sagas.sqlite3`` (SQLite, from the standard library: B-tree lookups
+by saga id and by age, multi-process locking and a write-ahead journal that stays consistent
+across a crash, without anything we would hand-roll). It holds, for every record that belongs
+to a saga (or settles one), its ``seq``, segment, byte offset, length and the hash before it;
+for every saga its first and last ``seq``, the time of its first record, its record count and
+the status of its latest ``saga.end`` (none while unfinished); and the point of the log indexed
+so far (segment, offset, ``seq``, hash).
+
+Invariants:
+
+* Derived data, never trusted over the log. Catching up starts by reading the record that
+  ends at the indexed point and checking its ``seq`` and hash, then walks the log from there,
+  verifying the chain; an index the log no longer continues (stale, from another log, or
+  corrupt: any SQLite error) is wiped and rebuilt from the first record. A record read through
+  the index is verified again (its bytes hash to a record at the ``seq`` and after the hash the
+  index gives, of the saga asked for), and a saga read through it must have the record count
+  and last ``seq`` the index states; any mismatch raises :class:`IndexMismatch`, after which
+  callers rebuild the index and, failing that, read the log in full.
+* No fsync on a transaction's path. Commits use ``synchronous=NORMAL`` in WAL mode: after a
+  power loss the index may lose its latest commits, never its consistency, and lagging is
+  harmless because every use catches up from the log first. Checkpoints (which fsync) run only
+  when a reader catches up, never from :meth:`SagaIndex.follow`, the writer's hook.
+* The index only ever covers records before the log's end found under the readers' shared
+  lock (a batch boundary), so it never holds a half-written batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+from .._errors import CorruptLogError
+from .chain import Chain, Masked, parse_line
+from .files import LOG_NAME, OS, open_read
+from .read import walk_segments
+from .records import GENESIS, Record
+from .sagarows import belongs_to, fold, id_key, settles
+from .segments import segment
+
+INDEX_DIR = "index"
+INDEX_NAME = "sagas.sqlite3"
+_VERSION = "1"
+_CHUNK = 20_000
+"""Records indexed per SQLite transaction while catching up (bounds the journal)."""
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY, saga TEXT NOT NULL, own INTEGER NOT NULL,
+    seg INTEGER NOT NULL, off INTEGER NOT NULL, len INTEGER NOT NULL, prev BLOB NOT NULL,
+    hash BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS records_by_saga ON records (saga, seq);
+CREATE TABLE IF NOT EXISTS sagas (
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL, started INTEGER NOT NULL, n INTEGER NOT NULL,
+    end_status TEXT);
+CREATE INDEX IF NOT EXISTS sagas_by_age ON sagas (first_seq);
+CREATE INDEX IF NOT EXISTS sagas_by_key ON sagas (key);
+CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (first_seq) WHERE end_status IS NULL;
+"""
+
+
+class IndexMismatch(Exception):
+    """The index does not describe the log (a record read through it does not verify)."""
+
+
+class Point(NamedTuple):
+    """How far the index covers the log: the last indexed record, where it lies (segment,
+    start and end offsets) and the hashes before and of it."""
+
+    seg: int
+    start: int
+    end: int
+    seq: int
+    prev: str
+    hash: str
+
+
+_START = Point(1, 0, 0, 0, GENESIS, GENESIS)
+
+
+class SagaIndex:
+    """The saga index of ``home``'s log (see the module docstring). Thread-safe; a process
+    forked after using it opens its own connection."""
+
+    def __init__(self, home: Path, chain: Chain) -> None:
+        self.home, self.chain = home, chain
+        self.path = home / INDEX_DIR / INDEX_NAME
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._pid = 0
+        self._known = 0
+        """``seq`` the index was last seen to cover (spares :meth:`follow` a query)."""
+
+    # -- the connection -----------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is not None and self._pid == os.getpid():
+            return self._db
+        self.path.parent.mkdir(exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA wal_autocheckpoint=0")
+            db.executescript(_SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        self._db, self._pid = db, os.getpid()
+        return db
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None and self._pid == os.getpid():
+                self._db.close()
+            self._db = None
+
+    def _drop(self) -> None:
+        """Forget a corrupt index file and its journal; the next use rebuilds it."""
+        if self._db is not None and self._pid == os.getpid():
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+        self._db = None
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}{suffix}")
+
+    # -- catching up --------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Bring the index up to the log's current end (rebuilding it if the log does not
+        continue it, or if it is corrupt), then checkpoint its journal.
+
+        Raises:
+            CorruptLogError: the log itself is damaged where the index must read it.
+            OSError: the index cannot be written (a read-only home).
+        """
+        with self._lock:
+            try:
+                self._catch_up(limit=None)
+                self._connect().execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.DatabaseError:
+                self._drop()
+                self._catch_up(limit=None)
+
+    def rebuild(self) -> None:
+        """Throw the index away and build it again from the log."""
+        with self._lock:
+            self._drop()
+            self._catch_up(limit=None)
+
+    def follow(self, seq: int, *, max_lag: int = 4096, every: int = 256) -> None:
+        """The writer's hook after a batch that ended at ``seq``: index what the log gained
+        when at least ``every`` records are new, but never block (another thread or process
+        indexing: skip) nor take on more than ``max_lag`` records (left to readers). Never
+        raises: a lagging index is caught up by its next reader."""
+        if seq - self._known < every or not self._lock.acquire(blocking=False):
+            return
+        try:
+            db = self._connect()
+            indexed = self._known = self._point(db).seq
+            if seq - indexed < every or seq - indexed > max_lag:
+                return
+            db.execute("PRAGMA busy_timeout=0")
+            try:
+                self._catch_up(limit=max_lag)
+            finally:
+                db.execute("PRAGMA busy_timeout=30000")
+        except (sqlite3.Error, OSError, CorruptLogError, IndexMismatch):
+            return
+        finally:
+            self._lock.release()
+
+    def _point(self, db: sqlite3.Connection) -> Point:
+        rows = dict(db.execute("SELECT k, v FROM meta").fetchall())
+        if rows.get("version") != _VERSION or "point" not in rows:
+            return _START
+        seg, start, end, seq, prev, digest = str(rows["point"]).split()
+        return Point(int(seg), int(start), int(end), int(seq), prev, digest)
+
+    def _catch_up(self, *, limit: int | None) -> None:
+        db = self._connect()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            point = self._point(db)
+            if point == _START or not self._continues(point):
+                point = self._wipe(db)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        done = 0
+        while limit is None or done < limit:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if self._point(db) != point:  # another process moved it meanwhile
+                    db.execute("ROLLBACK")
+                    return
+                point, added = self._index_chunk(db, point)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            done += added
+            self._known = point.seq
+            if added < _CHUNK:
+                return
+
+    def _wipe(self, db: sqlite3.Connection) -> Point:
+        db.execute("DELETE FROM records")
+        db.execute("DELETE FROM sagas")
+        db.execute("DELETE FROM meta")
+        db.execute("INSERT INTO meta VALUES ('version', ?)", (_VERSION,))
+        self._save(db, _START)
+        return _START
+
+    def _save(self, db: sqlite3.Connection, point: Point) -> None:
+        text = " ".join(map(str, point))
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('point', ?)", (text,))
+
+    def _continues(self, point: Point) -> bool:
+        """Whether the log holds the record ``point`` names, where it says, with its hash."""
+        try:
+            length = point.end - point.start
+            record = self._read(point.seg, point.start, length, point.seq, point.prev)
+        except (IndexMismatch, OSError):
+            return False
+        return record.hash == point.hash
+
+    def _index_chunk(self, db: sqlite3.Connection, point: Point) -> tuple[Point, int]:
+        """Index up to :data:`_CHUNK` records after ``point``; returns the new point."""
+        rows: list[tuple[int, str, int, int, int, int, bytes, bytes]] = []
+        sagas: dict[str, list[object]] = {}
+        prev, added = point.hash, 0
+        path = self.home / LOG_NAME
+        walker = walk_segments(
+            path, self.chain, OS, first=point.seg, offset=point.end, seq=point.seq,
+            prev=point.hash,
+        )  # fmt: skip
+        try:
+            for seg, off, length, record in walker:
+                target, own = belongs_to(record)
+                if target is not None:
+                    rows.append(
+                        (record.seq, target, own, seg, off, length, bytes.fromhex(prev),
+                         bytes.fromhex(record.hash))
+                    )  # fmt: skip
+                if own:
+                    fold(sagas, record)
+                point = Point(seg, off, off + length, record.seq, prev, record.hash)
+                prev = record.hash
+                added += 1
+                if added >= _CHUNK:
+                    break
+        finally:
+            walker.close()
+        db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.executemany(
+            "INSERT INTO sagas VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "last_seq = excluded.last_seq, n = n + excluded.n, "
+            "end_status = coalesce(excluded.end_status, end_status)",
+            [(sid, id_key(sid), *values) for sid, values in sagas.items()],
+        )
+        self._save(db, point)
+        return point, added
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def saga_records(self, saga_id: str) -> list[Record]:
+        """The records of ``saga_id`` (its own and those that settle it), in log order, each
+        verified against the log; empty for an unknown saga.
+
+        Raises:
+            IndexMismatch: a record does not verify, or the saga's records are not all there.
+        """
+        with self._lock:
+            db = self._connect()
+            rows = db.execute(
+                "SELECT seq, own, seg, off, len, prev, hash FROM records WHERE saga = ? "
+                "ORDER BY seq",
+                (saga_id,),
+            ).fetchall()
+            stated = db.execute("SELECT n, last_seq FROM sagas WHERE id = ?", (saga_id,)).fetchone()
+        own = [r[0] for r in rows if r[1]]
+        if (stated is None and own) or (
+            stated is not None and (len(own) != stated[0] or own[-1:] != [stated[1]])
+        ):
+            raise IndexMismatch(f"the index does not hold every record of saga {saga_id}")
+        records = []
+        for seq, is_own, seg, off, length, prev, digest in rows:
+            record = self._read(seg, off, length, seq, bytes(prev).hex())
+            if record.hash != bytes(digest).hex():
+                raise IndexMismatch(f"record {seq} is not the one the index was built from")
+            if (record.saga if is_own else settles(record)) != saga_id:
+                raise IndexMismatch(f"record {seq} is not one of saga {saga_id}")
+            records.append(record)
+        return records
+
+    def _read(self, seg: int, off: int, length: int, seq: int, prev: str) -> Record:
+        path = segment(self.home, seg).path
+        fd = open_read(OS, path)
+        try:
+            line = OS.pread(fd, length, off)
+        finally:
+            OS.close(fd)
+        if len(line) != length or not line.endswith(b"\n"):
+            raise IndexMismatch(f"no record of {length} bytes at offset {off} of {path}")
+        # A record with masked values is valid only with the signed redaction that accounts for
+        # it, which a full read checks: it is never answered from here.
+        result = parse_line(self.chain, line[:-1], seq, prev, allow_masked=True)
+        if isinstance(result, Masked) or not isinstance(result, Record):
+            raise IndexMismatch(f"the record at offset {off} of {path} is not record {seq}")
+        return result
+
+    def newest(
+        self,
+        *,
+        limit: int,
+        before: int | None = None,
+        since: int | None = None,
+        ended: bool | None = None,
+        end_status: str | None = None,
+    ) -> list[tuple[str, int]]:
+        """``(saga id, first seq)`` of up to ``limit`` sagas, newest first: those that began
+        before record ``before``, whose first record is at or after ``since`` (milliseconds),
+        ended or not, and whose latest ``saga.end`` states ``end_status``."""
+        where: list[str] = ["1"]
+        args: list[object] = []
+        if before is not None:
+            where.append("first_seq < ?")
+            args.append(before)
+        if since is not None:
+            where.append("started >= ?")
+            args.append(since)
+        if ended is not None:
+            where.append("end_status IS NOT NULL" if ended else "end_status IS NULL")
+        if end_status is not None:
+            where.append("end_status = ?")
+            args.append(end_status)
+        sql = (
+            f"SELECT id, first_seq FROM sagas WHERE {' AND '.join(where)} "  # noqa: S608
+            "ORDER BY first_seq DESC LIMIT ?"
+        )
+        with self._lock:
+            return [(r[0], r[1]) for r in self._connect().execute(sql, (*args, limit))]
+
+    def unfinished(self) -> list[str]:
+        """Ids of the sagas with no ``saga.end``, oldest first."""
+        with self._lock:
+            rows = self._connect().execute(
+                "SELECT id FROM sagas WHERE end_status IS NULL ORDER BY first_seq"
+            )
+            return [r[0] for r in rows]
+
+    def matching(self, text: str) -> tuple[list[str], int]:
+        """The ids equal to ``text`` or whose :func:`id_key` starts with its key, oldest
+        first, and how many sagas the index holds."""
+        key = id_key(text.strip())
+        if not key:
+            return [], 0
+        with self._lock:
+            db = self._connect()
+            rows = db.execute(
+                "SELECT id FROM sagas WHERE id = ? OR (key >= ? AND key < ?) ORDER BY first_seq",
+                (text.strip(), key, key + "\uffff"),
+            ).fetchall()
+            total = db.execute("SELECT count(*) FROM sagas").fetchone()[0]
+        return [r[0] for r in rows], int(total)

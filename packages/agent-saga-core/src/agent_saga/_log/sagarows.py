@@ -1,0 +1,43 @@
+"""What the saga index keeps of a record: which saga it is read with, and each saga's line
+(first and last ``seq``, when it began, how many records, the status its latest ``saga.end``
+states)."""
+
+from __future__ import annotations
+
+from .records import Kind, Record
+
+
+def id_key(saga_id: str) -> str:
+    """A saga id as prefixes are matched: no dashes, lower case."""
+    return saga_id.replace("-", "").lower()
+
+
+def belongs_to(record: Record) -> tuple[str | None, int]:
+    """The saga a record is read with, and whether it is the saga's own (1) or settles it."""
+    if record.saga is not None:
+        return record.saga, 1
+    return settles(record), 0
+
+
+def settles(record: Record) -> str | None:
+    if record.saga is None and record.kind == Kind.SETTLED:
+        target = record.data.get("saga")
+        return target if isinstance(target, str) else None
+    return None
+
+
+def fold(sagas: dict[str, list[object]], record: Record) -> None:
+    """Add ``record`` to its saga's line: first seq, last seq, started, count, end status."""
+    assert record.saga is not None
+    end: str | None = None
+    if record.kind == Kind.SAGA_END:
+        status = record.data.get("status")
+        end = status if isinstance(status, str) else "?"
+    line = sagas.get(record.saga)
+    if line is None:
+        sagas[record.saga] = [record.seq, record.seq, record.ts, 1, end]
+        return
+    line[1] = record.seq
+    line[3] = int(str(line[3])) + 1
+    if end is not None:
+        line[4] = end
