@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -97,6 +96,8 @@ def connect(server: str, *, token: str | None, home: Path) -> Connection:
             scheme installed, or one that cannot be loaded; and whatever the connector raises
             for a bad URL or token.
     """
+    from importlib.metadata import entry_points  # costs ~30 ms: only a kit given a server pays
+
     scheme = server.partition("://")[0].lower()
     points = {point.name: point for point in entry_points(group=GROUP)}
     point = points.get(scheme)
