@@ -60,7 +60,6 @@ from .opentail import scan_tail_on_open
 from .read import follow_log, iter_log, verify_file
 from .records import Entry, Record
 from .repair import repair_entry
-from .sagaindex import SagaIndex
 from .segments import SEGMENT_BYTES, SEGMENT_RECORDS
 from .store import VerifyReport
 from .writer import SegmentWriter
@@ -114,6 +113,8 @@ class FileLogStore:
         self.fork_guard = ForkGuard(f"the log store at {self.path}")
         self._owner_fd = hold_owner_lock(self._fs, self.home, self.owner_id)
         self._writer: SegmentWriter | None = None
+        from .sagaindex import SagaIndex  # sqlite3: paid by opening a store, not by importing
+
         self.saga_index = SagaIndex(self.home, self._chain) if fs is OS else None
         """The saga index beside the log (real files only); the writer keeps it close behind
         the log without blocking a transaction, readers catch it up (see :mod:`.sagaindex`)."""
