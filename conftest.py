@@ -15,7 +15,8 @@ own conftests clear their frameworks' settings (``SLACK_*``, ``OTEL_*``, ...) in
 ``--inherit-environment`` turns this off, to show what the suite would depend on.
 
 Hypothesis keeps its example database and caches in the session's temporary directory, never
-in the directory the run started in (tests write only below their temporary directories).
+in the directory the run started in (tests write only below their temporary directories), and
+runs without its deadline and "too slow" health check (timing is not what a property asserts).
 """
 
 from __future__ import annotations
@@ -36,12 +37,19 @@ def pytest_configure(config: pytest.Config) -> None:
     # Before collection: Hypothesis reads its storage directory on first use, which may come
     # before any fixture runs. A member's own environment may not have Hypothesis at all.
     try:
+        from hypothesis import HealthCheck, settings
         from hypothesis.configuration import set_hypothesis_home_dir
     except ImportError:
         return
     home = tempfile.mkdtemp(prefix="agent-saga-hypothesis-")
     config.stash[_HYPOTHESIS_HOME] = home
     set_hypothesis_home_dir(home)
+    # Timing is not what a property test asserts: on two busy cores a draw can stall for a
+    # second, which Hypothesis's deadline and "too slow" health check would report as a failure.
+    settings.register_profile(
+        "agent-saga", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.load_profile("agent-saga")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
