@@ -14,6 +14,9 @@ record it delivered, for every origin (origins that appeared since are sent from
 record). Without one the stream starts at the tail: only records stored from then on. The
 position grows with the number of origins (about 20 bytes each); a ``Last-Event-ID`` over
 :data:`MAX_POSITION` characters, or one that does not parse, starts at the tail.
+
+A stream lives only as long as the session that opened it: each round first reads the
+session again, and a logged-out or expired session's stream ends.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from ..store.db import Database
 from ..store.tokens import NAME
 from .sessions import Viewer
 from .tail_watch import TailWatch
-from .web import Config, PageViewer, api_viewer, page_headers, render
+from .web import Config, PageViewer, api_viewer, current_viewer, page_headers, render
 
 pages = APIRouter()
 WAIT = 1.0
@@ -113,14 +116,22 @@ Messages = Callable[[Database, list[dict[str, Any]], dict[str, int]], list[str]]
 
 
 async def follow(
-    request: Request, db: Database, position: dict[str, int], messages: Messages = record_messages
+    request: Request,
+    db: Database,
+    position: dict[str, int],
+    messages: Messages = record_messages,
+    signed_in: Callable[[], bool] = lambda: True,
 ) -> AsyncIterator[str]:
-    """The SSE stream from ``position`` on, until the browser goes away; each batch of new
-    records becomes the events ``messages`` makes of it."""
+    """The SSE stream from ``position`` on, until the browser goes away or ``signed_in``
+    (asked before each read of new records: at least every :data:`WAIT` seconds) answers no,
+    so a session that logged out or expired is sent nothing more; each batch of new records
+    becomes the events ``messages`` makes of it."""
     yield "retry: 1000\n\n"
     watch = tail_watch(request, db)
     quiet = time.monotonic()
     while not await request.is_disconnected():
+        if not await run_in_threadpool(signed_in):
+            return
         version = watch.version  # before the read: a record stored after it wakes the wait
         before = dict(position)
         events = await run_in_threadpool(next_events, db, position)
@@ -147,12 +158,15 @@ def tail_watch(request: Request, db: Database) -> TailWatch:
 
 def stream(request: Request, db: Database, messages: Messages = record_messages) -> Response:
     """An event stream (``text/event-stream``) following the log from the request's
-    ``Last-Event-ID`` (else from the tail)."""
+    ``Last-Event-ID`` (else from the tail), for as long as the request's session is valid."""
     position = parse_position(request.headers.get("last-event-id")) or tails(db)
     headers = {**page_headers(), "x-accel-buffering": "no"}
-    return StreamingResponse(
-        follow(request, db, position, messages), media_type="text/event-stream", headers=headers
-    )
+
+    def signed_in() -> bool:
+        return current_viewer(request) is not None
+
+    events = follow(request, db, position, messages, signed_in)
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
 
 @pages.get("/live")

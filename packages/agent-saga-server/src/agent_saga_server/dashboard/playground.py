@@ -2,10 +2,11 @@
 same scripted agent without agent-saga ("before") and through the real engine ("after"), or
 both side by side (:mod:`.playground_runs`).
 
-Runs are bounded: inputs are checked before anything runs; each session may start at most
-:data:`RUNS_PER_MINUTE` runs a minute and the process at most :data:`AT_ONCE` at a time
-(429 otherwise); a run is a form post with the session's CSRF token like every other action.
-Results are rendered by the server (escaped): the page needs no script.
+Runs are bounded: inputs are checked before anything runs; each person (a session's subject,
+however many sessions they open) may start at most :data:`RUNS_PER_MINUTE` runs a minute and
+the process at most :data:`AT_ONCE` at a time (429 otherwise); a run is a form post with the
+session's CSRF token like every other action. Results are rendered by the server (escaped):
+the page needs no script.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ LABELS = {
 
 
 class RunLimiter:
-    """At most ``per_minute`` runs per session in any 60 seconds, ``at_once`` at a time."""
+    """At most ``per_minute`` runs per key (a subject) in any 60 seconds, ``at_once`` at a
+    time."""
 
     def __init__(self, per_minute: int, at_once: int) -> None:
         self.per_minute = per_minute
@@ -42,12 +44,12 @@ class RunLimiter:
         self._lock = threading.Lock()
         self._recent: dict[str, deque[float]] = {}
 
-    def admit(self, session: str, now: float) -> bool:
-        """Count a run for ``session`` if it is within its rate (it is then counted)."""
+    def admit(self, key: str, now: float) -> bool:
+        """Count a run for ``key`` if it is within its rate (it is then counted)."""
         with self._lock:
-            if len(self._recent) > 10_000:  # bounded: forget idle sessions
+            if len(self._recent) > 10_000:  # bounded: forget idle subjects
                 self._recent = {k: v for k, v in self._recent.items() if v and v[-1] > now - 60}
-            recent = self._recent.setdefault(session, deque())
+            recent = self._recent.setdefault(key, deque())
             while recent and recent[0] <= now - 60:
                 recent.popleft()
             if len(recent) >= self.per_minute:
@@ -97,7 +99,7 @@ async def playground_run(
     problem = check_input(scenario, value)
     if problem is not None:
         return _page(viewer, 400, scenario=scenario, values=values, problem=problem)
-    if not LIMITER.admit(viewer.session_id, time.monotonic()):
+    if not LIMITER.admit(viewer.subject, time.monotonic()):  # a pasted token opens many sessions
         problem = f"at most {RUNS_PER_MINUTE} runs a minute; wait a moment"
         return _page(viewer, 429, scenario=scenario, values=values, problem=problem)
     if not LIMITER.slots.acquire(blocking=False):

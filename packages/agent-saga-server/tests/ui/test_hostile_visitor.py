@@ -1,0 +1,105 @@
+"""The dashboard's newer pages attacked over HTTP by a visitor who holds a session: a stream
+kept open past logout, the playground's run limit lifted by opening more sessions, and the
+headers of the answers that refuse a form."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import httpx
+from agent_saga import AgentKit
+from browser_kit import Dashboard, issue_token
+
+CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
+
+
+def signed_in(dashboard: Dashboard, subject: str) -> tuple[httpx.Client, str]:
+    """A client holding a fresh session of ``subject`` (admin), and its CSRF token."""
+    client = httpx.Client(base_url=dashboard.url, trust_env=False, timeout=10)
+    landed = client.get(dashboard.login_link(subject), follow_redirects=True)
+    assert landed.status_code == 200
+    found = CSRF.search(landed.text)
+    assert found is not None
+    return client, found.group(1)
+
+
+def note(text: str) -> str:
+    return text
+
+
+def test_an_open_sagas_stream_ends_when_its_session_is_logged_out(dashboard: Dashboard) -> None:
+    client, csrf = signed_in(dashboard, "lou")
+    lines: list[str] = []
+    ended = threading.Event()
+
+    def read() -> None:
+        try:
+            with client.stream("GET", "/ui/sagas-stream", timeout=httpx.Timeout(10, read=30)) as s:
+                assert s.status_code == 200
+                for line in s.iter_lines():
+                    lines.append(line)
+        except httpx.HTTPError:
+            pass
+        finally:
+            ended.set()
+
+    reader = threading.Thread(target=read, name="stream-after-logout")
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "retry: 1000" not in lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with httpx.Client(base_url=dashboard.url, trust_env=False, cookies=client.cookies) as other:
+            out = other.post("/ui/logout", data={"csrf": csrf})
+        assert out.status_code == 303
+        with AgentKit(home=dashboard.home) as kit:
+            step = kit.tool(name="after.logout", compensate=lambda text: None)(note)
+            with kit.transaction("seen-after-logout"):
+                step(text="x")
+        assert ended.wait(8), "the stream still runs 8 s after its session ended"
+        assert not any("seen-after-logout" in line for line in lines)
+    finally:
+        client.close()
+        reader.join(30)
+
+
+def test_more_sessions_from_one_token_do_not_lift_the_playground_limit(
+    dashboard: Dashboard,
+) -> None:
+    token = issue_token(dashboard.home, "admin", "mo")
+    form = {"scenario": "servo", "run": "before", "servo": "10"}
+    statuses = []
+    for _ in range(2):  # two sessions of one person, from one pasted token
+        with httpx.Client(base_url=dashboard.url, trust_env=False, timeout=10) as client:
+            landed = client.post("/ui/login", data={"token": token}, follow_redirects=True)
+            found = CSRF.search(landed.text)
+            assert found is not None
+            for _ in range(12):
+                sent = client.post("/ui/playground", data={**form, "csrf": found.group(1)})
+                statuses.append(sent.status_code)
+    assert statuses.count(200) == 12
+    assert statuses[12:] == [429] * 12
+
+
+def test_refusals_of_the_new_pages_carry_the_dashboard_headers(dashboard: Dashboard) -> None:
+    client, csrf = signed_in(dashboard, "hal")
+    try:
+        base = {"scenario": "dose", "run": "after"}
+        refused = {
+            "no csrf": client.post("/ui/playground", data={**base, "dose": "5"}),
+            "nan": client.post("/ui/playground", data={**base, "dose": "nan", "csrf": csrf}),
+            "text": client.post(
+                "/ui/playground", data={**base, "dose": "<b>x</b>" * 1000, "csrf": csrf}
+            ),
+        }
+        assert refused["no csrf"].status_code == 403
+        assert refused["nan"].status_code in (400, 422)
+        assert refused["text"].status_code in (400, 422)
+        for what, answer in refused.items():
+            assert answer.headers.get("x-content-type-options") == "nosniff", what
+            assert "default-src 'none'" in answer.headers.get("content-security-policy", ""), what
+            assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], what
+    finally:
+        client.close()
