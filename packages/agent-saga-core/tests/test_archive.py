@@ -202,3 +202,18 @@ def test_an_altered_s3_segment_is_caught_with_its_name_and_offset(
     flat = result.output.replace("\n", "")
     line_start = raw.rindex(b"\n", 0, offset) + 1
     assert f"in s3://{bucket}/{name(121)} at byte offset {line_start} (seq 131)" in flat
+
+
+def test_the_saga_index_is_built_over_segments_archived_to_s3(
+    home: Path, moto_url: str, bucket: str
+) -> None:
+    from agent_saga._log.chain import Chain
+    from agent_saga._log.sagaindex import SagaIndex
+
+    assert cli(home, "archive", "--to", f"s3://{bucket}?endpoint={moto_url}").exit_code == 0
+    index = SagaIndex(home, Chain())
+    try:
+        index.rebuild()  # walks the archived segments: read through the archive, not as files
+        assert index._known == 300
+    finally:
+        index.close()
