@@ -299,7 +299,7 @@ def walk_segments(
             continue
         start = offset if part.segment.first == first else 0
         for position, length, record in walk(
-            fs, part.fd, chain, part.segment.path,
+            part.fs, part.fd, chain, part.segment.path,
             start=start, seq=seq, prev=prev, end=part.end, ledger=ledger,
         ):  # fmt: skip
             seq, prev = record.seq, record.hash
