@@ -217,3 +217,26 @@ def test_the_saga_index_is_built_over_segments_archived_to_s3(
         assert index._known == 300
     finally:
         index.close()
+
+
+def test_catching_the_saga_index_up_touches_no_segment_before_its_point(
+    home: Path, moto_url: str, bucket: str
+) -> None:
+    """The writer's hook catches the index up every 256 records: archived segments before the
+    indexed point must not be fetched (nor even asked for) each time."""
+    import boto3
+    from agent_saga._log.chain import Chain
+    from agent_saga._log.sagaindex import SagaIndex
+
+    assert cli(home, "archive", "--to", f"s3://{bucket}?endpoint={moto_url}").exit_code == 0
+    index = SagaIndex(home, Chain())
+    try:
+        index.refresh()
+        client = boto3.client("s3", endpoint_url=moto_url)
+        for first in SEALED:  # the archive is out of reach now
+            client.delete_object(Bucket=bucket, Key=name(first))
+        fill(home, 300, 5)
+        index.refresh()
+        assert index._known == 305
+    finally:
+        index.close()
