@@ -202,3 +202,67 @@ def test_an_altered_s3_segment_is_caught_with_its_name_and_offset(
     flat = result.output.replace("\n", "")
     line_start = raw.rindex(b"\n", 0, offset) + 1
     assert f"in s3://{bucket}/{name(121)} at byte offset {line_start} (seq 131)" in flat
+
+
+def test_the_saga_index_is_built_over_segments_archived_to_s3(
+    home: Path, moto_url: str, bucket: str
+) -> None:
+    from agent_saga._log.chain import Chain
+    from agent_saga._log.sagaindex import SagaIndex
+
+    assert cli(home, "archive", "--to", f"s3://{bucket}?endpoint={moto_url}").exit_code == 0
+    index = SagaIndex(home, Chain())
+    try:
+        index.rebuild()  # walks the archived segments: read through the archive, not as files
+        assert index._known == 300
+    finally:
+        index.close()
+
+
+def test_catching_the_saga_index_up_touches_no_segment_before_its_point(
+    home: Path, moto_url: str, bucket: str
+) -> None:
+    """The writer's hook catches the index up every 256 records: archived segments before the
+    indexed point must not be fetched (nor even asked for) each time."""
+    import boto3
+    from agent_saga._log.chain import Chain
+    from agent_saga._log.sagaindex import SagaIndex
+
+    assert cli(home, "archive", "--to", f"s3://{bucket}?endpoint={moto_url}").exit_code == 0
+    index = SagaIndex(home, Chain())
+    try:
+        index.refresh()
+        client = boto3.client("s3", endpoint_url=moto_url)
+        for first in SEALED:  # the archive is out of reach now
+            client.delete_object(Bucket=bucket, Key=name(first))
+        fill(home, 300, 5)
+        index.refresh()
+        assert index._known == 305
+    finally:
+        index.close()
+
+
+def test_a_resumed_stream_verify_opens_no_segment_before_its_point(
+    home: Path, moto_url: str, bucket: str
+) -> None:
+    """stream_verify's docstring: sealed segments that end at or before the resume point are
+    not opened. Archived ones must then not be fetched either."""
+    import boto3
+    from agent_saga._log.chain import Chain
+    from agent_saga._log.stream import ResumeAt, stream_verify
+
+    assert cli(home, "archive", "--to", f"s3://{bucket}?endpoint={moto_url}").exit_code == 0
+    ends: list[tuple[int, str]] = []
+    full = stream_verify(
+        home / "log.jsonl", Chain(), lambda _l, h, end: ends.append((end, h.decode()))
+    )
+    assert full.ok, full.error
+    client = boto3.client("s3", endpoint_url=moto_url)
+    for first in SEALED:
+        client.delete_object(Bucket=bucket, Key=name(first))
+    offset, prev = ends[289]  # record 290, in the open segment
+    resumed = stream_verify(
+        home / "log.jsonl", Chain(), lambda *_: None, start=ResumeAt(offset, 290, prev)
+    )
+    assert resumed.ok, resumed.error
+    assert resumed.records == 10

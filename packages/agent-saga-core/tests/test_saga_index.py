@@ -284,3 +284,20 @@ def test_sagas_pages_newest_first_with_limit_since_and_status(tmp_path: Path) ->
     bad = CliRunner().invoke(main, ["--home", str(tmp_path), "sagas", "--since", "soon"])
     assert bad.exit_code == 2
     assert "--since 'soon'" in bad.output
+
+
+def test_an_index_point_that_does_not_parse_is_rebuilt_and_never_fails_a_write(
+    tmp_path: Path,
+) -> None:
+    with FileLogStore(tmp_path) as store:
+        store.append([Entry("saga.begin", "s-0", {"name": "x"}, 0)], sync=True)
+    index = SagaIndex(tmp_path, Chain())
+    assert find_indexed(index, "s-0") is not None
+    index.close()
+    with sqlite3.connect(tmp_path / INDEX_DIR / INDEX_NAME) as db:
+        db.execute("UPDATE meta SET v = 'not a point' WHERE k = 'point'")
+    with FileLogStore(tmp_path) as store:  # the writer's hook reads the point every 256
+        for n in range(1, 600):
+            store.append([Entry("saga.begin", f"s-{n}", {"name": "x"}, n)], sync=False)
+    assert find_indexed(index, "s-599") == find_saga(full_history(tmp_path), "s-599")
+    index.close()

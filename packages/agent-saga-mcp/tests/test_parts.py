@@ -199,3 +199,14 @@ def test_a_step_runs_in_the_saga_context_in_the_calling_task_and_can_be_cancelle
         return "not cancelled"
 
     asyncio.run(main())
+
+
+def test_the_compiled_check_admits_no_decimal_multiple_jsonschema_refuses() -> None:
+    """Its docstring: a refusal is always jsonschema's. jsonschema's float ``multipleOf``
+    refuses 0.07 for 0.01 (binary rounding); the compiled check must not admit it instead."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    schema = {"type": "object", "properties": {"a": {"type": "number", "multipleOf": 0.01}}}
+    assert not jsonschema.Draft202012Validator(schema).is_valid({"a": 0.07})
+    decision = InputSchemaRule({"pay": schema}, {}).evaluate(_call("pay", {"a": 0.07}))
+    assert isinstance(decision, Deny), decision

@@ -257,15 +257,31 @@ def _no_fetch(uri: str) -> Any:
 
 def _compiled(schema: Mapping[str, Any]) -> Any:
     """``schema`` compiled by ``jsonschema-rs`` (formats not asserted, as by ``jsonschema``),
-    or ``None`` when it cannot be (a reference it would have to fetch, a keyword it refuses)."""
+    or ``None`` when it cannot be (a reference it would have to fetch, a keyword it refuses)
+    or when it would judge otherwise than ``jsonschema`` (a ``multipleOf`` that is not an
+    integer: ``jsonschema`` divides binary floats and refuses 0.07 for 0.01)."""
     import jsonschema_rs
 
+    if _float_multiple(schema):
+        return None
     try:
         return jsonschema_rs.validator_for(
             dict(schema), validate_formats=False, retriever=_no_fetch
         )
     except (jsonschema_rs.ValidationError, ValueError, TypeError):
         return None
+
+
+def _float_multiple(schema: object) -> bool:
+    """Whether ``schema`` holds a ``multipleOf`` that is not an integer, at any depth."""
+    if isinstance(schema, Mapping):
+        multiple = schema.get("multipleOf")
+        if isinstance(multiple, float):
+            return True
+        return any(_float_multiple(value) for value in schema.values())
+    if isinstance(schema, list):
+        return any(_float_multiple(value) for value in schema)
+    return False
 
 
 __all__ = ["RULE_KINDS", "Above", "InputSchemaRule", "Param", "RuleDecl"]

@@ -26,7 +26,7 @@ from .._postgres.connection import (
 )
 from .._postgres.schema import ensure_schema
 from .killswitch import HaltState
-from .killswitch_watch import HaltWatch
+from .killswitch_watch import REFRESH, HaltWatch
 
 if TYPE_CHECKING:
     from psycopg.sql import Composed
@@ -182,7 +182,7 @@ class PostgresKillSwitch:
             "kind": "postgres",
             "where": self.where,
             "checked": "before every effect",
-            "watched": "LISTEN/NOTIFY, re-read every 0.25 s; read directly when not fresh"
+            "watched": f"LISTEN/NOTIFY, re-read every {REFRESH} s; read directly when not fresh"
             if self._watching
             else False,
             "fail_closed": True,

@@ -25,14 +25,11 @@ class KeptLease:
         self.lease = lease
         self._ttl = ttl
         self._stop = threading.Event()
-        self.lost = False
-        """True once a renewal found the lease lost (expired or taken over)."""
         self._thread = threading.Thread(target=self._run, name="agent-saga-lease", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self._ttl / 3):
             if not self.lease.renew(self._ttl):
-                self.lost = True
                 return
 
     def __enter__(self) -> KeptLease:

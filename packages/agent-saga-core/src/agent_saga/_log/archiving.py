@@ -38,7 +38,7 @@ from .archive import (
     sha256_of,
 )
 from .chain import Chain
-from .files import OS, ensure_dir, fsync_dir, open_read, write_fully
+from .files import OS, ensure_dir, fsync_dir, open_read, write_atomic, write_fully
 from .read import layout_of
 from .scan import scan
 from .segments import SEGMENTS_DIR, Segment, Summary
@@ -102,7 +102,7 @@ def _move(home: Path, seg: Segment, summary: Summary, target: Target, chain: Cha
     if copied != digest:
         raise OSError(f"the copy at {url} does not match {seg.path} (SHA-256 {copied})")
     marker = Marker(url, size, digest)
-    _write_marker(home, seg.first, marker)
+    write_atomic(Path(marker_path(home, seg.first)), marker.encode())
     existing = read_marker(OS, home, seg.first)
     if existing != marker:
         raise OSError(f"the marker of {seg.path} did not read back")
@@ -154,16 +154,3 @@ def _read_back(url: str, target: Target, size: int) -> str:
         return sha256_of(fs, fd, size)
     finally:
         fs.close(fd)
-
-
-def _write_marker(home: Path, first: int, marker: Marker) -> None:
-    path = marker_path(home, first)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        write_fully(OS, fd, marker.encode())
-        OS.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(home / SEGMENTS_DIR)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 from .._errors import ConfigurationError
@@ -42,6 +43,21 @@ def fsync_fd(fd: int) -> None:
 def fsync_dir(path: Path) -> None:
     """Make a directory's entries (a created or renamed file) durable."""
     OS.fsync_dir(str(path))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` durably: a temporary file beside it (named per process
+    and thread) is written and fsynced, renamed over ``path``, and the directory fsynced. A
+    reader sees the old content or the new, never a mix."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        write_fully(OS, fd, data)
+        fsync_fd(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def ensure_dir(path: Path, fs: FileSystem = OS) -> None:

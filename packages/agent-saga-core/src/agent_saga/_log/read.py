@@ -294,12 +294,15 @@ def walk_segments(
             (so a stale starting point, one the log no longer continues, is found at once).
     """
     ledger = RedactionLedger()  # shared: masked values are verify's to account for, not ours
-    for part in _parts(path, fs, layout_of(path, fs)):
+    layout = layout_of(path, fs)
+    skip = sum(1 for seg in layout.sealed if seg.first < first)  # never opened (nor fetched)
+    layout = layout._replace(segments=layout.segments[skip:], summaries=layout.summaries[skip:])
+    for part in _parts(path, fs, layout):
         if part.segment.first < first:
             continue
         start = offset if part.segment.first == first else 0
         for position, length, record in walk(
-            fs, part.fd, chain, part.segment.path,
+            part.fs, part.fd, chain, part.segment.path,
             start=start, seq=seq, prev=prev, end=part.end, ledger=ledger,
         ):  # fmt: skip
             seq, prev = record.seq, record.hash

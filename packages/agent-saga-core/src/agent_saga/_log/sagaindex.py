@@ -182,8 +182,11 @@ class SagaIndex:
         rows = dict(db.execute("SELECT k, v FROM meta").fetchall())
         if rows.get("version") != _VERSION or "point" not in rows:
             return _START
-        seg, start, end, seq, prev, digest = str(rows["point"]).split()
-        return Point(int(seg), int(start), int(end), int(seq), prev, digest)
+        try:
+            seg, start, end, seq, prev, digest = str(rows["point"]).split()
+            return Point(int(seg), int(start), int(end), int(seq), prev, digest)
+        except ValueError:  # a point that does not parse: the index is rebuilt from the start
+            return _START
 
     def _catch_up(self, *, limit: int | None) -> None:
         db = self._connect()

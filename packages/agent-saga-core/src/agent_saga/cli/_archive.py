@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-from pathlib import Path
 
 import click
 
 from .._errors import ConfigurationError, CorruptLogError
 from .._log.archive import ARCHIVE_FILE, configured_target, parse_target
 from .._log.archiving import archive_sealed
-from .._log.files import OS as _OS
-from .._log.files import fsync_dir, write_fully
+from .._log.files import write_atomic
 from .._log.segments import SEGMENTS_DIR
 from ._errors import BadInputError, CliError, one_line
 from ._logfile import require_home
@@ -44,7 +42,7 @@ def archive(where: str | None) -> None:
     try:
         if where is not None:
             parse_target(where)  # refuse a bad one before writing it
-            _write_setting(home / ARCHIVE_FILE, where.strip() + "\n")
+            write_atomic(home / ARCHIVE_FILE, (where.strip() + "\n").encode())
         target = configured_target(home)
     except ConfigurationError as exc:
         raise BadInputError(str(exc)) from exc
@@ -64,15 +62,3 @@ def archive(where: str | None) -> None:
             f"archived segment {item.first} ({item.size} bytes) -> {item.url}", markup=False
         )
     settings.console.print(f"{len(moved)} segment(s) moved to the archive", markup=False)
-
-
-def _write_setting(path: os.PathLike[str], text: str) -> None:
-    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        write_fully(_OS, fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(Path(path).parent)

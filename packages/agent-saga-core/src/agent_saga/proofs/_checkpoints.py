@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .._errors import ConfigurationError, CorruptLogError
-from .._log.files import ensure_dir
+from .._log.files import ensure_dir, write_atomic
 from .._log.forks import ForkGuard
 from .._log.store import LogStore
 from ._checkpoint import Checkpoint, CheckpointError, ForkError, check_extension, open_checkpoint
 from ._logtree import LogTree
 from ._note import NoteSigner, NoteVerifier
-from ._notefiles import note_size, write_atomic
+from ._notefiles import note_size
 from ._tree import MerkleTree
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -115,7 +115,7 @@ class CheckpointLog:
             except ForkError:
                 self._keep_evidence(previous, fresh)
                 raise
-        write_atomic(self.latest_path, fresh.note)
+        write_atomic(self.latest_path, fresh.note.encode())
         return fresh
 
     def publish_head(
@@ -150,7 +150,7 @@ class CheckpointLog:
                     )
             if previous is not None and previous.size >= size:
                 return previous
-            write_atomic(self.latest_path, fresh.note)
+            write_atomic(self.latest_path, fresh.note.encode())
             return fresh
         finally:
             os.close(lock_fd)
@@ -159,8 +159,8 @@ class CheckpointLog:
         forks = self.directory / FORKS_DIR
         ensure_dir(forks)
         stamp = f"{int(time.time() * 1000)}-{os.getpid()}"
-        write_atomic(forks / f"{stamp}-accepted-{older.size}.note", older.note)
-        write_atomic(forks / f"{stamp}-refused-{newer.size}.note", newer.note)
+        write_atomic(forks / f"{stamp}-accepted-{older.size}.note", older.note.encode())
+        write_atomic(forks / f"{stamp}-refused-{newer.size}.note", newer.note.encode())
 
 
 class Checkpointer:

@@ -28,12 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._log.files import ensure_dir
+from .._log.files import ensure_dir, write_atomic
 from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._frontier import fold_edge, fold_frontier
 from ._merkle import HASH_SIZE, leaf_hash
 from ._note import NoteVerifier
-from ._notefiles import write_atomic
 
 CHECKPOINTS_DIR = "checkpoints"
 VERIFIED_DIR = "verified"
@@ -99,7 +98,7 @@ def save_point(home: Path, point: ResumePoint) -> Path:
     directory = home / CHECKPOINTS_DIR / VERIFIED_DIR
     ensure_dir(directory)
     path = directory / f"{point.state.size:020d}{_SUFFIX}"
-    write_atomic(path, point.encode().decode())
+    write_atomic(path, point.encode())
     return path
 
 
