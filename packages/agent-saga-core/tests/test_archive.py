@@ -240,29 +240,3 @@ def test_catching_the_saga_index_up_touches_no_segment_before_its_point(
         assert index._known == 305
     finally:
         index.close()
-
-
-def test_a_resumed_stream_verify_opens_no_segment_before_its_point(
-    home: Path, moto_url: str, bucket: str
-) -> None:
-    """stream_verify's docstring: sealed segments that end at or before the resume point are
-    not opened. Archived ones must then not be fetched either."""
-    import boto3
-    from agent_saga._log.chain import Chain
-    from agent_saga._log.stream import ResumeAt, stream_verify
-
-    assert cli(home, "archive", "--to", f"s3://{bucket}?endpoint={moto_url}").exit_code == 0
-    ends: list[tuple[int, str]] = []
-    full = stream_verify(
-        home / "log.jsonl", Chain(), lambda _l, h, end: ends.append((end, h.decode()))
-    )
-    assert full.ok, full.error
-    client = boto3.client("s3", endpoint_url=moto_url)
-    for first in SEALED:
-        client.delete_object(Bucket=bucket, Key=name(first))
-    offset, prev = ends[289]  # record 290, in the open segment
-    resumed = stream_verify(
-        home / "log.jsonl", Chain(), lambda *_: None, start=ResumeAt(offset, 290, prev)
-    )
-    assert resumed.ok, resumed.error
-    assert resumed.records == 10
