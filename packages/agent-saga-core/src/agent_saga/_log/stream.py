@@ -9,9 +9,10 @@ by one chunk of the file and the redaction ledger, whatever the log's size.
 
 A resume point ``(offset, seq, prev)`` says that the records up to ``seq`` were verified
 earlier and end at ``offset`` (counted from the start of the first segment, across segments):
-the sealed segments that end at or before it are not opened, and the first record read must
-be ``seq + 1`` with ``prev`` as its predecessor's hash, so a resume point that does not match
-the log fails at once. Masked values and redaction records before the resume point are not
+the sealed segments that end at or before it are not read (each is still opened for its size,
+which places the offset: an archived one costs a metadata request), and the first record read
+must be ``seq + 1`` with ``prev`` as its predecessor's hash, so a resume point that does not
+match the log fails at once. Masked values and redaction records before the resume point are not
 seen, so the ledger checks only those after it.
 """
 
@@ -67,7 +68,7 @@ def stream_verify(
     try:
         for part in _parts(path, fs, layout):
             if origin >= base + part.end and not part.active:
-                base += part.end  # verified before the resume point: not opened
+                base += part.end  # verified before the resume point: sized, not read
                 continue
             local = max(0, origin - base)
             before = (seq, prev)
