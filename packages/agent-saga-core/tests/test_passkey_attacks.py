@@ -120,3 +120,42 @@ def test_the_engine_checks_a_vote_with_the_keys_registered_before_it_as_certify_
     ]
     assert outcome is None
     assert waiter.ignored == ["alice: the passkey is not registered in this log"]
+
+
+def test_the_same_registration_logged_twice_is_no_problem_for_certify(tmp_path: Path) -> None:
+    """Two agent processes sharing a home can both register an approver's passkey the first
+    time it votes (``register_passkey`` checks under a lock of its process only): the repeat
+    of the same key changes nothing, unlike another key under the credential id."""
+    alice = SoftPasskey("alice")
+    with AgentKit(home=tmp_path / "home", ids=SequentialIds()) as kit:
+        data = {**alice.key().to_data(), "by": "process", "at": time.time()}
+        for _ in range(2):
+            kit.store.append([Entry("passkey.registered", None, data, 0)], sync=True)
+        records = list(kit.store.records())
+    assert audit_passkeys(records).problems == []
+    assert ApprovalBook().take_all(records).keys.passkeys.find(alice.credential) is not None
+
+
+def test_certify_says_what_verified_passkey_votes_rest_on(tmp_path: Path) -> None:
+    """The documented limit (whoever can write the log can register a passkey for any
+    approver) is in the certificate that counts the verified passkey votes."""
+    import json
+
+    from agent_saga.cli import main
+    from click.testing import CliRunner
+
+    alice = SoftPasskey("alice")
+    home = tmp_path / "home"
+    with AgentKit(home=home, ids=SequentialIds()) as kit:
+        assert register_passkey(kit.store, alice.key(), by="test").written
+        request = log_request(kit)
+        evidence = alice.vote(request, "approve")
+        voted = submit_vote(
+            kit.store, request.id, "alice", "approve", channel="t", passkey=evidence
+        )
+        assert voted.accepted, voted.message
+    out = tmp_path / "cert.json"
+    result = CliRunner().invoke(main, ["--home", str(home), "certify", "--out", str(out)])
+    cert = json.loads(out.read_text())
+    assert cert["counts"]["passkey_votes"] == 1, result.output
+    assert "register a passkey for any approver" in json.dumps(cert)
