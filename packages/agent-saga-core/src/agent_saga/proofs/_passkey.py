@@ -127,8 +127,9 @@ class PasskeyKey:
 class PasskeyRegistry:
     """The passkeys a log has registered so far (credential id -> key), revocations applied.
 
-    The first registration of a credential id holds; a later one for the same id is listed in
-    :attr:`refused` and changes nothing (a key cannot be swapped under a credential).
+    The first registration of a credential id holds; a later one of another key for the same id
+    is listed in :attr:`refused` and changes nothing (a key cannot be swapped under a
+    credential); the same key again (two processes registering it at once) changes nothing.
     """
 
     keys: dict[str, PasskeyKey] = field(default_factory=dict)
@@ -143,7 +144,8 @@ class PasskeyRegistry:
             if key is None:
                 self.refused.append((record.seq, "a malformed passkey registration"))
             elif key.credential in self.keys:
-                self.refused.append((record.seq, "this credential is already registered"))
+                if self.keys[key.credential].to_data() != key.to_data():
+                    self.refused.append((record.seq, "another key has this credential"))
             else:
                 self.keys[key.credential] = key
         elif record.kind == PASSKEY_REVOKED:
