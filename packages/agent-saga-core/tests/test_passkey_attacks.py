@@ -74,7 +74,7 @@ def test_a_passkey_vote_logged_without_its_nonce_counts_nowhere(tmp_path: Path) 
     with AgentKit(home=tmp_path / "home", ids=SequentialIds()) as kit:
         assert register_passkey(kit.store, alice.key(), by="test").written
         request = log_request(kit)
-        data = {
+        data: dict[str, Any] = {
             "request": request.id, "saga": request.saga, "by": "alice", "decision": "approve",
             "channel": "written-around", "note": "", "at": time.time(),
             "passkey": alice.vote(request, "approve"),
@@ -102,7 +102,7 @@ def test_the_engine_checks_a_vote_with_the_keys_registered_before_it_as_certify_
     with AgentKit(home=tmp_path / "home", ids=SequentialIds()) as kit:
         request = log_request(kit)
         evidence = alice.vote(request, "approve")
-        data = {
+        data: dict[str, Any] = {
             "request": request.id, "saga": request.saga, "by": "alice", "decision": "approve",
             "channel": "written-around", "note": "", "at": time.time(),
             "nonce": evidence["challenge"]["nonce"], "passkey": evidence,
@@ -160,3 +160,35 @@ def test_certify_says_what_verified_passkey_votes_rest_on(tmp_path: Path) -> Non
     cert = json.loads(out.read_text())
     assert cert["counts"]["passkey_votes"] == 1, result.output
     assert "register a passkey for any approver" in json.dumps(cert)
+
+
+def test_one_passkey_vote_sent_by_eight_threads_at_once_is_logged_once(tmp_path: Path) -> None:
+    import threading
+
+    alice = SoftPasskey("alice")
+    with AgentKit(home=tmp_path / "home", ids=SequentialIds()) as kit:
+        assert register_passkey(kit.store, alice.key(), by="test").written
+        request = log_request(kit)
+        evidence = alice.vote(request, "approve")
+        results: list[Any] = []
+        start = threading.Barrier(8)
+
+        def send() -> None:
+            start.wait()
+            results.append(
+                submit_vote(
+                    kit.store, request.id, "alice", "approve", channel="t", passkey=evidence
+                )
+            )
+
+        threads = [threading.Thread(target=send) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        votes = logged_votes(kit)
+    assert sum(1 for r in results if r.accepted) == 1
+    assert len(votes) == 1
+    assert {r.message for r in results if not r.accepted} == {
+        "alice has already voted on this request"
+    }
