@@ -160,3 +160,24 @@ def test_a_replayed_assertion_and_one_for_other_arguments_are_refused(
     assert [v["approver"] for v in votes] == ["quinn"]
     assert untouched["status"] == "pending"
     assert untouched["votes"] == []
+
+
+def test_a_malformed_assertion_of_a_registered_credential_is_refused_not_a_crash(
+    dashboard: Dashboard, guarded: tuple[Page, Guard]
+) -> None:
+    """An assertion naming the approver's registered credential but of the wrong shape (its
+    ``response`` not an object, its authenticator data cut short) is a 403 with its reason,
+    never a server error."""
+    page, guard = guarded
+    guard.expected.append("status of 403")
+    register_passkey(page, dashboard, "rowan")
+    pending = pending_request(dashboard, "passkey-malformed", 12)
+    page.goto(f"{dashboard.named_url}/ui/approvals")
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    base = f"{dashboard.named_url}/ui/approvals/{pending}"
+    for response in ("not an object", {"clientDataJSON": "e30", "signature": "AA"}):
+        signed: dict[str, Any] = page.evaluate(SIGN, [base, csrf, "approve"])
+        signed["credential"]["response"] = response
+        status, answer = page.evaluate(POST, [f"{base}/passkey", csrf, signed])
+        assert status == 403, answer
+        assert "did not verify" in answer["detail"]

@@ -256,7 +256,10 @@ def check_vote(vote: Vote, request: ApprovalRequest, keys: ApproverKeys, digest:
             request.id, request.saga, request.ordinal, digest, vote.decision, vote.approver,
             vote.nonce,
         )  # fmt: skip
-        return check_passkey(vote.passkey, expected, keys.passkeys)
+        problem = check_passkey(vote.passkey, expected, keys.passkeys)
+        if problem is None and vote.nonce is None:  # as certify: replays are known by it
+            return "the passkey vote has no nonce"
+        return problem
     if vote.signature is None:
         return None
     raw = decode_signature(vote.signature)

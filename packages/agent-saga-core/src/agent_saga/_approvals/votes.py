@@ -24,6 +24,7 @@ from .._log.codec import JSONValue
 from .._log.follow import LogFollower
 from .._log.records import Entry
 from .._log.store import LogStore
+from ..proofs._passkey import passkey_evidence
 from .request import REFUSED, VOTE, ApprovalBook, ApprovalRequest, Vote, check_vote
 
 __all__ = ["VoteResult", "submit_vote"]
@@ -107,14 +108,17 @@ def submit_vote(
     ``passkey`` is a WebAuthn assertion with its challenge's inputs (see
     :mod:`agent_saga.proofs._passkey`); its nonce is the vote's. The approver's passkey must
     already be registered in the log (:func:`~agent_saga._approvals.passkeys.register_passkey`).
+    Only the evidence's checked fields are logged; evidence that is no mapping is refused as a
+    malformed passkey assertion.
     """
     if decision not in ("approve", "deny"):
         raise ValueError(f"decision is 'approve' or 'deny', got {decision!r}")
-    if passkey is not None and nonce is None:
-        inputs = passkey.get("challenge")
+    evidence = passkey_evidence(passkey) if passkey is not None else None
+    if evidence is not None and nonce is None:
+        inputs = evidence.get("challenge")
         found = inputs.get("nonce") if isinstance(inputs, Mapping) else None
         nonce = found if isinstance(found, str) and found else None
-    proof = _Proof(signature, nonce, key, dict(passkey) if passkey is not None else None)
+    proof = _Proof(signature, nonce, key, evidence)
     with _BOOKS.lock:
         return _submit(
             _BOOKS.current(store), store, request_id, approver, decision, channel, note,

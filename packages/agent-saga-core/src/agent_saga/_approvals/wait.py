@@ -20,7 +20,7 @@ from .._log.follow import LogFollower
 from .._log.records import Kind
 from .._log.store import LogStore
 from ..proofs._passkey import EXTRA_MISSING, webauthn_available
-from .request import ApprovalBook, ApprovalRequest, action_digest, check_vote
+from .request import VOTE, ApprovalBook, ApprovalRequest, action_digest, check_vote
 
 if TYPE_CHECKING:
     from .._clock import Clock
@@ -197,9 +197,24 @@ class Waiter:
         """How many of the request's votes have been checked."""
 
     def look(self, digest: str) -> str | None:
-        """Read new records; the decision once there is one (``approved``/``denied``/...)."""
+        """Read new records; the decision once there is one (``approved``/``denied``/...).
+
+        Each vote is checked where it stands in the log, with the keys registered (and not
+        revoked) before it, as certify checks it.
+        """
+        found: str | None = None
         for record in self.follower.new_records():
             self.book.take(record)
+            if found is None and record.kind == VOTE:
+                found = self._count(digest)
+        if found is not None:
+            return found
+        if self.clock.now() >= self.request.expires_at:
+            return "expired"
+        return None
+
+    def _count(self, digest: str) -> str | None:
+        """Check the request's votes not checked yet; ``approved``/``denied`` once decided."""
         request = self.request
         votes = self.book.votes.get(request.id, [])
         fresh, self.checked = votes[self.checked :], len(votes)
@@ -220,8 +235,6 @@ class Waiter:
                 return "denied"
         if sum(1 for d in self.counted.values() if d == "approve") >= request.quorum:
             return "approved"
-        if self.clock.now() >= request.expires_at:
-            return "expired"
         return None
 
     def decision_data(self, decision: str) -> dict[str, JSONValue]:

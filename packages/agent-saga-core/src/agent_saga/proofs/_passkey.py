@@ -36,6 +36,7 @@ __all__ = [
     "PasskeyRegistry",
     "check_passkey",
     "passkey_challenge",
+    "passkey_evidence",
     "webauthn_available",
 ]
 
@@ -49,6 +50,7 @@ ALGORITHMS = {-7: "ES256", -8: "EdDSA", -257: "RS256"}
 """COSE algorithms a registered passkey may use."""
 _MAX_FIELD = 8192
 _ASSERTION_FIELDS = ("credential", "authenticator_data", "client_data_json", "signature")
+_CHALLENGE_FIELDS = ("request", "saga", "step", "digest", "decision", "nonce")
 
 
 def passkey_challenge(
@@ -63,6 +65,19 @@ def passkey_challenge(
     }  # fmt: skip
     text = json.dumps(bound, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).digest()
+
+
+def passkey_evidence(value: object) -> dict[str, Any]:
+    """The fields of a passkey vote's evidence that :func:`check_passkey` reads (the assertion,
+    ``user_handle`` and the challenge's six inputs), and nothing else, so what a vote logs is
+    bounded by what is checked; ``{}`` (a malformed assertion) when ``value`` is no mapping."""
+    if not isinstance(value, Mapping):
+        return {}
+    kept = {k: value[k] for k in (*_ASSERTION_FIELDS, "user_handle") if k in value}
+    inputs = value.get("challenge")
+    if isinstance(inputs, Mapping):
+        kept["challenge"] = {k: inputs[k] for k in _CHALLENGE_FIELDS if k in inputs}
+    return kept
 
 
 def webauthn_available() -> bool:
@@ -112,8 +127,9 @@ class PasskeyKey:
 class PasskeyRegistry:
     """The passkeys a log has registered so far (credential id -> key), revocations applied.
 
-    The first registration of a credential id holds; a later one for the same id is listed in
-    :attr:`refused` and changes nothing (a key cannot be swapped under a credential).
+    The first registration of a credential id holds; a later one of another key for the same id
+    is listed in :attr:`refused` and changes nothing (a key cannot be swapped under a
+    credential); the same key again (two processes registering it at once) changes nothing.
     """
 
     keys: dict[str, PasskeyKey] = field(default_factory=dict)
@@ -128,7 +144,8 @@ class PasskeyRegistry:
             if key is None:
                 self.refused.append((record.seq, "a malformed passkey registration"))
             elif key.credential in self.keys:
-                self.refused.append((record.seq, "this credential is already registered"))
+                if self.keys[key.credential].to_data() != key.to_data():
+                    self.refused.append((record.seq, "another key has this credential"))
             else:
                 self.keys[key.credential] = key
         elif record.kind == PASSKEY_REVOKED:

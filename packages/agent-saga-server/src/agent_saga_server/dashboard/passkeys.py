@@ -36,7 +36,7 @@ from webauthn import (
     verify_registration_response,
 )
 from webauthn.helpers import bytes_to_base64url, decode_credential_public_key
-from webauthn.helpers.exceptions import InvalidAuthenticationResponse, InvalidRegistrationResponse
+from webauthn.helpers.exceptions import WebAuthnException
 from webauthn.helpers.structs import (
     AuthenticatorSelectionCriteria,
     PublicKeyCredentialDescriptor,
@@ -169,7 +169,7 @@ def register(db: Database, where: Where, subject: str, ident: str, credential: A
             expected_rp_id=where.rp_id, expected_origin=where.origin,
             require_user_verification=True,
         )  # fmt: skip
-    except (InvalidRegistrationResponse, ValueError, KeyError, TypeError) as exc:
+    except (WebAuthnException, ValueError, KeyError, TypeError) as exc:  # any malformed part
         raise PasskeyRefused(f"the passkey did not verify: {exc}"[:300]) from None
     credential_id = verified.credential_id.hex()
     with db.transaction() as tx:
@@ -235,7 +235,7 @@ def verify_vote(
             credential_public_key=bytes.fromhex(public_key),
             credential_current_sign_count=count, require_user_verification=True,
         )  # fmt: skip
-    except (InvalidAuthenticationResponse, ValueError, KeyError, TypeError) as exc:
+    except (WebAuthnException, ValueError, KeyError, TypeError) as exc:  # any malformed part
         raise PasskeyRefused(f"the passkey assertion did not verify: {exc}"[:300]) from None
     with db.transaction() as tx:
         tx.execute(
