@@ -136,7 +136,6 @@ def test_the_same_registration_logged_twice_is_no_problem_for_certify(tmp_path: 
     assert ApprovalBook().take_all(records).keys.passkeys.find(alice.credential) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="certify does not report the passkey limit yet (lead)")
 def test_certify_says_what_verified_passkey_votes_rest_on(tmp_path: Path) -> None:
     """The documented limit (whoever can write the log can register a passkey for any
     approver) is in the certificate that counts the verified passkey votes."""

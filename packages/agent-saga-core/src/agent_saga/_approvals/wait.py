@@ -19,7 +19,7 @@ from .._log.codec import JSONValue, to_jsonable
 from .._log.follow import LogFollower
 from .._log.records import Kind
 from .._log.store import LogStore
-from ..proofs._passkey import EXTRA_MISSING, webauthn_available
+from ..proofs._passkey import EXTRA_MISSING, PASSKEY_LIMIT, webauthn_available
 from .request import VOTE, ApprovalBook, ApprovalRequest, action_digest, check_vote
 
 if TYPE_CHECKING:
@@ -38,14 +38,6 @@ SIGNED_LIMIT = (
     "administrator key (admin_keys, configured outside the home) or the approver's own "
     "current key registered it, so whoever holds an administrator key, or can change the "
     "admin_keys configuration, can register a key for any approver"
-)
-
-PASSKEY_LIMIT = (
-    "passkey approvals rest on the passkey.registered records of the log: a passkey vote "
-    "proves that the holder of a registered passkey signed this decision on these exact "
-    "arguments, but whoever can write the log (or the control plane that relays "
-    "registrations) can register a passkey for any approver; an auditor compares the "
-    "registered keys with the approvers' own"
 )
 
 

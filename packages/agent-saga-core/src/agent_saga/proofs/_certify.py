@@ -16,7 +16,8 @@ Checks, each producing findings:
   vote's decision and nonce (:mod:`._passkey_audit`); one that does not, and a registration
   that does not hold, is CRITICAL naming its record; a passkey vote that cannot be checked
   because py_webauthn is missing (the ``agent-saga[passkeys]`` extra) is CRITICAL. The count
-  of verified passkey votes is the certificate's ``counts.passkey_votes``.
+  of verified passkey votes is the certificate's ``counts.passkey_votes``, and a WARNING says
+  what they rest on (registrations are records of the log: see ``PASSKEY_LIMIT``).
 
 The certificate is JSON: the checkpoint it covers, the findings and the counts, signed with the
 home's checkpoint key over its canonical encoding. ``ok`` is true only when nothing is CRITICAL.
@@ -38,7 +39,7 @@ from .._log.redaction import REDACTION_KIND
 from .._log.store import VerifyReport
 from ._checkpoint import Checkpoint
 from ._note import NoteSigner, NoteVerifier
-from ._passkey import EXTRA_MISSING
+from ._passkey import EXTRA_MISSING, PASSKEY_LIMIT
 from ._passkey_audit import audit_passkeys
 
 __all__ = ["Finding", "certificate", "certify_records", "verify_certificate"]
@@ -174,6 +175,9 @@ def certify_records(
         findings.append(Finding(CRITICAL, "passkey_unverifiable", EXTRA_MISSING))
     for _, message in passkeys.problems:
         findings.append(Finding(CRITICAL, "passkey", message))
+    if passkeys.verified:
+        message = f"{passkeys.verified} passkey vote(s) verified; {PASSKEY_LIMIT}"
+        findings.append(Finding(WARNING, "passkey_registrations", message))
     history = build_history(records)
     approved = _approved(records)
     now_ms = int(now * 1000) if now is not None else max((r.ts for r in records), default=0)

@@ -52,6 +52,15 @@ _MAX_FIELD = 8192
 _ASSERTION_FIELDS = ("credential", "authenticator_data", "client_data_json", "signature")
 _CHALLENGE_FIELDS = ("request", "saga", "step", "digest", "decision", "nonce")
 
+PASSKEY_LIMIT = (
+    "passkey approvals rest on the passkey.registered records of the log: a passkey vote "
+    "proves that the holder of a registered passkey signed this decision on these exact "
+    "arguments, but whoever can write the log (or the control plane that relays "
+    "registrations) can register a passkey for any approver; an auditor compares the "
+    "registered keys with the approvers' own"
+)
+"""What a verified passkey vote rests on (the manifest's limit, and a certify warning)."""
+
 
 def passkey_challenge(
     request: str, saga: str, step: int, digest: str, decision: str, nonce: str
