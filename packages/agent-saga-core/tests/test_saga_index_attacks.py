@@ -63,7 +63,7 @@ def test_a_reader_whose_catch_up_races_another_indexer_still_sees_the_whole_log(
             with FileLogStore(tmp_path) as store:  # ... and the log gains a batch after that
                 store.append([Entry("saga.end", "s-1", {"status": "committed"}, 2)], sync=True)
 
-    reader._connect().set_trace_callback(race)  # noqa: SLF001
+    reader._connect().set_trace_callback(race)
     try:
         reader.refresh()
         got = [r.seq for r in reader.saga_records("s-1")]
@@ -89,9 +89,10 @@ def test_a_child_forked_while_another_thread_uses_the_index_reads_its_sagas(
         time.sleep(0.3)
         pid = os.fork()
         if pid == 0:  # the child: its own reads must not wait on the parent's thread
-            blocker.close()
             code = 0 if [r.saga for r in own_records(store, "s-2")] == ["s-2"] else 3
             os._exit(code)
+        time.sleep(0.3)
+        blocker.execute("ROLLBACK")  # the parent's thread and the child may now index
         deadline = time.monotonic() + 10
         status = 0
         while time.monotonic() < deadline:
@@ -103,7 +104,6 @@ def test_a_child_forked_while_another_thread_uses_the_index_reads_its_sagas(
             os.kill(pid, 9)
             os.waitpid(pid, 0)
             status = -1
-        blocker.execute("ROLLBACK")
         blocker.close()
         busy.join()
     assert status == 0
