@@ -36,7 +36,6 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from .._errors import CorruptLogError
 from .chain import Chain, Masked, parse_line
 from .files import LOG_NAME, OS, open_read
 from .read import walk_segments
@@ -173,7 +172,7 @@ class SagaIndex:
                 self._catch_up(limit=max_lag)
             finally:
                 db.execute("PRAGMA busy_timeout=30000")
-        except (sqlite3.Error, OSError, CorruptLogError, IndexMismatch):
+        except Exception:  # never into the writer: the next reader catches up
             return
         finally:
             self._lock.release()
@@ -182,8 +181,11 @@ class SagaIndex:
         rows = dict(db.execute("SELECT k, v FROM meta").fetchall())
         if rows.get("version") != _VERSION or "point" not in rows:
             return _START
-        seg, start, end, seq, prev, digest = str(rows["point"]).split()
-        return Point(int(seg), int(start), int(end), int(seq), prev, digest)
+        try:
+            seg, start, end, seq, prev, digest = str(rows["point"]).split()
+            return Point(int(seg), int(start), int(end), int(seq), prev, digest)
+        except ValueError as exc:  # written by something else: as corrupt as a bad page
+            raise sqlite3.DatabaseError(f"{self.path}: malformed point {rows['point']!r}") from exc
 
     def _catch_up(self, *, limit: int | None) -> None:
         db = self._connect()
@@ -200,9 +202,9 @@ class SagaIndex:
         while limit is None or done < limit:
             db.execute("BEGIN IMMEDIATE")
             try:
-                if self._point(db) != point:  # another process moved it meanwhile
-                    db.execute("ROLLBACK")
-                    return
+                moved = self._point(db)
+                if moved != point:  # another indexer moved it meanwhile: go on from there
+                    point = moved if self._continues(moved) else self._wipe(db)
                 point, added = self._index_chunk(db, point)
                 db.execute("COMMIT")
             except BaseException:
