@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -74,6 +76,16 @@ def test_a_reader_whose_catch_up_races_another_indexer_still_sees_the_whole_log(
     assert got == own_in_log(tmp_path, "s-1")
 
 
+HOLD = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.read()
+db.execute("ROLLBACK")
+"""
+
+
 def test_a_child_forked_while_another_thread_uses_the_index_reads_its_sagas(
     tmp_path: Path,
 ) -> None:
@@ -81,8 +93,13 @@ def test_a_child_forked_while_another_thread_uses_the_index_reads_its_sagas(
         store.append([begin("s-1")], sync=True)
         assert store.saga_index is not None
         store.saga_index.refresh()
-        blocker = sqlite3.connect(tmp_path / INDEX_DIR / INDEX_NAME, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")  # the index's next writer waits on this lock
+        blocker = subprocess.Popen(  # another process holds the index's write lock
+            [sys.executable, "-c", HOLD, str(tmp_path / INDEX_DIR / INDEX_NAME)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        assert blocker.stdout is not None
+        assert blocker.stdin is not None
+        assert blocker.stdout.readline() == b"held\n"
         store.append([begin("s-2")], sync=True)
         busy = threading.Thread(target=store.saga_index.refresh)
         busy.start()  # it holds the index's thread lock while it waits
@@ -92,7 +109,9 @@ def test_a_child_forked_while_another_thread_uses_the_index_reads_its_sagas(
             code = 0 if [r.saga for r in own_records(store, "s-2")] == ["s-2"] else 3
             os._exit(code)
         time.sleep(0.3)
-        blocker.execute("ROLLBACK")  # the parent's thread and the child may now index
+        blocker.stdin.close()  # the parent's thread and the child may now index
+        blocker.wait()
+        blocker.stdout.close()
         deadline = time.monotonic() + 10
         status = 0
         while time.monotonic() < deadline:
@@ -104,7 +123,6 @@ def test_a_child_forked_while_another_thread_uses_the_index_reads_its_sagas(
             os.kill(pid, 9)
             os.waitpid(pid, 0)
             status = -1
-        blocker.close()
         busy.join()
     assert status == 0
 
