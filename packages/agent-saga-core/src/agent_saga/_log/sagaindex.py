@@ -33,6 +33,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import weakref
 from pathlib import Path
 from typing import NamedTuple
 
@@ -63,6 +64,25 @@ CREATE INDEX IF NOT EXISTS sagas_by_age ON sagas (first_seq);
 CREATE INDEX IF NOT EXISTS sagas_by_key ON sagas (key);
 CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (first_seq) WHERE end_status IS NULL;
 """
+
+
+_LIVE: weakref.WeakSet[SagaIndex] = weakref.WeakSet()
+_INHERITED: list[sqlite3.Connection] = []
+"""Connections a forked child inherited: kept open and unused for the child's life, since
+closing one could let SQLite drop the journal the parent still writes."""
+
+
+def _after_fork_in_child() -> None:
+    """A child gets fresh thread locks (a parent's thread may have held one at the fork) and
+    opens its own connections."""
+    for index in list(_LIVE):
+        index._lock = threading.Lock()
+        if index._db is not None:
+            _INHERITED.append(index._db)
+            index._db = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class IndexMismatch(Exception):
@@ -96,6 +116,7 @@ class SagaIndex:
         self._pid = 0
         self._known = 0
         """``seq`` the index was last seen to cover (spares :meth:`follow` a query)."""
+        _LIVE.add(self)
 
     # -- the connection -----------------------------------------------------------------------
 
