@@ -33,10 +33,10 @@ import contextlib
 import os
 import sqlite3
 import threading
+import weakref
 from pathlib import Path
 from typing import NamedTuple
 
-from .._errors import CorruptLogError
 from .chain import Chain, Masked, parse_line
 from .files import LOG_NAME, OS, open_read
 from .read import walk_segments
@@ -64,6 +64,25 @@ CREATE INDEX IF NOT EXISTS sagas_by_age ON sagas (first_seq);
 CREATE INDEX IF NOT EXISTS sagas_by_key ON sagas (key);
 CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (first_seq) WHERE end_status IS NULL;
 """
+
+
+_LIVE: weakref.WeakSet[SagaIndex] = weakref.WeakSet()
+_INHERITED: list[sqlite3.Connection] = []
+"""Connections a forked child inherited: kept open and unused for the child's life, since
+closing one could let SQLite drop the journal the parent still writes."""
+
+
+def _after_fork_in_child() -> None:
+    """A child gets fresh thread locks (a parent's thread may have held one at the fork) and
+    opens its own connections."""
+    for index in list(_LIVE):
+        index._lock = threading.Lock()
+        if index._db is not None:
+            _INHERITED.append(index._db)
+            index._db = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class IndexMismatch(Exception):
@@ -97,6 +116,7 @@ class SagaIndex:
         self._pid = 0
         self._known = 0
         """``seq`` the index was last seen to cover (spares :meth:`follow` a query)."""
+        _LIVE.add(self)
 
     # -- the connection -----------------------------------------------------------------------
 
@@ -173,7 +193,7 @@ class SagaIndex:
                 self._catch_up(limit=max_lag)
             finally:
                 db.execute("PRAGMA busy_timeout=30000")
-        except (sqlite3.Error, OSError, CorruptLogError, IndexMismatch):
+        except Exception:  # never into the writer: the next reader catches up
             return
         finally:
             self._lock.release()
@@ -203,9 +223,9 @@ class SagaIndex:
         while limit is None or done < limit:
             db.execute("BEGIN IMMEDIATE")
             try:
-                if self._point(db) != point:  # another process moved it meanwhile
-                    db.execute("ROLLBACK")
-                    return
+                moved = self._point(db)
+                if moved != point:  # another indexer moved it meanwhile: go on from there
+                    point = moved if self._continues(moved) else self._wipe(db)
                 point, added = self._index_chunk(db, point)
                 db.execute("COMMIT")
             except BaseException:
