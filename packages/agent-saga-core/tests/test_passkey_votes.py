@@ -475,7 +475,7 @@ def test_without_the_extra_passkeys_are_refused_loudly_never_passed(home: Path) 
 
 
 def test_what_passkey_approvals_rest_on_is_in_the_manifest_and_the_doc(home: Path) -> None:
-    from agent_saga._approvals.wait import PASSKEY_LIMIT
+    from agent_saga.proofs._passkey import PASSKEY_LIMIT
 
     doc = Path(__file__).resolve().parents[3] / "docs" / "guarantees.md"
     assert PASSKEY_LIMIT in " ".join(doc.read_text().split())
