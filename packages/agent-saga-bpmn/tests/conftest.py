@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ TRIP_BODIES = {
 }
 """Real bodies for the trip's stubs: the last task fails, so the two before it are undone."""
 
-RUNNER = '''
+RUNNER = """
 
 def ledger(line: str) -> None:
     with open("ledger.txt", "a", encoding="utf-8") as out:
@@ -46,7 +45,7 @@ if __name__ == "__main__":
         {call}
     except SagaRolledBack as rolled:
         print("rolled back:", rolled.cause)
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -95,8 +94,8 @@ def run_generated(directory: Path, source: str, call: str) -> Run:
 
 
 @pytest.fixture(scope="module")
-def trip_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def trip_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The trip example, generated, bound to :data:`TRIP_BODIES` and run once."""
     directory = tmp_path_factory.mktemp("trip-run")
     source = bind(codegen(parse_flow(TRIP.read_bytes()), "trip"), TRIP_BODIES)
-    yield run_generated(directory, source, f"run_book_a_trip(card={{'number': '{CARD}'}})")
+    return run_generated(directory, source, f"run_book_a_trip(card={{'number': '{CARD}'}})")

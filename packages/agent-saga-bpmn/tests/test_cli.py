@@ -48,7 +48,10 @@ def test_problems_are_listed_one_a_line_and_exit_1(tmp_path: Path) -> None:
 
 def test_unreadable_input_is_one_line(tmp_path: Path) -> None:
     missing = agent_saga(tmp_path, "codegen", str(tmp_path / "nope.bpmn"))
-    assert (missing.exit_code, missing.stderr) == (2, f"Error: no file at {tmp_path / 'nope.bpmn'}\n")
+    assert (missing.exit_code, missing.stderr) == (
+        2,
+        f"Error: no file at {tmp_path / 'nope.bpmn'}\n",
+    )
     bad = tmp_path / "bad.bpmn"
     bad.write_text("<definitions>\n<oops></definitions>", encoding="utf-8")
     malformed = agent_saga(tmp_path, "check", str(bad))
@@ -83,7 +86,8 @@ def test_export_errors_are_one_line_with_exit_2(trip_run: Run, tmp_path: Path) -
     assert (unknown.exit_code, unknown.stderr) == (2, "Error: no saga matches 'zzzz'\n")
     empty = agent_saga(tmp_path / "empty", "export", "abc")
     assert empty.exit_code == 2
-    assert empty.stderr == f"Error: no log at {tmp_path / 'empty' / 'log.jsonl'} (check --home or AGENT_SAGA_HOME)\n"
+    log = tmp_path / "empty" / "log.jsonl"
+    assert empty.stderr == f"Error: no log at {log} (check --home or AGENT_SAGA_HOME)\n"
     assert not (tmp_path / "empty").exists()  # reading never creates the home
 
 

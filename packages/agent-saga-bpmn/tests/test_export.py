@@ -5,7 +5,6 @@ resolved, a shape for every flow node and an edge for every connection."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from xml.etree.ElementTree import Element
@@ -46,7 +45,7 @@ class ApproveWhenPosted:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str, Any]]]:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """One saga's records: a step, a refused call, a step, an approved wire, then a failure
     that rolls back the two compensable steps (newest first); the wire cannot be undone, so the
     saga ends needing a human."""
@@ -87,7 +86,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str
         wire(50)
         raise RuntimeError("courier <lost> & \x07 gone")
     kit.close()
-    yield [record.to_json() for record in read_log(home)]
+    return [record.to_json() for record in read_log(home)]
 
 
 def _tree(xml: str) -> Element:
@@ -102,20 +101,30 @@ def test_the_diagram_is_valid_for_a_bpmn_tool(recorded: list[dict[str, Any]]) ->
     assert process is not None
     nodes = {e.get("id") for e in process if e.tag.removeprefix(MODEL) in NODES}
     for flow in process.iter(f"{MODEL}sequenceFlow"):
-        assert flow.get("sourceRef") in nodes and flow.get("targetRef") in nodes
+        assert flow.get("sourceRef") in nodes
+        assert flow.get("targetRef") in nodes
     for link in process.iter(f"{MODEL}association"):
-        assert link.get("sourceRef") in nodes and link.get("targetRef") in nodes
+        assert link.get("sourceRef") in nodes
+        assert link.get("targetRef") in nodes
     for boundary in process.iter(f"{MODEL}boundaryEvent"):
         assert boundary.get("attachedToRef") in nodes
     plane = root.find(f"{DI}BPMNDiagram/{DI}BPMNPlane")
-    assert plane is not None and plane.get("bpmnElement") == process.get("id")
+    assert plane is not None
+    assert plane.get("bpmnElement") == process.get("id")
     shapes = {s.get("bpmnElement"): s for s in plane.iter(f"{DI}BPMNShape")}
     edges = {e.get("bpmnElement"): e for e in plane.iter(f"{DI}BPMNEdge")}
     assert set(shapes) == nodes
-    connections = {e.get("id") for e in process if e.tag in (f"{MODEL}sequenceFlow", f"{MODEL}association")}
+    connections = {
+        e.get("id") for e in process if e.tag in (f"{MODEL}sequenceFlow", f"{MODEL}association")
+    }
     assert set(edges) == connections
     assert all(len(edge) >= 2 for edge in edges.values())  # waypoints
-    xs = [float(s[0].get("x", "0")) for s in shapes.values() if s.get("bpmnElement", "").startswith("step_") and not s.get("bpmnElement", "").endswith(("_compensation", "_undo_task"))]
+    xs = [
+        float(s[0].get("x", "0"))
+        for s in shapes.values()
+        if s.get("bpmnElement", "").startswith("step_")
+        and not s.get("bpmnElement", "").endswith(("_compensation", "_undo_task"))
+    ]
     assert xs == sorted(xs)  # left to right
 
 
@@ -139,7 +148,8 @@ def test_the_diagram_tells_what_happened(recorded: list[dict[str, Any]]) -> None
     assert docs["step_2"] == "refused by max_value: amount=10000 exceeds the cap of 100"
     assert "approved by alice" in str(docs["step_4_approval"])
     end = process.find(f"{MODEL}endEvent")
-    assert end is not None and end.find(f"{MODEL}compensateEventDefinition") is not None
+    assert end is not None
+    assert end.find(f"{MODEL}compensateEventDefinition") is not None
 
 
 def test_parse_flow_reads_the_drawing_back_as_the_flow_that_ran(
@@ -175,7 +185,10 @@ def test_records_of_no_saga_are_skipped_and_two_sagas_are_refused(
         ([1], "record 0: a record is a JSON object, not list"),
         ({"kind": 3, "saga": "s"}, "record 0: 'kind' must be text and 'saga' text or null"),
         ({"kind": "saga.begin", "saga": "s", "data": []}, "record 0: 'data' must be a JSON object"),
-        ({"kind": "saga.begin", "saga": "s", "seq": "1"}, "record 0: 'seq' and 'ts' must be integers"),
+        (
+            {"kind": "saga.begin", "saga": "s", "seq": "1"},
+            "record 0: 'seq' and 'ts' must be integers",
+        ),
     ],
 )
 def test_a_record_not_shaped_like_one_is_one_line(record: Any, expected: str) -> None:

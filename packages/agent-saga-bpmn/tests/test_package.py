@@ -40,7 +40,8 @@ def test_importing_the_package_loads_no_framework_and_no_command_line() -> None:
 def test_the_command_is_an_agent_saga_entry_point() -> None:
     [point] = [p for p in entry_points(group="agent_saga.commands") if p.name == "bpmn"]
     assert point.value == "agent_saga_bpmn.cli:bpmn"
-    assert point.dist is not None and point.dist.name == "agent-saga-bpmn"
+    assert point.dist is not None
+    assert point.dist.name == "agent-saga-bpmn"
 
 
 def test_the_moddle_descriptor_declares_what_the_parser_reads() -> None:

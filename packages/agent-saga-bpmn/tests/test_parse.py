@@ -26,7 +26,12 @@ def tool(**attrs: str) -> str:
 
 def test_the_trip_example_reads_as_three_compensable_tasks_in_order() -> None:
     flow = parse_flow((EXAMPLES / "trip.bpmn").read_bytes())
-    assert (flow.id, flow.name, flow.starts, flow.ends) == ("BookTrip", "Book a trip", ("Start",), ("End",))
+    assert (flow.id, flow.name, flow.starts, flow.ends) == (
+        "BookTrip",
+        "Book a trip",
+        ("Start",),
+        ("End",),
+    )
     assert [(t.id, t.kind, t.tool) for t in flow.tasks] == [
         ("BookFlight", "service", "flights.book"),
         ("BookHotel", "service", "hotels.book"),
@@ -78,7 +83,8 @@ def test_semantics_default_as_the_core_declares_them() -> None:
 def test_a_drawn_handler_names_the_compensator_either_association_direction() -> None:
     flow = parse_flow(doc(
         f"<bpmn:task id='t'>{tool(name='pay')}</bpmn:task>"
-        "<bpmn:boundaryEvent id='b' attachedToRef='t'><bpmn:compensateEventDefinition/></bpmn:boundaryEvent>"
+        "<bpmn:boundaryEvent id='b' attachedToRef='t'>"
+        "<bpmn:compensateEventDefinition/></bpmn:boundaryEvent>"
         f"<bpmn:task id='h' isForCompensation='true'>{tool(name='refund')}</bpmn:task>"
         "<bpmn:association id='a' sourceRef='h' targetRef='b'/>"
         "<bpmn:textAnnotation id='note'/><bpmn:association id='a2' sourceRef='t' targetRef='note'/>"
@@ -91,10 +97,15 @@ def test_a_drawn_handler_names_the_compensator_either_association_direction() ->
 def test_unsupported_nodes_are_kept_for_validation() -> None:
     flow = parse_flow(doc(
         "<bpmn:exclusiveGateway id='g'/><bpmn:subProcess id='s'/>"
-        "<bpmn:boundaryEvent id='timer' attachedToRef='s'><bpmn:timerEventDefinition/></bpmn:boundaryEvent>"
+        "<bpmn:boundaryEvent id='timer' attachedToRef='s'>"
+        "<bpmn:timerEventDefinition/></bpmn:boundaryEvent>"
         "<bpmn:dataObjectReference id='d'/>"
     ))  # fmt: skip
-    assert flow.unsupported == (("g", "exclusiveGateway"), ("s", "subProcess"), ("timer", "boundaryEvent"))
+    assert flow.unsupported == (
+        ("g", "exclusiveGateway"),
+        ("s", "subProcess"),
+        ("timer", "boundaryEvent"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -108,7 +119,7 @@ def test_unsupported_nodes_are_kept_for_validation() -> None:
         ("<bpmn:task/>", "a bpmn:task has no id"),
         ("<bpmn:boundaryEvent id='b' attachedToRef='x'><bpmn:compensateEventDefinition/>"
          "</bpmn:boundaryEvent>", "b: attachedToRef 'x' names no task"),
-        (f"<bpmn:task id='t'><bpmn:extensionElements><saga:tool name='a'/><saga:tool name='b'/>"
+        ("<bpmn:task id='t'><bpmn:extensionElements><saga:tool name='a'/><saga:tool name='b'/>"
          "</bpmn:extensionElements></bpmn:task>", "t: 2 saga:tool elements, at most one is read"),
         (f"<bpmn:task id='t'>{tool(name='a', semantic='REVERSIBLE')}</bpmn:task>",
          "t: saga:tool has an unknown attribute 'semantic' (known: name, semantics, "
@@ -116,7 +127,8 @@ def test_unsupported_nodes_are_kept_for_validation() -> None:
         (f"<bpmn:task id='t' name='{'n' * 1001}'/>", "t: name is 1,001 characters, over 1,000"),
         ("<bpmn:task id='t'/><bpmn:boundaryEvent id='b1' attachedToRef='t'>"
          "<bpmn:compensateEventDefinition/></bpmn:boundaryEvent>"
-         "<bpmn:task id='h1' isForCompensation='true'/><bpmn:task id='h2' isForCompensation='true'/>"
+         "<bpmn:task id='h1' isForCompensation='true'/>"
+         "<bpmn:task id='h2' isForCompensation='true'/>"
          "<bpmn:association id='a1' sourceRef='b1' targetRef='h1'/>"
          "<bpmn:association id='a2' sourceRef='b1' targetRef='h2'/>",
          "t: two compensation handlers (h1 and h2); one undoes it"),
@@ -138,5 +150,7 @@ def test_one_drawn_process_is_read_and_two_are_refused() -> None:
         f"{HEAD}<bpmn:process id='P1'><bpmn:startEvent id='s'/></bpmn:process>"
         "<bpmn:process id='P2'><bpmn:startEvent id='t'/></bpmn:process></bpmn:definitions>"
     )
-    with pytest.raises(BpmnError, match=r"^the document holds 2 processes with flow nodes \(P1, P2\)"):
+    with pytest.raises(
+        BpmnError, match=r"^the document holds 2 processes with flow nodes \(P1, P2\)"
+    ):
         parse_flow(two)

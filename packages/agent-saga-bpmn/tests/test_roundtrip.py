@@ -20,7 +20,8 @@ def _design(flow: Flow) -> tuple[list[str | None], dict[str | None, str | None]]
     pairs = {}
     for task_id, handler in flow.compensations.items():
         task, undo = flow.task(task_id), flow.task(handler)
-        assert task is not None and undo is not None
+        assert task is not None
+        assert undo is not None
         pairs[task.tool] = undo.tool
     return tools, pairs
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from agent_saga_bpmn import NAMESPACE, Problem, parse_flow, validate
@@ -29,7 +30,7 @@ def task(task_id: str, tool: str, semantics: str = "REVERSIBLE", extra: str = ""
 def chain(*ids: str) -> str:
     return "".join(
         f"<bpmn:sequenceFlow id='f_{a}_{b}' sourceRef='{a}' targetRef='{b}'/>"
-        for a, b in zip(ids, ids[1:], strict=False)
+        for a, b in itertools.pairwise(ids)
     )
 
 
@@ -66,9 +67,10 @@ def test_an_irreversible_task_without_an_approval_on_every_path() -> None:
         "start to it",
     ]
     compensated = START + task("w", "wire", "IRREVERSIBLE") + handler("w", "unwire")
-    assert "w: IRREVERSIBLE yet it has a compensation handler" in problems(
-        compensated + "<bpmn:userTask id='ok'/>" + chain("s", "ok", "w")
-    )[0]
+    assert (
+        "w: IRREVERSIBLE yet it has a compensation handler"
+        in problems(compensated + "<bpmn:userTask id='ok'/>" + chain("s", "ok", "w"))[0]
+    )
 
 
 def test_unknown_tools_only_when_known_tools_are_given() -> None:
@@ -124,7 +126,7 @@ def test_task_declarations() -> None:
     )
     found = problems(body)
     assert found == [
-        "none: no tool name: give it <saga:tool name=\"...\"/>",
+        'none: no tool name: give it <saga:tool name="..."/>',
         "none: IRREVERSIBLE without an approval before it: put a user task on every path from "
         "the start to it",
         "bad: tool name 'has space' is not a letter or _ then up to 63 letters, digits or "
@@ -137,8 +139,7 @@ def test_task_declarations() -> None:
         "characters (card.number, items.*.cvv)",
         "red: redact path 'card..number' is not a parameter name then dotted names, at most 64 "
         "characters (card.number, items.*.cvv)",
-        "loose: a compensation task without a compensator name: give it <saga:tool "
-        "name=\"...\"/>",
+        'loose: a compensation task without a compensator name: give it <saga:tool name="..."/>',
         "loose: compensates nothing: associate it with a compensation boundary event on a "
         "service task",
     ]
