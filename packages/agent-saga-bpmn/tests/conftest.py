@@ -93,7 +93,7 @@ def run_generated(directory: Path, source: str, call: str) -> Run:
     return Run(directory / "home", lines, done.stdout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trip_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The trip example, generated, bound to :data:`TRIP_BODIES` and run once."""
     directory = tmp_path_factory.mktemp("trip-run")
