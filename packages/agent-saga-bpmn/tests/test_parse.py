@@ -154,3 +154,39 @@ def test_one_drawn_process_is_read_and_two_are_refused() -> None:
         BpmnError, match=r"^the document holds 2 processes with flow nodes \(P1, P2\)"
     ):
         parse_flow(two)
+
+
+def test_a_diagram_as_bpmn_js_writes_it_is_read() -> None:
+    """A pool (collaboration), incoming/outgoing children, DI, another tool's extensions."""
+    xml = f"""<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+  xmlns:bpmndi="http://www.omg.org/spec/BPMN/20100524/DI"
+  xmlns:dc="http://www.omg.org/spec/DD/20100524/DC" xmlns:saga="{NAMESPACE}"
+  xmlns:other="https://example.com/other" id="Definitions_1" targetNamespace="http://bpmn.io/schema/bpmn">
+  <bpmn:collaboration id="Collaboration_1">
+    <bpmn:participant id="Participant_1" name="Agent" processRef="Process_1" />
+  </bpmn:collaboration>
+  <bpmn:process id="Process_1" isExecutable="false">
+    <bpmn:startEvent id="StartEvent_1"><bpmn:outgoing>Flow_1</bpmn:outgoing></bpmn:startEvent>
+    <bpmn:task id="Activity_1" name="Charge">
+      <bpmn:extensionElements>
+        <other:note text="kept by another tool" />
+        <saga:tool name="pay.charge" semantics="REVERSIBLE" />
+      </bpmn:extensionElements>
+      <bpmn:incoming>Flow_1</bpmn:incoming>
+    </bpmn:task>
+    <bpmn:sequenceFlow id="Flow_1" sourceRef="StartEvent_1" targetRef="Activity_1" />
+  </bpmn:process>
+  <bpmndi:BPMNDiagram id="BPMNDiagram_1">
+    <bpmndi:BPMNPlane id="BPMNPlane_1" bpmnElement="Collaboration_1">
+      <bpmndi:BPMNShape id="Activity_1_di" bpmnElement="Activity_1">
+        <dc:Bounds x="270" y="80" width="100" height="80" />
+      </bpmndi:BPMNShape>
+    </bpmndi:BPMNPlane>
+  </bpmndi:BPMNDiagram>
+</bpmn:definitions>
+"""
+    flow = parse_flow(xml)
+    assert (flow.id, flow.name) == ("Process_1", "Process_1")
+    assert flow.tasks == (Task("Activity_1", "Charge", "service", "pay.charge", "REVERSIBLE"),)
+    assert flow.edges == (("StartEvent_1", "Activity_1"),)
