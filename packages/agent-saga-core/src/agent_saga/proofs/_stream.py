@@ -15,6 +15,7 @@ the log: the pass starts again from the first record and says why.
 
 from __future__ import annotations
 
+from binascii import unhexlify
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -25,12 +26,14 @@ from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource, explain_first_record
 from .._log.store import VerifyReport
 from .._log.stream import ResumeAt, stream_verify
+from ._farm import MIN_SEGMENT_BYTES, SegmentFarm
 from ._frontier import MerkleFrontier
 from ._logtree import record_leaf
 from ._merkle import leaf_hash
 from ._resume import Captured, ResumePoint
 
 _REDACTION_TAIL = b',"kind":"' + REDACTION_KIND.encode() + b'","prev":'
+_BATCH = 256
 
 
 @dataclass
@@ -54,9 +57,15 @@ class StreamedLog:
 
 
 def stream_log(
-    source: LogSource, capture: Collection[int] = (), resume: ResumePoint | None = None
+    source: LogSource,
+    capture: Collection[int] = (),
+    resume: ResumePoint | None = None,
+    farm_bytes: int = MIN_SEGMENT_BYTES,
 ) -> StreamedLog:
     """Read ``source`` once (after ``resume`` when given and usable; see the module docstring).
+
+    Sealed segments of at least ``farm_bytes`` bytes are verified in a second process while
+    this one reads the others, when there are two cores (see :mod:`._farm`): same report.
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (a key problem).
@@ -69,10 +78,10 @@ def stream_log(
             log.notes.append("this log cannot be resumed: it was read from its first record")
         return log
     if resume is not None:
-        resumed = _stream_file(source, sizes, resume)
+        resumed = _stream_file(source, sizes, resume, farm_bytes)
         if resumed is not None:
             return resumed
-    full = _stream_file(source, sizes, None)
+    full = _stream_file(source, sizes, None, farm_bytes)
     assert full is not None
     if resume is not None:
         full.notes.insert(
@@ -84,7 +93,7 @@ def stream_log(
 
 
 def _stream_file(
-    source: FileLogSource, sizes: frozenset[int], resume: ResumePoint | None
+    source: FileLogSource, sizes: frozenset[int], resume: ResumePoint | None, farm_bytes: int
 ) -> StreamedLog | None:
     """The pass over a file log; ``None`` when ``resume`` does not match the log."""
     if resume is None:
@@ -97,23 +106,33 @@ def _stream_file(
     if resume is not None:
         log.roots[resume.state.size] = resume.checkpoint.root  # confirmed by the point's check
     chain = Chain(source.key)
-    previous = [last]
+    previous = [last.encode()]
+    pending: list[bytes] = []  # hashes of records read, not yet in the frontier
+
+    def current() -> MerkleFrontier:
+        frontier.append_chain_hashes(pending)
+        pending.clear()
+        return frontier
 
     def on_record(line: bytes, digest: bytes, end: int) -> None:
-        size = frontier.size + 1
+        size = frontier.size + len(pending) + 1
         if size in sizes:
-            edge = frontier.append_with_edge(leaf_hash(bytes.fromhex(digest.decode())))
+            edge = current().append_with_edge(leaf_hash(unhexlify(digest)))
             log.roots[size] = frontier.root()
             log.states[size] = Captured(size, frontier.hashes, edge, digest.decode(), end)
         else:
-            frontier.append_chain_hash(digest)
+            pending.append(digest)
+            if len(pending) >= _BATCH:
+                current()
         if _REDACTION_TAIL in line:
-            parsed = parse_line(chain, line, size, previous[0], allow_masked=True)
+            parsed = parse_line(chain, line, size, previous[0].decode(), allow_masked=True)
             if isinstance(parsed, Record) and parsed.kind == REDACTION_KIND:
                 log.redactions.append(parsed)
-        previous[0] = digest.decode()
+        previous[0] = digest
 
-    report = stream_verify(source.path, chain, on_record, start=start)
+    with SegmentFarm(current, source.key, sizes, min_bytes=farm_bytes) as farm:
+        report = stream_verify(source.path, chain, on_record, start=start, farm=farm)
+    current()
     if resume is not None and report.records == 0 and report.error is not None:
         return None  # the first record after the point does not continue it
     total = log.resumed_from + report.records
