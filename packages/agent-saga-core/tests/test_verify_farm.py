@@ -34,12 +34,13 @@ def segment(home: Path, first: int) -> Path:
 
 
 def test_tiling_covers_a_range_with_aligned_subtrees() -> None:
-    for start in range(0, 40):
+    for start in range(40):
         for end in range(start, 80):
             blocks = tiling(start, end)
             at = start
             for first, height in blocks:
-                assert first == at and first % (1 << height) == 0
+                assert first == at
+                assert first % (1 << height) == 0
                 at += 1 << height
             assert at == end
 
@@ -55,7 +56,8 @@ def test_subtrees_appended_whole_give_the_trees_root() -> None:
         for leaf in leaves[first : first + (1 << height)]:
             sub.append(leaf)
         frontier.append_subtree(sub.root(), height)
-    assert frontier.size == 77 and frontier.root() == tree.root()
+    assert frontier.size == 77
+    assert frontier.root() == tree.root()
 
 
 def test_a_clean_log_verified_with_a_worker_has_the_same_root(tmp_path: Path) -> None:
@@ -63,7 +65,8 @@ def test_a_clean_log_verified_with_a_worker_has_the_same_root(tmp_path: Path) ->
     fill(home, 330)
     alone = stream_log(FileLogSource(home))
     farmed = stream_log(FileLogSource(home), farm_bytes=0)
-    assert alone.chain.ok and farmed.chain.ok
+    assert alone.chain.ok
+    assert farmed.chain.ok
     assert farmed.chain.records == alone.chain.records == 330
     assert farmed.frontier.root() == alone.frontier.root()
     taken: list[int] = []
@@ -80,8 +83,10 @@ def test_a_clean_log_verified_with_a_worker_has_the_same_root(tmp_path: Path) ->
 
     with Counting(lambda: frontier, None, min_bytes=0) as farm:
         report = stream_verify(home / "log.jsonl", Chain(), on_record, farm=farm)
-    assert report.ok and report.records == 330
-    assert len(taken) >= 3 and all(n == 40 for n in taken), taken
+    assert report.ok
+    assert report.records == 330
+    assert len(taken) >= 3, taken
+    assert all(n == 40 for n in taken), taken
     assert frontier.root() == alone.frontier.root()
 
 

@@ -109,15 +109,17 @@ def stream_verify(
             offset = base
             done = None if local or part.segment.path not in offered else farm
             delegated = None if done is None else done.take(part.segment.path)
-            if delegated is not None:
-                if _sealed_problem(part, delegated.seq, delegated.hash, before) is None:
-                    delegated.fold()
-                    count += delegated.records
-                    seq, prev = delegated.seq, delegated.hash
-                    if delegated.first_v2 is not None:
-                        ledger.saw_version_2(delegated.first_v2)
-                    base += part.end
-                    continue
+            joins = delegated is not None and (
+                _sealed_problem(part, delegated.seq, delegated.hash, before) is None
+            )
+            if delegated is not None and joins:
+                delegated.fold()
+                count += delegated.records
+                seq, prev = delegated.seq, delegated.hash
+                if delegated.first_v2 is not None:
+                    ledger.saw_version_2(delegated.first_v2)
+                base += part.end
+                continue
             if farm is not None:  # read here: the next sealed segment is verified meanwhile
                 _offer_next(farm, fs, layout, index + 1, offered)
 
@@ -168,9 +170,7 @@ def stream_verify(
     return VerifyReport(problem is None, count, problem, prev)
 
 
-def _offer_next(
-    farm: Farm, fs: FileSystem, layout: Layout, index: int, offered: set[str]
-) -> None:
+def _offer_next(farm: Farm, fs: FileSystem, layout: Layout, index: int, offered: set[str]) -> None:
     """Offer segment ``index`` to ``farm`` when it is sealed, summarised and on this disk."""
     if fs is not OS or index >= len(layout.segments) - 1:
         return  # the last segment is the open one

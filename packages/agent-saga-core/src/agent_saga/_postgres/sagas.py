@@ -49,8 +49,10 @@ def saga_rows(
         if isinstance(result, ChainBreak):
             raise CorruptLogError(where, int(seq) - 1, result.reason, seq=int(seq))
         if result.hash != str(digest) or result.saga != saga_id:
-            reason = "hash column does not match the record" if result.hash != str(digest) else (
-                "saga column does not match the record"
+            reason = (
+                "hash column does not match the record"
+                if result.hash != str(digest)
+                else ("saga column does not match the record")
             )
             raise CorruptLogError(where, int(seq) - 1, reason, seq=int(seq))
         records.append(result)
