@@ -25,8 +25,8 @@ from agent_saga.proofs._stream import stream_log
 def fill(home: Path, count: int) -> None:
     with FileLogStore(home, segment_records=40) as store:
         for n in range(count):
-            data = {"n": n, "pad": "x" * (n % 13)}
-            store.append([Entry("t", None, data, n)], sync=n % 9 == 0)
+            entry = Entry("t", None, {"n": n, "pad": "x" * (n % 13)}, n)
+            store.append([entry], sync=n % 9 == 0)
 
 
 def segment(home: Path, first: int) -> Path:
