@@ -157,10 +157,14 @@ class SegmentFarm:
             return False
         if any(summary.first <= size <= summary.last for size in self._capture):
             return False
-        if self._pool is None:
-            context = multiprocessing.get_context("spawn")  # no fork of a threaded process
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
-        self._jobs[path] = (summary, self._pool.submit(verify_segment, path, self._key, summary))
+        try:
+            if self._pool is None:
+                context = multiprocessing.get_context("spawn")  # no fork of a threaded process
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            job = self._pool.submit(verify_segment, path, self._key, summary)
+        except (OSError, RuntimeError):  # no process to be had (a broken pool is a RuntimeError)
+            return False
+        self._jobs[path] = (summary, job)
         return True
 
     def take(self, path: str) -> Delegated | None:
