@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from .._errors import CorruptLogError
 from .chain import Chain
@@ -30,10 +30,37 @@ from .ledger import RedactionLedger
 from .read import _parts, _sealed_problem, _unjustified, layout_of
 from .records import GENESIS
 from .scan import scan
+from .segments import Layout, Summary
 from .store import VerifyReport
 
 OnRecord = Callable[[bytes, bytes, int], None]
 """``(stored line, hash as ASCII hex, offset just after the record across segments)``."""
+
+
+class Delegated(NamedTuple):
+    """A sealed segment verified by a :class:`Farm` from its summary's starting point, with no
+    defect, masked value or redaction record in it (a segment with any is read here)."""
+
+    records: int
+    seq: int
+    hash: str
+    """``seq`` and hash of its last record."""
+    first_v2: int | None
+    """``seq`` of its first version 2 record."""
+    fold: Callable[[], None]
+    """Hands its records' hashes to the caller's Merkle state: called once the segment is
+    accepted (it joins the chain read so far and matches its summary), never otherwise."""
+
+
+class Farm(Protocol):
+    """Verifies sealed segments elsewhere (another process) while the pass reads others."""
+
+    def offer(self, path: str, summary: Summary) -> bool:
+        """Start verifying the sealed segment at ``path`` from where ``summary`` says it
+        starts; ``False``: it will not, read it here."""
+
+    def take(self, path: str) -> Delegated | None:
+        """What verifying ``path`` found (waiting for it); ``None``: read it here."""
 
 
 class ResumeAt(NamedTuple):
@@ -51,6 +78,7 @@ def stream_verify(
     *,
     fs: FileSystem = OS,
     start: ResumeAt | None = None,
+    farm: Farm | None = None,
 ) -> VerifyReport:
     """Verify the log whose first segment is ``path``, calling ``on_record`` for each record.
 
@@ -58,6 +86,11 @@ def stream_verify(
     was called for every record before it (``records`` counts them, from the resume point when
     there is one). A log that ends before its synced watermark is a defect, as opening a store
     on it would find.
+
+    With a ``farm``, while a segment is read here the next one, when it is sealed, summarised
+    and on this disk, is offered to the farm; one it verified clean is accepted only if it
+    continues the chain read so far and matches its summary, else it is read here (which
+    names any defect at its offset), so the report is the same either way.
     """
     origin, seq, prev = (0, 0, GENESIS) if start is None else start
     if not fs.exists(str(path)):
@@ -65,14 +98,30 @@ def stream_verify(
     layout = layout_of(path, fs)
     ledger = RedactionLedger()
     count, base = 0, 0
+    offered: set[str] = set()
     try:
-        for part in _parts(path, fs, layout):
+        for index, part in enumerate(_parts(path, fs, layout)):
             if origin >= base + part.end and not part.active:
                 base += part.end  # verified before the resume point: sized, not read
                 continue
             local = max(0, origin - base)
             before = (seq, prev)
             offset = base
+            done = None if local or part.segment.path not in offered else farm
+            delegated = None if done is None else done.take(part.segment.path)
+            joins = delegated is not None and (
+                _sealed_problem(part, delegated.seq, delegated.hash, before) is None
+            )
+            if delegated is not None and joins:
+                delegated.fold()
+                count += delegated.records
+                seq, prev = delegated.seq, delegated.hash
+                if delegated.first_v2 is not None:
+                    ledger.saw_version_2(delegated.first_v2)
+                base += part.end
+                continue
+            if farm is not None:  # read here: the next sealed segment is verified meanwhile
+                _offer_next(farm, fs, layout, index + 1, offered)
 
             def hook(line: bytes, digest: bytes, end: int, _base: int = offset) -> None:
                 on_record(line, digest, _base + end)
@@ -119,6 +168,17 @@ def stream_verify(
         return VerifyReport(False, count, problem, prev)
     problem = _unjustified(ledger, layout)
     return VerifyReport(problem is None, count, problem, prev)
+
+
+def _offer_next(farm: Farm, fs: FileSystem, layout: Layout, index: int, offered: set[str]) -> None:
+    """Offer segment ``index`` to ``farm`` when it is sealed, summarised and on this disk."""
+    if fs is not OS or index >= len(layout.segments) - 1:
+        return  # the last segment is the open one
+    segment, summary = layout.segments[index], layout.summaries[index]
+    if summary is None or segment is layout.active or not fs.exists(segment.path):
+        return
+    if farm.offer(segment.path, summary):
+        offered.add(segment.path)
 
 
 def _missing(path: Path, start: ResumeAt | None) -> CorruptLogError | None:

@@ -5,6 +5,13 @@ processes starting together on a new schema take turns. Besides the tables it cr
 ``<schema>.agent_saga_expect(ok, reason)``, a function that raises ``reason`` (SQLSTATE
 ``AS001``) unless ``ok`` is true: an append sent as one message uses it to abort itself when
 its owner was fenced or the tail it continues has moved.
+
+A saga's records are found through the ``saga`` and ``kind`` columns the writer fills beside
+each line (index ``(saga, seq)``), and the unfinished sagas through ``open_sagas``, kept by a
+statement-level trigger on every insert (a ``saga.begin`` adds its saga, a ``saga.end`` removes
+it): neither read scans the log's table. Both are hints checked against the lines they lead
+to. A table created by an earlier version gets the columns empty; its rows are filled in once,
+found through a partial index of the rows without a ``kind`` (see ``_postgres.sagas``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,14 @@ CREATE TABLE IF NOT EXISTS {s}.records (
     seq bigint PRIMARY KEY CHECK (seq > 0),
     hash text NOT NULL,
     line bytea NOT NULL
+);
+ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS saga text;
+ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS kind text;
+CREATE INDEX IF NOT EXISTS records_saga_seq ON {s}.records (saga, seq);
+CREATE INDEX IF NOT EXISTS records_unindexed ON {s}.records (seq) WHERE kind IS NULL;
+CREATE TABLE IF NOT EXISTS {s}.open_sagas (
+    saga text PRIMARY KEY,
+    seq bigint NOT NULL
 );
 CREATE TABLE IF NOT EXISTS {s}.owners (
     owner_id text PRIMARY KEY,
@@ -47,7 +62,22 @@ CREATE TABLE IF NOT EXISTS {s}.kill_switch (
     changed_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )
 """
-_TABLES = ["records", "owners", "leases", "kill_switch"]
+_TABLES = ["records", "owners", "leases", "kill_switch", "open_sagas"]
+TRIGGER = "agent_saga_open_sagas"
+_OPEN_SAGAS = (
+    "CREATE OR REPLACE FUNCTION {s}.agent_saga_open_sagas() RETURNS trigger LANGUAGE plpgsql"
+    " AS $$ BEGIN"
+    " INSERT INTO {s}.open_sagas (saga, seq) SELECT saga, min(seq) FROM new_rows"
+    " WHERE kind = 'saga.begin' AND saga IS NOT NULL GROUP BY saga ON CONFLICT (saga) DO NOTHING;"
+    " DELETE FROM {s}.open_sagas o USING new_rows n WHERE n.kind = 'saga.end' AND n.saga = o.saga;"
+    " RETURN NULL; END $$"
+)
+_TRIGGER = (
+    "DROP TRIGGER IF EXISTS agent_saga_open_sagas ON {s}.records;"
+    " CREATE TRIGGER agent_saga_open_sagas AFTER INSERT ON {s}.records"
+    " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"
+    " EXECUTE FUNCTION {s}.agent_saga_open_sagas()"
+)
 _EXPECT = (
     "CREATE OR REPLACE FUNCTION {s}.agent_saga_expect(ok boolean, reason text)"
     " RETURNS void LANGUAGE plpgsql AS $$ BEGIN IF ok IS NOT TRUE THEN"
@@ -63,10 +93,13 @@ def ensure_schema(conn: PgConnection, schema: str) -> None:
     present = conn.execute(
         "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s)),"
         " EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-        " WHERE n.nspname = %s AND p.proname = 'agent_saga_expect')",
-        (schema, _TABLES, schema),
+        " WHERE n.nspname = %s AND p.proname = 'agent_saga_expect'),"
+        " EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = 'records' AND t.tgname = %s)",
+        (schema, _TABLES, schema, schema, TRIGGER),
     ).fetchone()
-    if present is not None and present[0] == len(_TABLES) and present[1]:
+    if present is not None and present[0] == len(_TABLES) and present[1] and present[2]:
         return
     ident = sql.Identifier(schema)
     with conn.transaction():
@@ -74,6 +107,9 @@ def ensure_schema(conn: PgConnection, schema: str) -> None:
         for statement in _DDL.split(";"):
             conn.execute(sql.SQL(statement.strip()).format(s=ident))
         conn.execute(sql.SQL(_EXPECT).format(s=ident))
+        conn.execute(sql.SQL(_OPEN_SAGAS).format(s=ident))
+        for statement in _TRIGGER.split(";"):
+            conn.execute(sql.SQL(statement.strip()).format(s=ident))
 
 
-__all__ = ["EXPECT_FAILED", "ensure_schema"]
+__all__ = ["EXPECT_FAILED", "TRIGGER", "ensure_schema"]

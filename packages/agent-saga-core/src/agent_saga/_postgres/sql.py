@@ -61,13 +61,16 @@ def queries(schema: str, owner_id: str, ttl: float = 0.0) -> dict[str, Composed]
         "open": "BEGIN; SET LOCAL synchronous_commit = off; " + _FENCE_AND_LOCK,
         "open_durable": "BEGIN; " + _FENCE_AND_LOCK,
         "tail": "SELECT seq, hash FROM {s}.records ORDER BY seq DESC LIMIT 1",
-        "insert": "INSERT INTO {s}.records (seq, hash, line) VALUES ",
+        "insert": "INSERT INTO {s}.records (seq, hash, line, saga, kind) VALUES ",
         "flush": "; UPDATE {s}.owners"
         " SET expires_at = clock_timestamp() + make_interval(secs => {t})"
         " WHERE owner_id = {o} AND expires_at > clock_timestamp() RETURNING 1",
         "rollback": "ROLLBACK",
         "last": "SELECT seq, hash, line FROM {s}.records ORDER BY seq DESC LIMIT 1",
         "page": "SELECT seq, hash, line FROM {s}.records WHERE seq > %s ORDER BY seq LIMIT %s",
+        "saga": "SELECT seq, hash, line FROM {s}.records WHERE saga = %s ORDER BY seq",
+        "open_sagas": "SELECT saga FROM {s}.open_sagas ORDER BY seq",
+        "unindexed": "SELECT seq, line FROM {s}.records WHERE kind IS NULL ORDER BY seq LIMIT %s",
     }
     names = {
         "s": sql.Identifier(schema),

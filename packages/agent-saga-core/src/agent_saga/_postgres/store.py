@@ -50,6 +50,7 @@ from .connection import (
 )
 from .owners import FleetOwner, OwnerExpired, PostgresLease
 from .read import check_tail, checked_records, paged_rows
+from .sagas import fill_unindexed, open_saga_ids, saga_rows
 from .schema import ensure_schema
 from .sql import crash_model, queries
 from .write import BatchWriter
@@ -106,6 +107,7 @@ class PostgresLogStore:
         self.fork_guard = ForkGuard(f"the PostgreSQL log store at {self.where}")
         self._q = queries(schema, self.owner_id, owner_ttl)
         self._closed = False
+        self._indexed = False
         try:
             with self._main.lock:
                 conn = self._main.connection()
@@ -172,6 +174,38 @@ class PostgresLogStore:
             yield from self._checked()
         except psycopg.Error as exc:
             raise StoreFailedError(f"{self.where}: cannot read the log: {exc}") from exc
+
+    def saga_records(self, saga_id: str) -> list[Record]:
+        """The records of ``saga_id`` in ``seq`` order, through the ``(saga, seq)`` index, each
+        checked against its own hash (see ``_postgres.sagas``).
+
+        Raises:
+            CorruptLogError: a row is not the record it is indexed as.
+            StoreFailedError: the server cannot be read.
+        """
+        import psycopg
+
+        try:
+            self._fill_unindexed()
+            return saga_rows(self._query, self._q, self._chain, self.where, saga_id)
+        except psycopg.Error as exc:
+            raise StoreFailedError(f"{self.where}: cannot read the log: {exc}") from exc
+
+    def unfinished_saga_ids(self) -> list[str]:
+        """Ids of the sagas begun and not ended, oldest first (``open_sagas``: a hint, each
+        saga is read and checked by :meth:`saga_records`)."""
+        import psycopg
+
+        try:
+            self._fill_unindexed()
+            return open_saga_ids(self._query, self._q)
+        except psycopg.Error as exc:
+            raise StoreFailedError(f"{self.where}: cannot read the log: {exc}") from exc
+
+    def _fill_unindexed(self) -> None:
+        if not self._indexed:
+            fill_unindexed(self._query, self._q, self.schema)
+            self._indexed = True
 
     def verify(self) -> VerifyReport:
         """Re-read and re-check every stored record; never raises on bad content or I/O."""

@@ -107,10 +107,21 @@ _HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def _row(record: Record, line: bytes) -> str:
-    """``(seq, hash, line)`` as SQL literals: digits, a checked hex digest, the line in hex."""
+    """``(seq, hash, line, saga, kind)`` as SQL literals: digits, a checked hex digest, the
+    line in hex, and the saga and kind (hints for the indexes, checked against the line when
+    read) in hex."""
     if not _HEX.fullmatch(record.hash):
         raise ValueError(f"record {record.seq} has a malformed hash")
-    return f"({record.seq},'{record.hash}',decode('{line[:-1].hex()}','hex'))"
+    saga = "NULL" if record.saga is None else _text(record.saga)
+    return (
+        f"({record.seq},'{record.hash}',decode('{line[:-1].hex()}','hex'),{saga},"
+        f"{_text(record.kind)})"
+    )
+
+
+def _text(value: str) -> str:
+    """A text literal built from hex digits only (nothing the value holds can end it)."""
+    return f"convert_from(decode('{value.encode().hex()}','hex'),'UTF8')"
 
 
 class BatchWriter:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import CorruptLogError
+from .._log.chain import Chain
 from .._log.records import GENESIS, Record
 from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource
@@ -28,9 +29,10 @@ from ._frontier import MerkleFrontier
 from ._logtree import record_leaf
 from ._note import NoteVerifier
 from ._notefiles import note_size
+from ._prover import SagaProver
 from ._resume import ResumePoint
 from ._signing import home_signer, home_verifier
-from ._stream import StreamedLog, stream_log
+from ._stream import Observer, StreamedLog, stream_log
 from ._tree import MerkleTree
 
 __all__ = ["LogSnapshot", "check_checkpoint", "snapshot"]
@@ -90,6 +92,8 @@ def snapshot(
     home: Path | None = None,
     capture: Collection[int] = (),
     resume: ResumePoint | None = None,
+    frontier: MerkleFrontier | None = None,
+    observer: Observer | None = None,
 ) -> LogSnapshot:
     """Read and verify a log once: records stop at the first break, which the report holds.
 
@@ -97,10 +101,11 @@ def snapshot(
     a Merkle frontier (O(log n) hashes) and the redaction records stays in memory: the roots at
     the latest checkpoint's size and at the sizes in ``capture`` are computed as the records
     stream by, and a file log is read only after ``resume`` when it is given (see
-    :mod:`._stream`). With ``home``, the home's latest checkpoint is read first: records are
-    appended before a checkpoint covers them, so a checkpoint read before the log never covers
-    more than the log holds, even while agents append and publish (read after the log, it
-    could, and a live log would look truncated).
+    :mod:`._stream`; ``frontier`` and ``observer`` are handed to it). With ``home``, the
+    home's latest checkpoint is read first: records are appended before a checkpoint covers
+    them, so a checkpoint read before the log never covers more than the log holds, even while
+    agents append and publish (read after the log, it could, and a live log would look
+    truncated).
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (or without one): a
@@ -119,7 +124,7 @@ def snapshot(
         if checkpoint.note is not None:
             sizes.add(note_size(checkpoint.note))
     if not keep_records:
-        streamed = stream_log(source, sizes, resume)
+        streamed = stream_log(source, sizes, resume, frontier=frontier, observer=observer)
         return LogSnapshot(
             (), None, streamed.chain, tuple(streamed.redactions), source.where, checkpoint,
             streamed,
@@ -212,7 +217,16 @@ def prove(home: Path, saga_id: str, source: LogSource | None = None) -> dict[str
 
     ``source`` is the log (default: ``home``'s file log); the checkpoint is ``home``'s.
     """
-    log = snapshot(source or FileLogSource(home), home=home)
+    source = source or FileLogSource(home)
+    prover = None
+    if isinstance(source, FileLogSource):  # streamed: O(log n) hashes a record proven
+        prover = SagaProver(saga_id, Chain(source.key))
+        log = snapshot(
+            source, keep_records=False, home=home, frontier=prover.frontier,
+            observer=prover.observe,
+        )  # fmt: skip
+    else:
+        log = snapshot(source, home=home)
     if not log.chain.ok:
         raise CorruptLogError(log.where, 0, f"log does not verify: {log.chain.error}")
     signer = home_signer(home)
@@ -220,6 +234,8 @@ def prove(home: Path, saga_id: str, source: LogSource | None = None) -> dict[str
     if problem is not None and problem.severity == CRITICAL:
         raise CheckpointError(problem.message)
     checkpoint = publish(home, log)
+    if prover is not None:
+        return build_bundle(saga_id, prover.records, prover.tree(), checkpoint)
     assert log.tree is not None
     return build_bundle(saga_id, log.records, log.tree, checkpoint)
 

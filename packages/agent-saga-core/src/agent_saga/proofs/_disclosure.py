@@ -20,7 +20,7 @@ import base64
 import binascii
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .._errors import AgentSagaError
 from .._log.chain import Chain, ChainBreak, Masked, parse_line, stored_line
@@ -32,7 +32,6 @@ from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._logtree import record_leaf
 from ._merkle import ProofError, verify_inclusion
 from ._note import NoteVerifier
-from ._tree import MerkleTree
 
 __all__ = ["DisclosureError", "DisclosureReport", "build_bundle", "verify_bundle"]
 
@@ -55,8 +54,20 @@ class DisclosureReport:
     checkpoint: Checkpoint
 
 
+class ProofTree(Protocol):
+    """What a bundle needs of the log's tree (a :class:`MerkleTree`, or the proofs collected
+    by a streaming pass: :class:`._prover.ProvenTree`)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def root(self, size: int | None = None) -> bytes: ...
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]: ...
+
+
 def build_bundle(
-    saga_id: str, records: Iterable[Record], tree: MerkleTree, checkpoint: Checkpoint
+    saga_id: str, records: Iterable[Record], tree: ProofTree, checkpoint: Checkpoint
 ) -> dict[str, Any]:
     """The disclosure bundle of ``saga_id`` under ``checkpoint`` (a JSON-ready dict).
 

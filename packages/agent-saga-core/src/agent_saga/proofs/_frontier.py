@@ -17,6 +17,7 @@ compare them on every size up to a few hundred).
 from __future__ import annotations
 
 import hashlib
+from binascii import unhexlify
 
 from ._merkle import EMPTY_ROOT, HASH_SIZE, InvalidProofError
 
@@ -52,13 +53,42 @@ class MerkleFrontier:
 
     def append_chain_hash(self, digest_hex: bytes) -> None:
         """Append the leaf of a record whose chain hash is ``digest_hex`` (ASCII hex)."""
-        node = _sha256(_LEAF_PREFIX + bytes.fromhex(digest_hex.decode())).digest()
+        node = _sha256(_LEAF_PREFIX + unhexlify(digest_hex)).digest()
         size, stack = self.size, self._stack
         while size & 1:
             node = _sha256(_NODE_PREFIX + stack.pop() + node).digest()
             size >>= 1
         stack.append(node)
         self.size += 1
+
+    def append_chain_hashes(self, digests_hex: list[bytes]) -> None:
+        """:meth:`append_chain_hash` for each of ``digests_hex``, in order (one call a batch)."""
+        size, stack, sha, unhex = self.size, self._stack, _sha256, unhexlify
+        for digest_hex in digests_hex:
+            node = sha(_LEAF_PREFIX + unhex(digest_hex)).digest()
+            bits = size
+            while bits & 1:
+                node = sha(_NODE_PREFIX + stack.pop() + node).digest()
+                bits >>= 1
+            stack.append(node)
+            size += 1
+        self.size = size
+
+    def append_subtree(self, node: bytes, height: int) -> None:
+        """Append the root of a complete subtree of ``2**height`` leaves built elsewhere.
+
+        Raises:
+            InvalidProofError: the subtree is not aligned (``size`` is not a multiple of its
+                width), so it is not a node of the tree.
+        """
+        if height < 0 or self.size % (1 << height) or len(node) != HASH_SIZE:
+            raise InvalidProofError(f"no subtree of height {height} starts at {self.size}")
+        size, stack = self.size >> height, self._stack
+        while size & 1:
+            node = _sha256(_NODE_PREFIX + stack.pop() + node).digest()
+            size >>= 1
+        stack.append(node)
+        self.size += 1 << height
 
     def append_with_edge(self, leaf: bytes) -> list[bytes]:
         """Append ``leaf`` (a leaf hash) and return its edge: the subtrees it was merged with,

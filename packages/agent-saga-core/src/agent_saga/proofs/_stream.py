@@ -15,7 +15,8 @@ the log: the pass starts again from the first record and says why.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from binascii import unhexlify
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from .._errors import CorruptLogError
@@ -25,12 +26,14 @@ from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource, explain_first_record
 from .._log.store import VerifyReport
 from .._log.stream import ResumeAt, stream_verify
+from ._farm import MIN_SEGMENT_BYTES, SegmentFarm
 from ._frontier import MerkleFrontier
 from ._logtree import record_leaf
 from ._merkle import leaf_hash
 from ._resume import Captured, ResumePoint
 
 _REDACTION_TAIL = b',"kind":"' + REDACTION_KIND.encode() + b'","prev":'
+_BATCH = 256
 
 
 @dataclass
@@ -53,10 +56,27 @@ class StreamedLog:
         return self.frontier.size
 
 
+Observer = Callable[[int, bytes, bytes, str], None]
+"""``(leaf index, stored line, hash as ASCII hex, previous record's hash)`` of each verified
+record of a file log, called before its leaf is appended to the frontier."""
+
+
 def stream_log(
-    source: LogSource, capture: Collection[int] = (), resume: ResumePoint | None = None
+    source: LogSource,
+    capture: Collection[int] = (),
+    resume: ResumePoint | None = None,
+    farm_bytes: int = MIN_SEGMENT_BYTES,
+    *,
+    frontier: MerkleFrontier | None = None,
+    observer: Observer | None = None,
 ) -> StreamedLog:
     """Read ``source`` once (after ``resume`` when given and usable; see the module docstring).
+
+    Sealed segments of at least ``farm_bytes`` bytes are verified in a second process while
+    this one reads the others, when there are two cores (see :mod:`._farm`): same report.
+    ``frontier`` (empty) is the one to build, for a caller that collects nodes as it grows;
+    ``observer`` sees each record of a file log (see :data:`Observer`) with the frontier up to
+    date, and turns the second process off (every leaf is then appended here).
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (a key problem).
@@ -64,15 +84,17 @@ def stream_log(
     """
     sizes = frozenset(capture)
     if not isinstance(source, FileLogSource):
-        log = _stream_records(source, sizes)
+        log = _stream_records(source, sizes, frontier or MerkleFrontier())
         if resume is not None:
             log.notes.append("this log cannot be resumed: it was read from its first record")
         return log
     if resume is not None:
-        resumed = _stream_file(source, sizes, resume)
+        resumed = _stream_file(source, sizes, resume, farm_bytes, None, observer)
         if resumed is not None:
             return resumed
-    full = _stream_file(source, sizes, None)
+    if observer is not None:
+        farm_bytes = 1 << 62
+    full = _stream_file(source, sizes, None, farm_bytes, frontier, observer)
     assert full is not None
     if resume is not None:
         full.notes.insert(
@@ -84,11 +106,16 @@ def stream_log(
 
 
 def _stream_file(
-    source: FileLogSource, sizes: frozenset[int], resume: ResumePoint | None
+    source: FileLogSource,
+    sizes: frozenset[int],
+    resume: ResumePoint | None,
+    farm_bytes: int,
+    empty: MerkleFrontier | None,
+    observer: Observer | None,
 ) -> StreamedLog | None:
     """The pass over a file log; ``None`` when ``resume`` does not match the log."""
     if resume is None:
-        frontier, start, last = MerkleFrontier(), None, GENESIS
+        frontier, start, last = empty or MerkleFrontier(), None, GENESIS
     else:
         state = resume.state
         frontier = MerkleFrontier(state.size, list(state.frontier))
@@ -97,23 +124,35 @@ def _stream_file(
     if resume is not None:
         log.roots[resume.state.size] = resume.checkpoint.root  # confirmed by the point's check
     chain = Chain(source.key)
-    previous = [last]
+    previous = [last.encode()]
+    pending: list[bytes] = []  # hashes of records read, not yet in the frontier
+
+    def current() -> MerkleFrontier:
+        frontier.append_chain_hashes(pending)
+        pending.clear()
+        return frontier
 
     def on_record(line: bytes, digest: bytes, end: int) -> None:
-        size = frontier.size + 1
+        if observer is not None:
+            observer(current().size, line, digest, previous[0].decode())
+        size = frontier.size + len(pending) + 1
         if size in sizes:
-            edge = frontier.append_with_edge(leaf_hash(bytes.fromhex(digest.decode())))
+            edge = current().append_with_edge(leaf_hash(unhexlify(digest)))
             log.roots[size] = frontier.root()
             log.states[size] = Captured(size, frontier.hashes, edge, digest.decode(), end)
         else:
-            frontier.append_chain_hash(digest)
+            pending.append(digest)
+            if len(pending) >= _BATCH or observer is not None:
+                current()
         if _REDACTION_TAIL in line:
-            parsed = parse_line(chain, line, size, previous[0], allow_masked=True)
+            parsed = parse_line(chain, line, size, previous[0].decode(), allow_masked=True)
             if isinstance(parsed, Record) and parsed.kind == REDACTION_KIND:
                 log.redactions.append(parsed)
-        previous[0] = digest.decode()
+        previous[0] = digest
 
-    report = stream_verify(source.path, chain, on_record, start=start)
+    with SegmentFarm(current, source.key, sizes, min_bytes=farm_bytes) as farm:
+        report = stream_verify(source.path, chain, on_record, start=start, farm=farm)
+    current()
     if resume is not None and report.records == 0 and report.error is not None:
         return None  # the first record after the point does not continue it
     total = log.resumed_from + report.records
@@ -126,8 +165,9 @@ def _stream_file(
     return log
 
 
-def _stream_records(source: LogSource, sizes: frozenset[int]) -> StreamedLog:
-    frontier = MerkleFrontier()
+def _stream_records(
+    source: LogSource, sizes: frozenset[int], frontier: MerkleFrontier
+) -> StreamedLog:
     log = StreamedLog(VerifyReport(True, 0), frontier)
     head, error = GENESIS, None
     try:
