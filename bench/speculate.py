@@ -9,8 +9,9 @@ predictions are right; a wrong one is refused and the call runs normally. Floors
 added up (without) and the longer of the two (with), per turn.
 
 Per-call costs (p50, in-process, alternating rounds):
-  * lease issue + check alone (HMAC-SHA-256 over the claims, canonical JSON, strict parsing),
-    against the floor of two bare HMAC-SHA-256 computations over the same bytes;
+  * lease issue + check alone (the asl3 text: packed claims, keyed BLAKE2s MACs, strict
+    parsing), against the floor of two bare HMAC-SHA-256 computations over the same bytes (the
+    floor the asl2 figures were measured against, kept so the ratios compare);
   * a speculated step and its confirmed call, against a plain step, on the memory store;
   * a durable redemption (the spent mark, fsynced) on the file store, against one bare
     create + fsync + directory fsync in the same directory.
@@ -210,6 +211,9 @@ def main() -> None:
     print(f"  lease issue + check, p50:                {_range(issue_check, ' us')} "
           f"(target < 20 us: {met})")  # fmt: skip
     print(f"    / two bare HMAC-SHA-256 (floor):       {_range(issue_ratio, 'x')}")
+    over = sum(1 for value in issue_check if value >= 20)
+    print(f"    rounds at or over 20 us:               {over} of {len(issue_check)} "
+          f"(median round {statistics.median(issue_check):.2f} us)")  # fmt: skip
     print(f"    process CPU time per issue + check:    {_range(issue_cpu, ' us')} "
           f"(floor {_range(floor_cpu, ' us')})")  # fmt: skip
     print(

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from agent_saga import (
     AgentKit,
+    ConfigurationError,
     Entry,
     SequentialIds,
     register_passkey,
@@ -482,3 +483,62 @@ def test_what_passkey_approvals_rest_on_is_in_the_manifest_and_the_doc(home: Pat
     approvals = Approvals(approvers=["alice"], require_passkey=True)
     with AgentKit(home=home, approvals=approvals) as kit:
         assert PASSKEY_LIMIT in kit.guarantees()["not_claimed"]
+
+
+def test_a_kit_asked_for_passkeys_counts_only_passkey_votes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``require_passkey = true`` in the configuration (as ``AgentKit(require_passkey=True)``)
+    gives a local kit ``Approvals(require_passkey=True)`` with the configured approvers: a
+    token vote is ignored with the reason, a passkey vote decides. ``require_passkey=False``
+    given to the kit wins over the file."""
+    WIRES.clear()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "agent-saga.toml").write_text(
+        'approvers = ["alice", "bob"]\nrequire_passkey = true\n'
+    )
+    monkeypatch.chdir(project)
+    with AgentKit(home=tmp_path / "off", store="memory", require_passkey=False) as kit:
+        assert kit.guarantees()["approvals"]["require_passkey"] is False
+    passkey = SoftPasskey("bob", "ES256")
+    with AgentKit(home=tmp_path / "home", ids=SequentialIds()) as kit:
+        assert kit.guarantees()["approvals"]["require_passkey"] is True
+        assert kit.guarantees()["approvals"]["approvers"] == ["alice", "bob"]
+        register_passkey(kit.store, passkey.key(), by="test")
+
+        def agent() -> str:
+            with kit.transaction("pay"):
+                return wire(6)
+
+        thread, outcome = run(agent)
+        request = wait_for_request(kit)
+        assert submit_vote(kit.store, request.id, "alice", "approve", channel="token").accepted
+        time.sleep(0.3)
+        assert thread.is_alive()  # the token vote did not count
+        assert WIRES == []
+        submit_vote(
+            kit.store, request.id, "bob", "approve", channel="ui-passkey",
+            passkey=passkey.vote(request, "approve"),
+        )  # fmt: skip
+        thread.join(30)
+        assert outcome == {"result": "wire-6"}
+        found = decided(kit)
+    assert found["by"] == ["bob"]
+    assert found["ignored"] == ["alice: a vote without a passkey, but passkeys are required"]
+    assert WIRES == [6]
+
+
+def test_require_passkey_with_approvals_counting_other_votes_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        AgentKit(home=tmp_path, store="memory", require_passkey=True, approvals=Approvals())
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "require_passkey=True" in message
+    assert "Approvals(require_passkey=True)" in message
+    (tmp_path / "agent-saga.toml").write_text("require_passkey = 'yes'\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match="'require_passkey' must be true or false"):
+        AgentKit(home=tmp_path, store="memory", approvals=Approvals()).close()

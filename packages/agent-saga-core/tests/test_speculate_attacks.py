@@ -170,7 +170,7 @@ def test_a_broken_key_file_refuses_the_lease_instead_of_failing_the_call(tmp_pat
         junk.write_text("{}")
         junk.chmod(0o600)
         time.sleep(1.1)  # the directory is read again at most once a second
-        forged = "asl2.1111111111111111." + str(lease).split(".", 2)[2]
+        forged = "asl3.1111111111111111." + str(lease).split(".", 2)[2]
         assert kit.redeem(forged, lookup, sku="A1") == "fresh price of A1"
         assert kit.redeem(lease, lookup, sku="A1") == "fresh price of A1"  # still holds
     reasons = _reasons(kit)

@@ -9,7 +9,7 @@ accepted; the field binding is checked one field at a time.
 from __future__ import annotations
 
 import base64
-import hmac
+import hashlib
 import os
 import signal
 import subprocess
@@ -21,12 +21,9 @@ from typing import Any
 import pytest
 from agent_saga import REVERSIBLE, AgentKit, FakeClock, SequentialIds
 from agent_saga._engine.speculation.keys import (
-    ARGS_DOMAIN,
-    LEASE_DOMAIN,
     MAX_TTL,
     ROTATE_AFTER,
     FileLeaseKeys,
-    KeyedMac,
     LeaseKey,
     MemoryLeaseKeys,
 )
@@ -84,38 +81,33 @@ def test_the_valid_lease_holds() -> None:
     assert _check(Lease(TOKEN, "s", "t", 1, CLAIMS.kid, 0.0, CLAIMS.nonce), KEYS) == CLAIMS
 
 
-def test_the_mac_and_the_argument_digest_are_plain_hmac_sha256_under_the_key() -> None:
-    """The pre-keyed HMAC objects a key holds give the standard HMAC-SHA-256, copy after copy."""
+def test_the_mac_and_the_argument_digest_are_plain_keyed_blake2s_under_the_key() -> None:
+    """The keyed states a key holds give the standard keyed BLAKE2s-256 (RFC 7693), copy after
+    copy, under the documented personalizations."""
     key = KEYS.current(NOW)
     signed, _, mac = TOKEN.rpartition(".")
-    expected = hmac.digest(key.secret, LEASE_DOMAIN + signed.encode(), "sha256")
+    expected = hashlib.blake2s(signed.encode(), key=key.secret, person=b"asl3 mac").digest()
     assert mac == base64.urlsafe_b64encode(expected).rstrip(b"=").decode()
-    for _ in range(3):  # the key's objects are copied, never consumed
-        assert (
-            args_digest(key, ARGS) == hmac.new(key.secret, ARGS_DOMAIN + ARGS, "sha256").hexdigest()
-        )
+    for _ in range(3):  # the key's states are copied, never consumed
+        plain = hashlib.blake2s(ARGS, key=key.secret, person=b"asl3 arg").hexdigest()
+        assert args_digest(key, ARGS) == plain
     assert issue(key, CLAIMS) == TOKEN
-
-
-@MANY
-@given(secret=st.binary(min_size=32, max_size=32), data=st.binary(max_size=300))
-def test_the_keyed_mac_is_hmac_sha256_on_either_path(secret: bytes, data: bytes) -> None:
-    """The pre-keyed states and the fallback (an HMAC object copied) give the standard MAC."""
-    expected = hmac.digest(secret, LEASE_DOMAIN + data, "sha256")
-    fast = KeyedMac(secret, LEASE_DOMAIN)
-    slow = KeyedMac(secret, LEASE_DOMAIN)
-    object.__setattr__(slow, "_inner", None)  # as on a Python whose hmac keeps no such states
-    assert fast.digest(data) == slow.digest(data) == expected
-    assert fast.digest(data) == expected  # copied, never consumed
+    assert args_digest(key, ARGS) != hashlib.blake2s(ARGS, key=key.secret).hexdigest()
 
 
 PINNED = (
+    "asl3.0123456789abcdef.AAABi8_mUmAAAAAAAAAAA83Nzc3Nzc3Nzc3Nzc3Nzc2rq6urq6urq6urq6urq6urq6urq6urq"
+    "6urq6urq6urq-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_vAAlzYWdhLTAwMDFwcmljZXMubG9va3Vw."
+    "oX3GU_SsqXUcsQAqZGPl14wO2dHpXPqkgkznBonKji0"
+)
+"""The lease the asl3 code issued for the claims below (its MAC checked against hashlib's keyed
+BLAKE2s in the test)."""
+ASL2 = (
     "asl2.0123456789abcdef.AAABi8_mUmAAAAAAAAAAA83Nzc3Nzc3Nzc3Nzc3Nzc2rq6urq6urq6urq6urq6urq6urq6urq"
     "6urq6urq6urq-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_v7-_vAAlzYWdhLTAwMDFwcmljZXMubG9va3Vw."
     "Q5sKU6TzDztblx3jFhNE0ctjsbzlYEaXEFigjLsHpPQ"
 )
-"""The lease the first asl2 code issued for the claims below (pinned before the hot path was
-made faster: the format did not change)."""
+"""The same claims under the same secret as the retired asl2 code issued them (HMAC-SHA-256)."""
 
 
 class _OneKey:
@@ -133,7 +125,9 @@ class _OneKey:
 
 
 def test_a_pinned_lease_vector() -> None:
-    """A lease of fixed claims under a fixed secret is this exact text (the asl2 format)."""
+    """A lease of fixed claims under a fixed secret is this exact text (the asl3 format), and
+    the same claims in the retired asl2 format are refused as such, even unexpired under a
+    key still kept."""
     key = LeaseKey("0123456789abcdef", bytes(range(32)), NOW)
     claims = LeaseClaims(
         key.kid, "saga-0001", "prices.lookup", 3, "ab" * 32, "ef" * 32, 1_700_000_060_000, "cd" * 16
@@ -142,6 +136,13 @@ def test_a_pinned_lease_vector() -> None:
     assert check(
         PINNED, _OneKey(key), NOW, saga="saga-0001", tool="prices.lookup", canonical_args=b""
     ) == Refused("issued for other arguments", claims)
+    signed = PINNED.rpartition(".")[0].encode()
+    mac = hashlib.blake2s(signed, key=key.secret, person=b"asl3 mac").digest()
+    assert PINNED.endswith("." + base64.urlsafe_b64encode(mac).rstrip(b"=").decode())
+    retired = check(
+        ASL2, _OneKey(key), NOW, saga="saga-0001", tool="prices.lookup", canonical_args=b""
+    )
+    assert retired == Refused("an asl2 lease: that format is no longer accepted")
 
 
 @MANY

@@ -161,9 +161,11 @@ def start_agent(
     """An agent on the dashboard's control plane whose one wire waits for an approval
     (``require_passkey``: its engine counts only passkey votes)."""
     token = issue_token(dashboard.home, "agent", origin)
-    kit = AgentKit(home=home, server=dashboard.url, token=token, rules=[WiresNeedAPerson()])
-    approvals: Any = kit.connection.approvals if kit.connection is not None else None
-    approvals.require_passkey = require_passkey  # before the agent's first step
+    kit = AgentKit(
+        home=home, server=dashboard.url, token=token, rules=[WiresNeedAPerson()],
+        require_passkey=require_passkey,
+    )  # fmt: skip
+    assert kit.guarantees()["approvals"]["require_passkey"] is require_passkey
     seen: dict[str, Any] = {"wires": 0, "error": None, "kit": kit}
 
     @kit.tool(name="bank.wire", semantics=IRREVERSIBLE, redact=["card"])

@@ -18,6 +18,7 @@ from agent_saga import (
     Approvals,
     Budget,
     ConfigurationError,
+    FakeClock,
     GateRefused,
     HaltedError,
     SagaRolledBack,
@@ -294,3 +295,56 @@ def test_the_decision_wakes_the_waiting_step_and_the_vote_is_kept_before_it(
     kit.close()
     kinds = [r.kind for r in read_log(tmp_path / "d") if r.kind.startswith("approval.")]
     assert kinds == ["approval.requested", "approval.vote", "approval.decided"]
+
+
+def test_a_kit_made_to_require_passkeys_does_not_act_on_a_plain_approval(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """``AgentKit(server=..., require_passkey=True)``: the connector builds approvals that count
+    only passkey votes. An approver's plain vote approves the request on the server and reaches
+    the agent's log, but is not counted: the step does not run, and at the request's expiry it
+    is refused, the decision naming the vote ignored and why. (A passkey vote through the same
+    switch, in a browser: ``ui/test_passkeys.py``.)"""
+    erin = server.token("approver", "erin")
+    clock = FakeClock(time.time())
+    kit = agent_kit(server, tmp_path / "p", "passkey-p", require_passkey=True, clock=clock)
+    assert kit.guarantees()["approvals"]["require_passkey"] is True
+    ran: list[int] = []
+    outcome: dict[str, str] = {}
+
+    @kit.tool(name="bank.wire", semantics=IRREVERSIBLE)
+    def wire(amount: int) -> int:
+        ran.append(amount)
+        return amount
+
+    def agent() -> None:
+        try:
+            with kit.transaction("payout"):
+                wire(7)
+        except Exception as exc:  # the test reads which
+            outcome["error"] = type(exc).__name__
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    try:
+        with server.client(erin) as client:
+            for _ in range(50):
+                rows = client.get("/v1/approvals", params={"status": "pending", "wait": 5})
+                mine = [r for r in rows.json()["approvals"] if r["origin"] == "passkey-p"]
+                if mine:
+                    break
+            path = f"/v1/approvals/{mine[0]['id']}/votes"
+            assert client.post(path, json={"decision": "approve"}).json()["status"] == "approved"
+        wait_until(lambda: any(r.kind == "approval.vote" for r in kit.store.records()))
+        time.sleep(0.5)
+        assert thread.is_alive()  # the plain vote did not count
+        assert ran == []
+        clock.advance(601)  # past the request's expiry (600 s)
+    finally:
+        thread.join(20)
+    assert not thread.is_alive()
+    assert ran == []
+    assert outcome == {"error": "SagaRolledBack"}
+    (decided,) = [r.data for r in kit.store.records() if r.kind == "approval.decided"]
+    assert decided["decision"] == "expired"
+    assert decided["ignored"] == ["erin: a vote without a passkey, but passkeys are required"]

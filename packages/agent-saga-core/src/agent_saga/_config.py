@@ -10,6 +10,8 @@ Keys:
 * ``chain_key_file``: a file holding the key of a keyed hash chain (relative to the file);
 * ``imports``: modules to import before recovering, so their compensators and probes register;
 * ``approvers``: who may approve when a rule names nobody (see ``docs/approvals.md``);
+* ``require_passkey``: ``true`` makes every kit count only passkey (WebAuthn) votes, local or
+  against ``server`` (what ``AgentKit(require_passkey=True)`` does);
 * ``admin_keys``: the administrator public keys trusted to sign redactions and approver keys
   (see :mod:`agent_saga._log.admins`); keep this file where the agents cannot change it;
 * ``server``: a control plane's URL (``AgentKit`` then ships its log there and takes its kill
@@ -49,7 +51,7 @@ DEFAULT_HOME = ".agent-saga"
 KNOWN_KEYS = frozenset(
     {
         "home", "store", "store_schema", "chain_key_file", "imports", "approvers", "admin_keys",
-        "server", "server_token_file", "segment_bytes", "segment_records",
+        "server", "server_token_file", "segment_bytes", "segment_records", "require_passkey",
     }
 )  # fmt: skip
 MIN_CHAIN_KEY_BYTES = 16
@@ -120,6 +122,8 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
     admin_keys = section.get("admin_keys", [])
     if not isinstance(admin_keys, list) or not all(isinstance(k, str) for k in admin_keys):
         raise ConfigurationError(f"{path}: 'admin_keys' must be a list of public keys or files")
+    if type(section.get("require_passkey", False)) is not bool:
+        raise ConfigurationError(f"{path}: 'require_passkey' must be true or false")
     segments: dict[str, int] = {}
     for name in ("segment_bytes", "segment_records"):
         value = section.get(name)
@@ -138,7 +142,7 @@ def _parse(path: Path, section: dict[str, Any]) -> Config:
         server_token_file=(path.parent / token_file) if token_file else None,
         source=path,
         segments=segments,
-        extra={k: v for k, v in section.items() if k == "approvers"},
+        extra={k: v for k, v in section.items() if k in ("approvers", "require_passkey")},
     )
 
 

@@ -3,7 +3,13 @@ registers a passkey and approves (or denies) an agent's IRREVERSIBLE step with i
 engine, counting only passkey votes, checks the assertion again, the step runs once (or not),
 and certify verifies the assertion offline from the agent's log. A replayed assertion, and an
 assertion made for another request (other arguments), are refused. The page is on
-``http://localhost`` (WebAuthn needs a host name)."""
+``http://localhost`` (WebAuthn needs a host name).
+
+Each algorithm is exercised in the browser: chromium's virtual authenticator has no setting for
+its algorithms and takes the first one offered that it supports, so the test's init script
+narrows the offer the page passes to ``navigator.credentials.create`` to one algorithm (as an
+authenticator that supports only that one would choose it): ES256 (-7) or Ed25519 (-8). The
+server offers both (``test_passkey_commitment.py``) and records the one registered."""
 
 from __future__ import annotations
 
@@ -38,7 +44,23 @@ POST = """async ([url, csrf, body]) => {
 }"""
 
 
-def add_authenticator(page: Page) -> None:
+ES256, ED25519 = -7, -8
+
+
+def only_algorithm(alg: int) -> str:
+    """An init script: the page's registrations offer the authenticator ``alg`` only."""
+    return f"""{{
+  const create = navigator.credentials.create.bind(navigator.credentials);
+  navigator.credentials.create = (options) => {{
+    const offered = options.publicKey.pubKeyCredParams;
+    options.publicKey.pubKeyCredParams = offered.filter((p) => p.alg === {int(alg)});
+    return create(options);
+  }};
+}}"""
+
+
+def add_authenticator(page: Page, alg: int) -> None:
+    page.add_init_script(only_algorithm(alg))  # for the pages loaded from now on
     cdp = page.context.new_cdp_session(page)
     cdp.send("WebAuthn.enable", {"enableUI": False})
     options = {
@@ -49,9 +71,9 @@ def add_authenticator(page: Page) -> None:
     cdp.send("WebAuthn.addVirtualAuthenticator", {"options": options})
 
 
-def register_passkey(page: Page, dashboard: Dashboard, subject: str) -> None:
+def register_passkey(page: Page, dashboard: Dashboard, subject: str, alg: int) -> None:
     dashboard.login_as_approver(page, subject, base=dashboard.named_url)
-    add_authenticator(page)
+    add_authenticator(page, alg)
     page.get_by_role("link", name="Passkeys").click()
     page.get_by_role("button", name="Register a passkey").click()
     expect(page.locator("#passkeys li")).to_contain_text("used", timeout=15_000)
@@ -85,16 +107,19 @@ def certify(home: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("decision", ["approve", "deny"])
+@pytest.mark.parametrize(
+    ("decision", "alg"), [("approve", ES256), ("deny", ED25519)], ids=["es256", "ed25519"]
+)
 def test_an_approver_decides_with_a_passkey_and_the_agent_checks_it(
-    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path, decision: str
+    dashboard: Dashboard, guarded: tuple[Page, Guard], tmp_path: Path, decision: str, alg: int
 ) -> None:
-    """The agent's engine counts only passkey votes; the assertion made in the page reaches the
-    agent's log with the approver's key, is checked there before the step runs, and certify
+    """The agent's kit, made with ``require_passkey=True``, counts only passkey votes; the
+    assertion made in the page (an ES256 credential approving, an Ed25519 one denying) reaches
+    the agent's log with the approver's key, is checked there before the step runs, and certify
     verifies it offline."""
     page, _ = guarded
     approver = f"pat-{decision}"
-    register_passkey(page, dashboard, approver)
+    register_passkey(page, dashboard, approver, alg)
     home = tmp_path / "agent"
     origin = f"wire-passkey-{decision}"
     thread, seen = start_agent(dashboard, home, origin, require_passkey=True)
@@ -118,7 +143,7 @@ def test_an_approver_decides_with_a_passkey_and_the_agent_checks_it(
     (vote,) = [r.data for r in records if r.kind == "approval.vote"]
     (decided,) = [r.data for r in records if r.kind == "approval.decided"]
     assert (key["approver"], key["rp_id"]) == (approver, "localhost")
-    assert key["alg"] in (-7, -8)  # chromium picks EdDSA (Ed25519), the first one offered
+    assert key["alg"] == alg
     assert vote["by"] == approver
     assert vote["passkey"]["credential"] == key["credential"]
     assert vote["passkey"]["challenge"]["decision"] == decision
@@ -134,7 +159,7 @@ def test_a_replayed_assertion_and_one_for_other_arguments_are_refused(
 ) -> None:
     page, guard = guarded
     guard.expected.append("status of 403")
-    register_passkey(page, dashboard, "quinn")
+    register_passkey(page, dashboard, "quinn", ES256)
     small = pending_request(dashboard, "passkey-replay", 10)
     large = pending_request(dashboard, "passkey-replay", 99_000)
     page.goto(f"{dashboard.named_url}/ui/approvals")
@@ -170,7 +195,7 @@ def test_a_malformed_assertion_of_a_registered_credential_is_refused_not_a_crash
     never a server error."""
     page, guard = guarded
     guard.expected.append("status of 403")
-    register_passkey(page, dashboard, "rowan")
+    register_passkey(page, dashboard, "rowan", ED25519)
     pending = pending_request(dashboard, "passkey-malformed", 12)
     page.goto(f"{dashboard.named_url}/ui/approvals")
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")

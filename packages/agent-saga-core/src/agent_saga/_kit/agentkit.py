@@ -27,7 +27,13 @@ from .connect import Connection, connect, server_setting
 from .manifest import Status, guarantees, status
 from .mesh import MeshMethods, mesh_manifest
 from .speculation import SpeculationMethods
-from .stores import configured_approvals, default_switch, open_store
+from .stores import (
+    configured_approvals,
+    default_switch,
+    open_store,
+    passkey_setting,
+    refuse_votes_without_passkey,
+)
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -78,6 +84,11 @@ class AgentKit(SpeculationMethods, MeshMethods):
             local and is shipped there in the background; the kill switch, approvals and
             budgets come from the server (needs ``agent-saga-server``; see ``connect.py``).
         token: the agent token for ``server``.
+        require_passkey: count only passkey (WebAuthn) votes, each checked against the arguments
+            about to run: the control plane's approvals with ``server``, else
+            ``Approvals(require_passkey=True)`` with the configuration's ``approvers``. ``None``:
+            ``require_passkey`` in the configuration, else ``False``. Approvals given with
+            ``approvals=`` must then count only passkey votes (:class:`ConfigurationError`).
     """
 
     def __init__(
@@ -101,14 +112,20 @@ class AgentKit(SpeculationMethods, MeshMethods):
         name: str | None = None,
         server: str | None = None,
         token: str | None = None,
+        require_passkey: bool | None = None,
     ) -> None:
         self.home: Path = resolve_home(home)
         self.name = name or str(self.home)
         self._chain_key = chain_key
         clock = clock or SystemClock()
         url = server_setting(server)
+        passkeys = passkey_setting(require_passkey)
+        if passkeys and approvals is not None:
+            refuse_votes_without_passkey(approvals)
         self.connection: Connection | None = (
-            None if url is None else connect(url, token=token, home=self.home)
+            None
+            if url is None
+            else connect(url, token=token, home=self.home, require_passkey=passkeys)
         )
         try:
             opened = open_store(store, self.home, chain_key)
@@ -120,7 +137,7 @@ class AgentKit(SpeculationMethods, MeshMethods):
         if approver is None and self.connection is not None:
             approver = self.connection.approvals
         if approver is None:
-            approver = configured_approvals()
+            approver = configured_approvals(passkeys)
         if self.connection is not None:
             rules = self.connection.rules(list(rules))
             kill_switch = kill_switch or self.connection.kill_switch

@@ -4,7 +4,10 @@ The core depends on no server package. The connector for a URL's scheme is found
 ``agent_saga.connectors`` entry points (``agent-saga-server`` declares ``http`` and ``https``)
 and imported only when a kit is given ``server=`` (or ``$AGENT_SAGA_SERVER`` or ``server`` in
 the configuration names one). A connector is a callable ``(url, *, token, home) ->
-Connection``; the token it gets is never ``None``.
+Connection``; the token it gets is never ``None``. A kit asked to count only passkey votes
+(``AgentKit(require_passkey=True)`` or ``require_passkey`` in the configuration) also passes
+``require_passkey=True``, and a connection whose ``approvals`` do not then count only passkey
+votes is closed and refused.
 
 What a :class:`Connection` gives the kit: the kill switch and the approvals it uses, its gate
 rules rebound where the server keeps their state (budgets), a shipper started on the kit's
@@ -85,15 +88,20 @@ def server_setting(server: str | None) -> str | None:
     return os.environ.get(SERVER_ENV) or configured_server(find_config()) or None
 
 
-def connect(server: str, *, token: str | None, home: Path) -> Connection:
-    """The connection the installed connector for ``server``'s scheme makes.
+def connect(
+    server: str, *, token: str | None, home: Path, require_passkey: bool = False
+) -> Connection:
+    """The connection the installed connector for ``server``'s scheme makes (given
+    ``require_passkey=True`` only when it is set, so a connector that predates it still
+    serves the kits that do not ask for it).
 
     The token is ``token``, else the text of the file ``$AGENT_SAGA_SERVER_TOKEN_FILE`` or
     ``server_token_file`` in the configuration names.
 
     Raises:
         ConfigurationError: no token, a token file that cannot be used, no connector for the
-            scheme installed, or one that cannot be loaded; and whatever the connector raises
+            scheme installed, or one that cannot be loaded, or (``require_passkey``) whose
+            approvals would count votes without a passkey; and whatever the connector raises
             for a bad URL or token.
     """
     from importlib.metadata import entry_points  # costs ~30 ms: only a kit given a server pays
@@ -118,7 +126,14 @@ def connect(server: str, *, token: str | None, home: Path) -> Connection:
         factory = point.load()
     except Exception as exc:  # any import-time failure of a third-party package
         raise ConfigurationError(f"the {scheme}:// connector cannot be loaded: {exc}") from exc
-    connection: Connection = factory(server, token=token, home=home)
+    options = {"require_passkey": True} if require_passkey else {}
+    connection: Connection = factory(server, token=token, home=home, **options)
+    if require_passkey and getattr(connection.approvals, "require_passkey", False) is not True:
+        connection.close()
+        raise ConfigurationError(
+            f"the {scheme}:// connector does not make approvals that require passkeys "
+            "(require_passkey=True): upgrade it"
+        )
     return connection
 
 

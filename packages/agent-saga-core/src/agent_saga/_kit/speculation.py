@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 SPECULATION_BEFORE = (
     "a step run ahead of confirmation (speculate) is REVERSIBLE only, gated and logged like any "
     "step; its result counts once, for the same saga, tool and arguments before its lease "
-    "expires (HMAC-SHA-256 under a key id, keys rotated); anything else is refused with the "
+    "expires (a keyed BLAKE2s MAC under a key id, keys rotated); anything else is refused with the "
     "reason logged, and the call runs normally"
 )
 SPECULATION_NOT_CLAIMED = (

@@ -30,16 +30,44 @@ if TYPE_CHECKING:
     from .._approvals.wait import Approvals
 
 
-def configured_approvals() -> Approvals | None:
-    """Approvals with the project configuration's ``approvers``, if it lists any."""
-    approvers = find_config().extra.get("approvers")
-    if not approvers:
+def passkey_setting(require_passkey: bool | None) -> bool:
+    """Whether a kit counts only passkey votes: ``require_passkey`` when given, else
+    ``require_passkey`` in the configuration, else ``False``."""
+    if require_passkey is not None:
+        return require_passkey
+    return find_config().extra.get("require_passkey", False) is True
+
+
+def configured_approvals(require_passkey: bool = False) -> Approvals | None:
+    """Approvals with the project configuration's ``approvers``, if it lists any or
+    ``require_passkey`` is set (then only passkey votes count; with no approvers listed, only
+    a rule naming its approvers can be approved at all).
+
+    Raises:
+        ConfigurationError: ``approvers`` is not a list of ids; ``require_passkey`` without the
+            ``agent-saga[passkeys]`` extra.
+    """
+    approvers = find_config().extra.get("approvers") or []
+    if not approvers and not require_passkey:
         return None
     if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
         raise ConfigurationError("approvers in the configuration is a list of approver ids")
     from .._approvals.wait import Approvals
 
-    return Approvals(approvers=approvers)
+    return Approvals(approvers=approvers, require_passkey=require_passkey)
+
+
+def refuse_votes_without_passkey(approvals: object) -> None:
+    """Raise unless ``approvals`` counts only passkey votes (a kit asked to require them).
+
+    Raises:
+        ConfigurationError: the approvals given (or a connector's) would count other votes.
+    """
+    if getattr(approvals, "require_passkey", False) is not True:
+        raise ConfigurationError(
+            f"require_passkey=True, but the approvals given ({type(approvals).__name__}) count "
+            "votes without a passkey: pass Approvals(require_passkey=True) or leave approvals out"
+        )
 
 
 def open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> LogStore:

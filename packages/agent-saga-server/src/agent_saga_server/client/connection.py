@@ -35,6 +35,7 @@ class ServerConnection:
         stale_after: float = 1.0,
         first_state: float = 2.0,
         ship_interval: float = 0.2,
+        require_passkey: bool = False,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"server must be an http:// or https:// URL, got {url!r}")
@@ -61,7 +62,9 @@ class ServerConnection:
             ServerClient(self.url, token, timeout=5.0), stale_after=stale_after
         )
         self.kill_switch.wait_first(first_state)
-        self.approvals = ServerApprovals(ServerClient(self.url, token, timeout=30.0))
+        self.approvals = ServerApprovals(
+            ServerClient(self.url, token, timeout=30.0), require_passkey=require_passkey
+        )
         self.budgets = ServerBudgetStore(ServerClient(self.url, token))
         self._token = token
         self._interval = ship_interval
@@ -150,16 +153,21 @@ class ServerConnection:
             client.close()
 
 
-def connect(url: str, *, token: str | None, home: Path) -> ServerConnection:
+def connect(
+    url: str, *, token: str | None, home: Path, require_passkey: bool = False
+) -> ServerConnection:
     """The ``agent_saga.connectors`` entry point (see the module docstring). The core resolves
-    the token (``token=``, ``$AGENT_SAGA_SERVER_TOKEN_FILE`` or ``server_token_file``).
+    the token (``token=``, ``$AGENT_SAGA_SERVER_TOKEN_FILE`` or ``server_token_file``) and
+    ``require_passkey`` (``AgentKit(require_passkey=True)`` or ``require_passkey = true`` in
+    the configuration): the kit's approvals then count only passkey votes, each checked again
+    by the engine against the arguments about to run.
 
     Raises:
         ConfigurationError: no token, a token the server refuses, or a non-agent token.
     """
     if not token:
         raise ConfigurationError("AgentKit(server=...) needs an agent token")
-    return ServerConnection(url, token)
+    return ServerConnection(url, token, require_passkey=require_passkey)
 
 
 __all__ = ["ServerConnection", "connect"]

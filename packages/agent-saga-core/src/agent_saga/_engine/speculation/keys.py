@@ -1,4 +1,4 @@
-"""Lease keys: HMAC-SHA-256 secrets under key ids, rotated, kept private in the home.
+"""Lease keys: keyed BLAKE2s secrets under key ids, rotated, kept private in the home.
 
 ``<home>/keys/leases/`` (mode 0700) holds one file per key, ``<kid>.key`` (mode 0600): JSON with
 the key id (16 hex digits), its creation time and the 32-byte secret in hex. The newest key
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import itertools
 import json
 import os
@@ -24,7 +23,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..._config import read_private_file
 from ..._errors import ConfigurationError
@@ -39,78 +38,43 @@ _KID = re.compile(r"[0-9a-f]{16}")
 _RESCAN = 1.0
 
 
-def _sha256(data: bytes = b"") -> Any:
-    """SHA-256 as a constructor: given one, the standard :mod:`hmac` keys two SHA-256 states
-    (inner and outer) itself instead of an OpenSSL HMAC context, and those states are what
-    :class:`KeyedMac` keeps."""
-    return hashlib.sha256(data)
+LEASE_FORMAT = "asl3"
+"""The first field of every lease text (the format: keyed BLAKE2s MACs)."""
+LEASE_PERSON = b"asl3 mac"
+"""The BLAKE2s personalization of a lease's MAC (8 bytes, RFC 7693 section 2.8)."""
+ARGS_PERSON = b"asl3 arg"
+"""The BLAKE2s personalization of an argument digest, so the two never share an input space."""
 
 
-LEASE_DOMAIN = b"agent-saga lease v2\x00"
-"""What a lease's MAC is computed over first (then the lease text before its MAC)."""
-ARGS_DOMAIN = b"agent-saga lease arguments v1\x00"
-"""What an argument digest is computed over first (then the canonical arguments)."""
-_PROBE = b"agent-saga keyed MAC self-test"
-
-
-class KeyedMac:
-    """HMAC-SHA-256 under one secret, already fed a domain: ``digest(data)`` is
-    ``HMAC-SHA-256(secret, domain || data)``, the standard MAC, byte for byte.
-
-    The standard :mod:`hmac` module computes the keyed inner and outer SHA-256 states once
-    (RFC 2104, section 4: the pads are precomputed per key); each MAC copies both, feeds the
-    data to the inner one and its digest to the outer one, which is what ``HMAC.digest`` does,
-    without the Python frames of ``HMAC.copy``, ``update``, ``_current`` and ``digest``. The
-    states are checked against :func:`hmac.digest` when the key is made; a Python whose
-    :mod:`hmac` keeps them elsewhere gets the copying of the HMAC object instead (slower, the
-    same MAC). The states are never updated in place.
-    """
-
-    __slots__ = ("_hmac", "_inner", "_outer")
-
-    def __init__(self, secret: bytes, domain: bytes) -> None:
-        keyed = hmac.new(secret, domain, _sha256)
-        self._hmac = keyed
-        self._inner: Any = getattr(keyed, "_inner", None)
-        self._outer: Any = getattr(keyed, "_outer", None)
-        if self._inner is not None and self.digest(_PROBE) != hmac.digest(
-            secret, domain + _PROBE, "sha256"
-        ):
-            self._inner = self._outer = None
-
-    def digest(self, data: bytes) -> bytes:
-        """``HMAC-SHA-256(secret, domain || data)``."""
-        inner = self._inner
-        if inner is None:
-            copied = self._hmac.copy()
-            copied.update(data)
-            return copied.digest()
-        inner = inner.copy()
-        inner.update(data)
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        return outer.digest()  # type: ignore[no-any-return]
+def keyed_blake2s(secret: bytes, person: bytes) -> hashlib.blake2s:
+    """BLAKE2s-256 keyed with ``secret`` (RFC 7693's keyed mode, a MAC as it stands) and
+    personalized with ``person``; the state is keyed once, so a MAC copies it and feeds it the
+    data (one state, one finalization: no inner and outer hash as in HMAC)."""
+    return hashlib.blake2s(key=secret, person=person)
 
 
 @dataclass(frozen=True, repr=False)
 class LeaseKey:
     """One lease key. Its ``repr`` names the key id only.
 
-    ``lease_mac`` and ``args_mac`` are :class:`KeyedMac` under the secret, fed their domain
-    (:data:`LEASE_DOMAIN`, :data:`ARGS_DOMAIN`): a key's pads are computed once per key, not
-    once per lease.
+    ``lease_mac`` and ``args_mac`` are BLAKE2s states keyed with the secret and personalized
+    (:data:`LEASE_PERSON`, :data:`ARGS_PERSON`), keyed once per key: each MAC is
+    ``state.copy()``, fed its data, finalized. The states are never updated in place.
     """
 
     kid: str
     secret: bytes
     created: float
     """Seconds since the epoch, on the kit's clock."""
-    lease_mac: KeyedMac = field(init=False, compare=False)
-    args_mac: KeyedMac = field(init=False, compare=False)
+    lease_mac: hashlib.blake2s = field(init=False, compare=False)
+    args_mac: hashlib.blake2s = field(init=False, compare=False)
+    lease_head: bytes = field(init=False, compare=False)
+    """What every lease text under this key begins with: ``asl3.<kid>.``."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lease_mac", KeyedMac(self.secret, LEASE_DOMAIN))
-        object.__setattr__(self, "args_mac", KeyedMac(self.secret, ARGS_DOMAIN))
+        object.__setattr__(self, "lease_head", f"{LEASE_FORMAT}.{self.kid}.".encode("ascii"))
+        object.__setattr__(self, "lease_mac", keyed_blake2s(self.secret, LEASE_PERSON))
+        object.__setattr__(self, "args_mac", keyed_blake2s(self.secret, ARGS_PERSON))
 
     def __repr__(self) -> str:
         return f"LeaseKey({self.kid!r})"

@@ -1,14 +1,20 @@
 """Leases: what lets the result of a step run ahead of confirmation count, once.
 
-A lease is the text ``asl2.<kid>.<claims>.<mac>``: ``kid`` is the key id (16 hex digits),
+A lease is the text ``asl3.<kid>.<claims>.<mac>``: ``kid`` is the key id (16 hex digits),
 ``claims`` the base64url (no padding) of the packed claims, and ``mac`` the base64url of
-``HMAC-SHA-256(key[kid], LEASE_DOMAIN || "asl2.<kid>.<claims>")``. The packed claims are, big
-endian: the expiry (milliseconds, exclusive; 8 bytes, signed), the ordinal of the step run ahead
-(8 bytes, signed), a 128-bit nonce, the intent digest of that step (saga, ordinal, tool,
-idempotency key and arguments; 32 bytes), the argument digest (an HMAC under the same key of the
-canonical arguments, so the lease does not let anyone test guesses of the arguments offline; 32
-bytes), the length of the saga id (2 bytes), the saga id and the tool name (UTF-8, the tool
-taking the rest). The key id is bound by the MAC, which covers the text before it.
+``BLAKE2s-256(key=key[kid], person="asl3 mac")`` over the text ``asl3.<kid>.<claims>`` (keyed
+BLAKE2s, RFC 7693, is a MAC as it stands). The packed claims are, big endian: the expiry
+(milliseconds, exclusive; 8 bytes, signed), the ordinal of the step run ahead (8 bytes,
+signed), a 128-bit nonce, the intent digest of that step (saga, ordinal, tool, idempotency key
+and arguments; 32 bytes), the argument digest (``BLAKE2s-256(key=key[kid], person="asl3
+arg")`` of the canonical arguments, so the lease does not let anyone test guesses of the
+arguments offline; 32 bytes), the length of the saga id (2 bytes), the saga id and the tool
+name (UTF-8, the tool taking the rest). The key id is bound by the MAC, which covers the text
+before it.
+
+An ``asl2`` lease (HMAC-SHA-256, the format before this one) is refused with its own reason: a
+result run ahead is held by the process that ran it, so no ``asl2`` lease issued before an
+upgrade could yield a result after it anyway (a restart discards it).
 
 :func:`check` never raises and never accepts a lease that differs in any byte from one issued:
 the text must be ASCII and at most ``MAX_LEASE`` characters, the MAC, recomputed over the exact
@@ -17,9 +23,9 @@ constant time), the key still kept, and every claim equal to what the call prese
 unpacked only after the MAC holds, so they are, byte for byte, ones this key issued. A refusal
 is a one-line reason.
 
-The hot path (issue, then check) parses no JSON and keys no HMAC: each key holds its keyed
-SHA-256 states, fed their domain (:class:`~.keys.KeyedMac`), copied per MAC; digests are
-compared as bytes and turned into hex once, for the claims returned.
+The hot path (issue, then check) parses no JSON and keys no MAC: each key holds its BLAKE2s
+states, keyed and personalized once, copied per MAC; digests are compared as bytes and turned
+into hex once, for the claims returned.
 """
 
 from __future__ import annotations
@@ -34,9 +40,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..._errors import ConfigurationError
-from .keys import LeaseKey, LeaseKeys
+from .keys import LEASE_FORMAT, LeaseKey, LeaseKeys
 
-PREFIX = "asl2"
+PREFIX = LEASE_FORMAT
+RETIRED = "asl2."
+"""How a lease of the retired HMAC-SHA-256 format begins."""
 MAX_LEASE = 2048
 _KID = re.compile(r"[0-9a-f]{16}")
 _HEAD = struct.Struct(">qq80sH")
@@ -120,15 +128,15 @@ def _b64(raw: bytes) -> str:
     return b2a_base64(raw, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
 
 
-def _mac(key: LeaseKey, signed: bytes) -> str:
-    """The MAC of the lease text before its last dot, as its base64url text."""
-    raw = b2a_base64(key.lease_mac.digest(signed), newline=False)
-    return raw[:_MAC_TEXT].translate(_TO_URLSAFE).decode("ascii")
+def _args_mac(key: LeaseKey, canonical_args: bytes) -> bytes:
+    mac = key.args_mac.copy()
+    mac.update(canonical_args)
+    return mac.digest()
 
 
 def args_digest(key: LeaseKey, canonical_args: bytes) -> str:
     """The argument digest a lease under ``key`` binds (hex)."""
-    return key.args_mac.digest(canonical_args).hex()
+    return _args_mac(key, canonical_args).hex()
 
 
 def intent_digest(saga: str, ordinal: int, tool: str, idempotency_key: str, args: str) -> str:
@@ -154,8 +162,13 @@ def lease_length(saga: str, tool: str) -> int:
 
 def issue(key: LeaseKey, claims: LeaseClaims) -> str:
     """The lease text for ``claims`` under ``key`` (``claims.kid`` must be ``key.kid``)."""
-    signed = f"{PREFIX}.{key.kid}.{_b64(claims.payload())}"
-    return f"{signed}.{_mac(key, signed.encode('ascii'))}"
+    signed = key.lease_head + b2a_base64(claims.payload(), newline=False).translate(
+        _TO_URLSAFE
+    ).rstrip(b"=")
+    mac = key.lease_mac.copy()  # inline, as in check: the hot path's frames are its cost
+    mac.update(signed)
+    tail = b2a_base64(mac.digest(), newline=False)[:_MAC_TEXT].translate(_TO_URLSAFE)
+    return (signed + b"." + tail).decode("ascii")
 
 
 def check(
@@ -173,6 +186,8 @@ def check(
         return Refused(f"not a lease (text of at most {MAX_LEASE} ASCII characters)")
     parts = token.split(".")
     if len(parts) != 4 or parts[0] != PREFIX:
+        if token.startswith(RETIRED):
+            return Refused(f"an {RETIRED[:-1]} lease: that format is no longer accepted")
         return Refused(f"not a lease ({PREFIX}.<key id>.<claims>.<mac>)")
     kid = parts[1]
     try:
@@ -185,8 +200,10 @@ def check(
         return Refused(f"unknown or retired key id {kid}")
     # The MAC covers the exact text before it, and the one base64url spelling of the computed
     # MAC is compared with the text presented: equal text, never merely equal decoded bytes.
-    signed = token[: len(token) - len(parts[3]) - 1].encode("ascii")
-    if not hmac.compare_digest(parts[3], _mac(key, signed)):
+    mac = key.lease_mac.copy()
+    mac.update(token[: len(token) - len(parts[3]) - 1].encode("ascii"))
+    computed = b2a_base64(mac.digest(), newline=False)[:_MAC_TEXT].translate(_TO_URLSAFE)
+    if not hmac.compare_digest(parts[3].encode("ascii"), computed):
         return Refused("forged or altered: its MAC does not verify")
     # Unpacked only now: the claims are, byte for byte, ones this key issued, so what follows
     # guards against a key that signed something else, never against a forgery.
@@ -210,6 +227,8 @@ def check(
         return Refused("issued for another saga", claims)
     if claimed_tool != tool:
         return Refused(f"issued for tool {claimed_tool!r}, not {tool!r}", claims)
-    if not hmac.compare_digest(digests[48:], key.args_mac.digest(canonical_args)):
+    mac = key.args_mac.copy()
+    mac.update(canonical_args)
+    if not hmac.compare_digest(digests[48:], mac.digest()):
         return Refused("issued for other arguments", claims)
     return claims
