@@ -48,6 +48,7 @@ TYPED_GROUPS = [
     ["packages/agent-saga-packs/src", "packages/agent-saga-packs/tests"],
     ["packages/agent-saga-mcp/src", "packages/agent-saga-mcp/tests"],
     ["packages/agent-saga-server/src", "packages/agent-saga-server/tests"],
+    ["packages/agent-saga-bpmn/src", "packages/agent-saga-bpmn/tests"],
 ]
 
 

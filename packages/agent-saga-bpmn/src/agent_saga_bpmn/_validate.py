@@ -1,0 +1,236 @@
+"""Judging a :class:`~agent_saga_bpmn.Flow`: what keeps it from becoming one saga.
+
+Invariants: :func:`validate` never raises on a parsed flow and reports every problem it finds,
+each naming one element, in a stable order (the flow's structure first, then task by task in
+flow order). An empty list means :func:`~agent_saga_bpmn.codegen` will write the flow.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+from ._graph import cycles, reachable, successors
+from ._model import SEMANTICS, Flow, Problem, Task
+
+TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,63}")
+"""A tool or compensator name code can carry on one line: a letter or ``_``, then letters,
+digits and ``_ . : / -``, at most 64 characters."""
+REDACT_PATH = re.compile(r"[A-Za-z0-9_*-]+(\.[A-Za-z0-9_*-]+)*")
+
+
+def validate(flow: Flow, known_tools: Collection[str] | None = None) -> list[Problem]:
+    """Every problem of ``flow``, each a :class:`Problem` naming its element.
+
+    Reported: no start event, or more than one; a gateway, sub-process or other node a saga
+    cannot express; a cycle; a node with several outgoing sequence flows; a service or user
+    task the start event does not reach; a service task without a tool name, with an unknown
+    semantics, a COMPENSABLE one without a compensation handler, an IRREVERSIBLE one with one
+    or without an approval (user task) on every path to it from the start; a compensator
+    named on the task that differs from its handler's; one tool declared two ways; a tool name
+    not in ``known_tools`` (when given: the names of service tasks' tools are checked, not
+    compensators'); a compensation task without a name or compensating nothing; a malformed
+    redact path.
+    """
+    problems = _structure(flow)
+    declared: dict[str, Task] = {}
+    handled = set(flow.compensations.values())
+    for task in flow.tasks:
+        if task.kind == "service":
+            problems += _service(flow, task, known_tools, declared)
+        elif task.kind == "compensation":
+            problems += _compensation(task, handled)
+        elif task.id in flow.compensations:
+            problems.append(
+                Problem(
+                    task.id,
+                    "an approval cannot be compensated; only a "
+                    "service task has a compensation handler",
+                )
+            )
+        problems += [
+            Problem(
+                task.id,
+                f"redact path {path!r} is not dotted names of at most 64 characters (items.*.cvv)",
+            )
+            for path in task.redact
+            if len(path) > 64 or not REDACT_PATH.fullmatch(path)
+        ]
+    return problems
+
+
+def _structure(flow: Flow) -> list[Problem]:
+    problems: list[Problem] = []
+    if not flow.starts:
+        problems.append(Problem(flow.id, "no start event: a saga begins at exactly one"))
+    problems += [
+        Problem(
+            extra,
+            f"a second start event (the first is {flow.starts[0]}): a saga begins at exactly one",
+        )
+        for extra in flow.starts[1:]
+    ]
+    problems += [
+        Problem(
+            node,
+            f"a {element} is not supported: a saga runs its tasks one after another "
+            "(no gateways, sub-processes or intermediate events)",
+        )
+        for node, element in flow.unsupported
+    ]
+    nodes = [
+        *flow.starts,
+        *(t.id for t in flow.tasks),
+        *flow.ends,
+        *(n for n, _ in flow.unsupported),
+    ]
+    for loop in cycles(nodes, flow.edges):
+        path = " -> ".join([*loop, loop[0]])
+        problems.append(Problem(loop[0], f"a cycle ({path}): a saga runs each task once, in order"))
+    for node, targets in successors(flow.edges).items():
+        if len(targets) > 1:
+            problems.append(
+                Problem(
+                    node,
+                    f"{len(targets)} outgoing sequence flows (to "
+                    f"{', '.join(targets)}): a saga's tasks run in one sequence",
+                )
+            )
+    connected = reachable(flow.starts, flow.edges)
+    touched = {n for edge in flow.edges for n in edge}
+    for task in flow.tasks:
+        if task.kind == "compensation":
+            continue
+        if (flow.starts and task.id not in connected) or (
+            not flow.starts and task.id not in touched
+        ):
+            problems.append(Problem(task.id, "not connected to the start event by sequence flows"))
+    return problems
+
+
+def _service(
+    flow: Flow, task: Task, known_tools: Collection[str] | None, declared: dict[str, Task]
+) -> list[Problem]:
+    problems: list[Problem] = []
+    handler = flow.compensations.get(task.id)
+    if task.tool is None:
+        problems.append(Problem(task.id, 'no tool name: give it <saga:tool name="..."/>'))
+    elif not TOOL_NAME.fullmatch(task.tool):
+        problems.append(
+            Problem(
+                task.id,
+                f"tool name {task.tool!r} is not a letter or _ then up "
+                "to 63 letters, digits or _ . : / -",
+            )
+        )
+    elif known_tools is not None and task.tool not in known_tools:
+        problems.append(
+            Problem(
+                task.id, f"unknown tool {task.tool!r}: not among the {len(known_tools)} known tools"
+            )
+        )
+    if task.semantics not in SEMANTICS:
+        problems.append(
+            Problem(
+                task.id,
+                f"semantics {task.semantics!r} is not REVERSIBLE, COMPENSABLE or IRREVERSIBLE",
+            )
+        )
+    if task.semantics == "COMPENSABLE" and handler is None:
+        problems.append(
+            Problem(
+                task.id,
+                "COMPENSABLE without a compensation handler: attach a "
+                "compensation boundary event associated with a compensation task",
+            )
+        )
+    if task.semantics == "IRREVERSIBLE":
+        problems += _irreversible(flow, task, handler)
+    if handler is not None:
+        drawn = flow.task(handler)
+        if drawn is not None and drawn.tool and task.compensator != drawn.tool:
+            problems.append(
+                Problem(
+                    task.id,
+                    f"compensator {task.compensator!r} differs from "
+                    f"{drawn.tool!r}, the name of its handler {handler}",
+                )
+            )
+    if task.compensator is not None and not TOOL_NAME.fullmatch(task.compensator):
+        problems.append(
+            Problem(
+                task.id,
+                f"compensator name {task.compensator!r} is not a letter "
+                "or _ then up to 63 letters, digits or _ . : / -",
+            )
+        )
+    if task.tool is not None:
+        first = declared.setdefault(task.tool, task)
+        if first is not task and (first.semantics, first.compensator, first.redact) != (
+            task.semantics,
+            task.compensator,
+            task.redact,
+        ):
+            problems.append(
+                Problem(
+                    task.id,
+                    f"tool {task.tool!r} is declared differently by "
+                    f"{first.id} (semantics, compensator or redact)",
+                )
+            )
+    return problems
+
+
+def _irreversible(flow: Flow, task: Task, handler: str | None) -> list[Problem]:
+    problems: list[Problem] = []
+    if handler is not None:
+        problems.append(
+            Problem(
+                task.id,
+                "IRREVERSIBLE yet it has a compensation handler: "
+                "declare it COMPENSABLE, or remove the handler",
+            )
+        )
+    approvals = {t.id for t in flow.tasks if t.kind == "user"}
+    if flow.starts:
+        unguarded = task.id in reachable(flow.starts, flow.edges, blocked=approvals)
+    else:
+        before = reachable(approvals, flow.edges)
+        unguarded = task.id not in before or task.id in approvals
+    if unguarded:
+        problems.append(
+            Problem(
+                task.id,
+                "IRREVERSIBLE without an approval before it: put a "
+                "user task on every path from the start to it",
+            )
+        )
+    return problems
+
+
+def _compensation(task: Task, handled: set[str]) -> list[Problem]:
+    problems: list[Problem] = []
+    if task.tool is None:
+        problems.append(
+            Problem(
+                task.id,
+                'a compensation task without a compensator name: give it <saga:tool name="..."/>',
+            )
+        )
+    elif not TOOL_NAME.fullmatch(task.tool):
+        problems.append(
+            Problem(
+                task.id,
+                f"compensator name {task.tool!r} is not a letter or _ "
+                "then up to 63 letters, digits or _ . : / -",
+            )
+        )
+    if task.id not in handled:
+        problems.append(
+            Problem(
+                task.id,
+                "compensates nothing: associate it with a compensation "
+                "boundary event on a service task",
+            )
+        )
+    return problems
