@@ -7,9 +7,25 @@
 
 const FIELDS = ["name", "semantics", "compensator", "redact"];
 
-function toolOf(businessObject) {
+function extensionOf(businessObject, type) {
   const values = (businessObject.extensionElements && businessObject.extensionElements.values) || [];
-  return values.find((value) => value.$instanceOf("saga:Tool")) || null;
+  return values.find((value) => value.$instanceOf(type)) || null;
+}
+
+function toolOf(businessObject) {
+  return extensionOf(businessObject, "saga:Tool");
+}
+
+// A recorded saga's diagram: what happened to a step (<saga:step ordinal outcome compensation/>).
+function recordedText(businessObject) {
+  const step = extensionOf(businessObject, "saga:Step");
+  if (!step) {
+    return "";
+  }
+  const parts = [`step ${step.get("ordinal") || "?"}`];
+  if (step.get("outcome")) { parts.push(`outcome ${step.get("outcome")}`); }
+  if (step.get("compensation")) { parts.push(`compensation ${step.get("compensation")}`); }
+  return `Recorded: ${parts.join(", ")}.`;
 }
 
 function isTask(element) {
@@ -53,6 +69,7 @@ class Designer {
     this.problems = document.getElementById("designer-problems");
     this.form = document.getElementById("designer-properties");
     this.target = document.getElementById("properties-target");
+    this.recorded = document.getElementById("properties-recorded");
     this.selected = null;
     this.marked = [];
     this.warnings = [];
@@ -113,7 +130,9 @@ class Designer {
     if (element) {
       const label = element.businessObject.name ? `${element.businessObject.name} (${element.id})` : element.id;
       this.target.textContent = `Task ${label}`;
+      this.recorded.textContent = recordedText(element.businessObject);
     } else {
+      this.recorded.textContent = "";
       this.target.textContent = "Select a task in the diagram.";
     }
   }
