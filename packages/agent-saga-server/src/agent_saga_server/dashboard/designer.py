@@ -13,15 +13,16 @@ through :mod:`agent_saga_bpmn`'s hardened parser:
 * ``GET /ui/sagas/{origin}/{saga}/diagram.bpmn`` draws a saga's stored records (read as the
   timeline page reads them: the saga's records and the ``saga.settled`` records naming it).
 
-Tool names are checked against the tools the fleet has recorded (``saga_tools``); while it has
-recorded none, no name is called unknown (the page says which).
+Tool names are checked against the tools the fleet has recorded (``saga_tools``), unless the
+page's box is unticked (``check_tools=no``, for a flow whose tools no agent has run yet); while
+the fleet has recorded none, no name is called unknown (the page says which).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from agent_saga import Kind
@@ -118,10 +119,18 @@ def designer_page(
 
 
 @pages.post("/designer/validate")
-async def designer_validate(request: Request, viewer: ScriptViewer, config: Config) -> Response:
-    """The diagram's problems (``element_id``, ``message``), as JSON; 400 on a refused one."""
+async def designer_validate(
+    request: Request,
+    viewer: ScriptViewer,
+    config: Config,
+    check_tools: Annotated[Literal["yes", "no"], Query()] = "yes",
+) -> Response:
+    """The diagram's problems (``element_id``, ``message``), as JSON; 400 on a refused one.
+    With ``check_tools=no``, tool names are not checked against the fleet's recorded tools."""
     xml = await diagram_body(request)
-    tools = await run_in_threadpool(known_tools, config.db)
+    tools = frozenset[str]()
+    if check_tools == "yes":
+        tools = await run_in_threadpool(known_tools, config.db)
     try:
         found = await run_in_threadpool(_problems, xml, tools)
     except (BpmnError, ValueError) as exc:

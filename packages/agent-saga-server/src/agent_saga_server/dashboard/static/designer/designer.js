@@ -204,7 +204,9 @@ class Designer {
   }
 
   async validate() {
-    const answer = await postDiagram(this.root.dataset.validate, this.root.dataset.csrf, await this.xml());
+    const check = document.getElementById("designer-check-tools");
+    const url = `${this.root.dataset.validate}?check_tools=${check && !check.checked ? "no" : "yes"}`;
+    const answer = await postDiagram(url, this.root.dataset.csrf, await this.xml());
     const found = (await answer.json()).problems;
     this.showProblems(found);
     return found;
