@@ -97,10 +97,20 @@ class Designer {
     const result = await this.modeler.importXML(xml);
     this.warnings = result.warnings.map((warning) => warning.message);
     this.clearProblems();
-    this.modeler.get("canvas").zoom("fit-viewport");
+    this.fit();
     const count = this.warnings.length;
     this.say(`${what}: ${count} import warning${count === 1 ? "" : "s"}${count ? `: ${this.warnings.join("; ")}` : ""}`);
     return this.warnings;
+  }
+
+  // The whole diagram in view, with a margin on the left for the palette.
+  fit() {
+    const canvas = this.modeler.get("canvas");
+    canvas.zoom("fit-viewport", "auto");
+    const box = canvas.viewbox();
+    canvas.viewbox({
+      x: box.x - 130, y: box.y - 40, width: box.width + 170, height: box.height + 80,
+    });
   }
 
   async blank() {
