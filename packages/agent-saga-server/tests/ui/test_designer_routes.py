@@ -30,7 +30,7 @@ ENTITY = (
 @pytest.fixture
 def session(dashboard: Dashboard) -> Iterator[tuple[httpx.Client, str]]:
     """A logged-in client and its session's CSRF token (read from the designer page)."""
-    with httpx.Client(base_url=dashboard.url, timeout=30) as client:
+    with httpx.Client(base_url=dashboard.url, trust_env=False, timeout=30) as client:
         assert client.get(dashboard.login_link("dee", "admin")).status_code in (200, 303)
         page = client.get("/ui/designer")
         assert page.status_code == 200
@@ -50,7 +50,7 @@ def test_the_endpoints_need_a_session_and_its_csrf_token(
 ) -> None:
     client, csrf = session
     flow = (EXAMPLES / "trip.bpmn").read_bytes()
-    with httpx.Client(base_url=dashboard.url, timeout=30) as stranger:
+    with httpx.Client(base_url=dashboard.url, trust_env=False, timeout=30) as stranger:
         assert post(stranger, "/ui/designer/validate", csrf, flow).status_code == 401
         assert stranger.get("/ui/designer").status_code == 303  # to the login page
     assert post(client, "/ui/designer/validate", "wrong", flow).status_code == 403
@@ -117,6 +117,7 @@ def test_a_refused_diagram_is_a_4xx_with_one_line_never_a_500(
             detail = answer.json()["detail"]
             assert "\n" not in detail
             assert detail
+            assert "default-src 'none'" in answer.headers["content-security-policy"]
     big = b"<definitions>" + b" " * MAX_DIAGRAM + b"</definitions>"
     assert post(client, "/ui/designer/validate", csrf, big).status_code == 413
     flow = (EXAMPLES / "trip.bpmn").read_bytes()
