@@ -106,7 +106,7 @@ def test_a_flow_drawn_edited_exported_and_imported_again_keeps_its_tasks_without
 ) -> None:
     page, _ = guarded
     dashboard.login(page)
-    page.get_by_role("link", name="Designer").click()
+    page.get_by_role("link", name="Designer", exact=True).click()
     ready(page)
     expect(page.locator(".bjs-powered-by")).to_be_visible()  # the licence's watermark
     box = page.locator("#designer-canvas").bounding_box()
@@ -242,7 +242,7 @@ def test_a_recorded_saga_opens_as_a_diagram_without_warnings(
         time.sleep(0.2)
         page.goto(f"{dashboard.url}/ui/sagas?origin=local")
     page.locator("#sagas a", has_text="designer-trip").click()
-    page.get_by_role("link", name="Diagram").click()
+    page.get_by_role("link", name="Diagram", exact=True).click()
     ready(page)
     expect(page.locator("#designer-status")).to_have_text("The recorded saga: 0 import warnings")
     assert page.evaluate("() => sagaDesigner.warnings") == []
