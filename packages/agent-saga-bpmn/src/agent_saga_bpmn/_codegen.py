@@ -31,7 +31,11 @@ _RESERVED = frozenset(
 
 
 def _literal(text: str) -> str:
-    """A double-quoted ASCII Python string literal of ``text``."""
+    """An ASCII Python string literal of ``text``, quoted as ruff format quotes it: double
+    quotes, unless the text holds more double than single quotes."""
+    if text.count('"') > text.count("'"):
+        inner = json.dumps(text)[1:-1].replace('\\"', '"').replace("'", "\\'")
+        return f"'{inner}'"
     return json.dumps(text)
 
 
@@ -93,6 +97,30 @@ def _redact(paths: tuple[str, ...]) -> list[str]:
     return ["    redact=[", *(f"        {_literal(p)}," for p in paths), "    ],"]
 
 
+def parameters(task: Task) -> list[str]:
+    """The tool's parameters: the first name of each redact path (the core requires a redacted
+    path to name a parameter), in order, once each."""
+    return list(dict.fromkeys(path.split(".", maxsplit=1)[0] for path in task.redact))
+
+
+def _def(
+    function: str, params: list[str], returns: str, *, keyword_only: bool = False
+) -> list[str]:
+    items = (["*"] if keyword_only and params else []) + [f"{p}: Any" for p in params]
+    one = f"def {function}({', '.join(items)}) -> {returns}:"
+    if len(one) <= LINE:
+        return [one]
+    return [f"def {function}(", *(f"    {item}," for item in items), f") -> {returns}:"]
+
+
+def _call(target: str, params: list[str], task_id: str) -> list[str]:
+    one = f"    {target}({', '.join(f'{p}={p}' for p in params)})  # {_quoted(task_id)}"
+    if len(one) <= LINE:
+        return [one]
+    exploded = [f"    {target}(", *(f"        {p}={p}," for p in params), "    )"]
+    return [f"    # {_quoted(task_id)}", *exploded]
+
+
 def _tool(task: Task, function: str) -> list[str]:
     args = [f"    name={_literal(task.tool or '')},", f"    semantics={task.semantics},"]
     if task.compensator is not None:
@@ -104,23 +132,24 @@ def _tool(task: Task, function: str) -> list[str]:
         "@tool(",
         *args,
         ")",
-        f"def {function}() -> Any:",
+        *_def(function, parameters(task), "Any"),
         f'    """Task {_quoted(task.id)}{label}."""',
         f"    raise NotImplementedError({_literal(task.tool or '')})",
     ]
 
 
 def _scope(flow: Flow, function: str, calls: list[tuple[Task, str]]) -> list[str]:
+    inputs = list(dict.fromkeys(p for task, _ in calls for p in parameters(task)))
     lines = [
         f"@saga_scope({_short_literal(flow.name, 80)})",
-        f"def {function}() -> None:",
+        *_def(function, inputs, "None", keyword_only=True),
         f'    """Process {_quoted(flow.id)}: its tasks in flow order, in one saga."""',
     ]
     for task, target in calls:
         if task.kind == "user":
             lines.append(f"    # approval {_quoted(task.id)}: the kit's approvers decide")
         else:
-            lines.append(f"    {target}()  # {_quoted(task.id)}")
+            lines += _call(target, parameters(task), task.id)
     return lines
 
 
@@ -147,6 +176,7 @@ def codegen(flow: Flow, module: str = "flow") -> str:
         raise BpmnError(f"the flow cannot become code: {problems[0]}{more}")
     names = _Names()
     service = [t for t in flow.tasks if t.kind == "service"]
+    names.taken.update(p for task in service for p in parameters(task))
     compensators: dict[str, list[Task]] = {}
     for task in service:
         if task.compensator is not None:

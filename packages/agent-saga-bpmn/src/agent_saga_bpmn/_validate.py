@@ -7,6 +7,7 @@ flow order). An empty list means :func:`~agent_saga_bpmn.codegen` will write the
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Collection
 
@@ -48,15 +49,27 @@ def validate(flow: Flow, known_tools: Collection[str] | None = None) -> list[Pro
                     "service task has a compensation handler",
                 )
             )
-        problems += [
-            Problem(
-                task.id,
-                f"redact path {path!r} is not dotted names of at most 64 characters (items.*.cvv)",
-            )
-            for path in task.redact
-            if len(path) > 64 or not REDACT_PATH.fullmatch(path)
-        ]
+        problems += [_redact_problem(task, path) for path in task.redact if _bad_path(path)]
     return problems
+
+
+def _bad_path(path: str) -> bool:
+    head = path.split(".", maxsplit=1)[0]
+    return (
+        len(path) > 64
+        or not REDACT_PATH.fullmatch(path)
+        or not (head.isidentifier() and head.isascii())
+        or keyword.iskeyword(head)
+        or head == "idempotency_key"
+    )
+
+
+def _redact_problem(task: Task, path: str) -> Problem:
+    return Problem(
+        task.id,
+        f"redact path {path!r} is not a parameter name then dotted names, "
+        "at most 64 characters (card.number, items.*.cvv)",
+    )
 
 
 def _structure(flow: Flow) -> list[Problem]:

@@ -1,0 +1,223 @@
+"""A recorded saga drawn as BPMN: what happened (steps, a refusal, an approval, compensations
+newest first), with diagram interchange a BPMN tool can import: unique ids, every reference
+resolved, a shape for every flow node and an edge for every connection."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+from xml.etree.ElementTree import Element
+
+import defusedxml.ElementTree as safe_tree
+import pytest
+from agent_saga import (
+    AgentKit,
+    Approvals,
+    GateRefused,
+    MaxValue,
+    SagaRolledBack,
+    read_log,
+    submit_vote,
+)
+from agent_saga_bpmn import BpmnError, parse_flow, saga_to_bpmn, validate
+
+MODEL = "{http://www.omg.org/spec/BPMN/20100524/MODEL}"
+DI = "{http://www.omg.org/spec/BPMN/20100524/DI}"
+NODES = ("startEvent", "endEvent", "serviceTask", "userTask", "boundaryEvent")
+
+
+class ApproveWhenPosted:
+    """An approval channel whose human approves shortly after each request is posted."""
+
+    def __init__(self) -> None:
+        self.kit: AgentKit | None = None
+
+    def request_posted(self, request: Any) -> None:
+        kit = self.kit
+        assert kit is not None
+        threading.Timer(
+            0.02, lambda: submit_vote(kit.store, request.id, "alice", "approve", channel="test")
+        ).start()
+
+    def request_decided(self, request: Any, decision: str) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """One saga's records: a step, a refused call, a step, an approved wire, then a failure
+    that rolls back the two compensable steps (newest first); the wire cannot be undone, so the
+    saga ends needing a human."""
+    home = tmp_path_factory.mktemp("recorded") / "home"
+    channel = ApproveWhenPosted()
+    kit = AgentKit(
+        home=home,
+        rules=[MaxValue(100, path="amount", tools=frozenset({"pay.charge"}))],
+        approvals=Approvals(approvers=["alice"], channels=[channel], poll=0.01),
+    )
+    channel.kit = kit
+
+    @kit.compensator("stock.release")
+    def release(result: Any) -> None:
+        pass
+
+    @kit.compensator("pay.refund")
+    def refund(result: Any) -> None:
+        pass
+
+    @kit.tool(name="stock.reserve", compensate="stock.release")
+    def reserve(sku: str) -> str:
+        return f"hold-{sku}"
+
+    @kit.tool(name="pay.charge", compensate="pay.refund")
+    def charge(amount: int) -> str:
+        return f"ch-{amount}"
+
+    @kit.tool(name="bank.wire")  # IRREVERSIBLE: waits for alice
+    def wire(amount: int) -> str:
+        return "wired"
+
+    with pytest.raises(SagaRolledBack), kit.transaction("checkout"):
+        reserve("sku-1")
+        with pytest.raises(GateRefused):
+            charge(10_000)
+        charge(50)
+        wire(50)
+        raise RuntimeError("courier <lost> & \x07 gone")
+    kit.close()
+    return [record.to_json() for record in read_log(home)]
+
+
+def _tree(xml: str) -> Element:
+    return safe_tree.fromstring(xml.encode(), forbid_dtd=True)
+
+
+def test_the_diagram_is_valid_for_a_bpmn_tool(recorded: list[dict[str, Any]]) -> None:
+    root = _tree(saga_to_bpmn(recorded))
+    ids = [e.get("id") for e in root.iter() if e.get("id") is not None]
+    assert len(ids) == len(set(ids))
+    process = root.find(f"{MODEL}process")
+    assert process is not None
+    nodes = {e.get("id") for e in process if e.tag.removeprefix(MODEL) in NODES}
+    for flow in process.iter(f"{MODEL}sequenceFlow"):
+        assert flow.get("sourceRef") in nodes
+        assert flow.get("targetRef") in nodes
+    for link in process.iter(f"{MODEL}association"):
+        assert link.get("sourceRef") in nodes
+        assert link.get("targetRef") in nodes
+    for boundary in process.iter(f"{MODEL}boundaryEvent"):
+        assert boundary.get("attachedToRef") in nodes
+    plane = root.find(f"{DI}BPMNDiagram/{DI}BPMNPlane")
+    assert plane is not None
+    assert plane.get("bpmnElement") == process.get("id")
+    shapes = {s.get("bpmnElement"): s for s in plane.iter(f"{DI}BPMNShape")}
+    edges = {e.get("bpmnElement"): e for e in plane.iter(f"{DI}BPMNEdge")}
+    assert set(shapes) == nodes
+    connections = {
+        e.get("id") for e in process if e.tag in (f"{MODEL}sequenceFlow", f"{MODEL}association")
+    }
+    assert set(edges) == connections
+    assert all(len(edge) >= 2 for edge in edges.values())  # waypoints
+    xs = [
+        float(s[0].get("x", "0"))
+        for s in shapes.values()
+        if s.get("bpmnElement", "").startswith("step_")
+        and not s.get("bpmnElement", "").endswith(("_compensation", "_undo_task"))
+    ]
+    assert xs == sorted(xs)  # left to right
+
+
+def test_the_diagram_tells_what_happened(recorded: list[dict[str, Any]]) -> None:
+    root = _tree(saga_to_bpmn(recorded))
+    process = root.find(f"{MODEL}process")
+    assert process is not None
+    labels = [(e.tag.removeprefix(MODEL), e.get("name")) for e in process if e.get("name")]
+    assert labels == [
+        ("startEvent", "checkout"),
+        ("serviceTask", "1. stock.reserve"),
+        ("serviceTask", "undo 1: stock.release (compensated)"),
+        ("serviceTask", "2. pay.charge (refused)"),
+        ("serviceTask", "3. pay.charge"),
+        ("serviceTask", "undo 3: pay.refund (compensated)"),
+        ("userTask", "approval of 4"),
+        ("serviceTask", "4. bank.wire"),
+        ("endEvent", "needs a human: RuntimeError: courier <lost> & \\x07 gone"),
+    ]
+    docs = {e.get("id"): e.findtext(f"{MODEL}documentation") for e in process}
+    assert docs["step_2"] == "refused by max_value: amount=10000 exceeds the cap of 100"
+    assert "approved by alice" in str(docs["step_4_approval"])
+    end = process.find(f"{MODEL}endEvent")
+    assert end is not None
+    assert end.find(f"{MODEL}compensateEventDefinition") is not None
+
+
+def test_parse_flow_reads_the_drawing_back_as_the_flow_that_ran(
+    recorded: list[dict[str, Any]],
+) -> None:
+    flow = parse_flow(saga_to_bpmn(recorded))
+    service = [(t.tool, t.semantics, t.compensator) for t in flow.tasks if t.kind == "service"]
+    assert service == [
+        ("stock.reserve", "COMPENSABLE", "stock.release"),
+        ("pay.charge", "IRREVERSIBLE", None),  # refused: the gate decided before any intent
+        ("pay.charge", "COMPENSABLE", "pay.refund"),
+        ("bank.wire", "IRREVERSIBLE", None),
+    ]
+    problems = [p.element_id for p in validate(flow)]
+    assert "step_4" not in problems  # the approval stands before the wire
+
+
+def test_records_of_no_saga_are_skipped_and_two_sagas_are_refused(
+    recorded: list[dict[str, Any]],
+) -> None:
+    halt = {"seq": 0, "ts": 0, "kind": "control.halt", "saga": None, "data": {}}
+    assert saga_to_bpmn([halt, *recorded]) == saga_to_bpmn(recorded)
+    other = [{**r, "saga": "other"} for r in recorded]
+    with pytest.raises(BpmnError, match=r"^the records hold 2 sagas \("):
+        saga_to_bpmn([*recorded, *other])
+    with pytest.raises(BpmnError, match=r"^the records hold 0 sagas; give the records of one"):
+        saga_to_bpmn([halt])
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ([1], "record 0: a record is a JSON object, not list"),
+        ({"kind": 3, "saga": "s"}, "record 0: 'kind' must be text and 'saga' text or null"),
+        ({"kind": "saga.begin", "saga": "s", "data": []}, "record 0: 'data' must be a JSON object"),
+        (
+            {"kind": "saga.begin", "saga": "s", "seq": "1"},
+            "record 0: 'seq' and 'ts' must be integers",
+        ),
+    ],
+)
+def test_a_record_not_shaped_like_one_is_one_line(record: Any, expected: str) -> None:
+    with pytest.raises(BpmnError) as caught:
+        saga_to_bpmn([record])
+    assert str(caught.value) == expected
+
+
+def test_a_running_saga_has_no_end_drawn(tmp_path: Path) -> None:
+    kit = AgentKit(home=tmp_path / "running")
+
+    @kit.compensator("notes.delete")
+    def delete(result: Any) -> None:
+        pass
+
+    @kit.tool(name="notes.write", compensate="notes.delete")  # its intent is durable at once
+    def write(text: str) -> str:
+        return text
+
+    transaction = kit.transaction("open")
+    transaction.__enter__()
+    write("draft")
+    records = [r.to_json() for r in read_log(tmp_path / "running")]
+    transaction.__exit__(None, None, None)
+    kit.close()
+    flow = parse_flow(saga_to_bpmn(records))
+    assert flow.ends == ()
+    assert [(t.kind, t.tool) for t in flow.tasks] == [
+        ("service", "notes.write"),
+        ("compensation", "notes.delete"),
+    ]
+    assert "pending" in saga_to_bpmn(records)  # the undo has not run (the saga is open)
