@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from importlib.resources import files
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -46,6 +47,7 @@ MAX_DIAGRAM = 2_000_000
 MAX_KNOWN_TOOLS = 10_000
 """At most this many recorded tool names are used as the known tools."""
 _MODULE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
+_MODDLE = files("agent_saga_bpmn") / "moddle.json"
 
 
 def known_tools(db: Database) -> frozenset[str]:
@@ -116,6 +118,14 @@ def designer_page(
         "designer.html", viewer, load=load, saga=saga, origin=origin,
         known=len(known_tools(config.db)), version=BPMN_JS_VERSION,
     )  # fmt: skip
+
+
+@pages.get("/designer/saga-moddle.json")
+def saga_moddle(viewer: PageViewer) -> Response:
+    """agent_saga_bpmn's moddle descriptor of the ``saga`` namespace (its one copy), through
+    which bpmn-js keeps ``saga:tool`` and ``saga:step`` on import and export."""
+    body = _MODDLE.read_bytes()
+    return Response(body, media_type="application/json", headers=page_headers())
 
 
 @pages.post("/designer/validate")

@@ -1,8 +1,9 @@
 // The Designer tab's script: bpmn-js's modeler (vendored, the global BpmnJS) with agent-saga's
 // extension element (<saga:tool name semantics compensator redact/>, described to bpmn-js by
-// saga-moddle.json so it survives import and export), a properties form that edits that element
-// through the modeler's moddle API (one undoable command per change), and the page's buttons.
-// Server answers and file contents are only ever set as text, never parsed as HTML.
+// agent_saga_bpmn's moddle descriptor, so it survives import and export), a properties form
+// that edits that element through the modeler's moddle API (one undoable command per change),
+// and the page's buttons. Server answers and file contents are only ever set as text, never
+// parsed as HTML.
 "use strict";
 
 const FIELDS = ["name", "semantics", "compensator", "redact"];
