@@ -15,6 +15,7 @@ from . import (
     approvals,
     audit,
     control,
+    designer,
     live,
     login,
     passkey_routes,
@@ -68,6 +69,7 @@ def mount(app: FastAPI, db: Database, hosts: set[str] | None = None) -> Dashboar
         audit,
         passkey_routes,
         playground,
+        designer,
         status,
     ):
         router.include_router(module.pages)

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 PREFIX = "/ui"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; font-src 'self'; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 _TEMPLATES = Environment(
