@@ -84,6 +84,7 @@ def run_pytest(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.Co
             "pytest",
             "-p",
             "no:cacheprovider",
+            "-n0",  # one process: the outer suite already spreads over the cores
             f"--basetemp={tmp_path / 'inner'}",
             *args,
         ],
