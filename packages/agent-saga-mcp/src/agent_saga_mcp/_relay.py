@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from mcp import types
@@ -132,7 +131,7 @@ class Relay:
     def receive(self, line: bytes) -> None:
         """Interpret one line of the client's (see the module docstring)."""
         try:
-            message = json.loads(line)
+            message = _wire.decode(line)
         except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             self.send(_wire.error(None, _wire.PARSE_ERROR, f"Parse error: {exc}"))
             return
