@@ -1,11 +1,17 @@
 """The gateway's small parts on their own: where TOML keys are written, argument mappings, the
-input-schema rule, the approval predicate, and reading structured results."""
+input-schema rule, the approval predicate, reading structured results, and reading and writing
+JSON-RPC lines."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import random
+from typing import Any
+
 import pytest
 from agent_saga import Allow, Deny, Semantics, ToolCall
-from agent_saga_mcp import ArgumentMap, MappingError, Source
+from agent_saga_mcp import ArgumentMap, MappingError, Source, _wire
 from agent_saga_mcp._results import structured
 from agent_saga_mcp._rules import Above, InputSchemaRule
 from agent_saga_mcp._toml_lines import TomlLines, split_key
@@ -210,3 +216,78 @@ def test_the_compiled_check_admits_no_decimal_multiple_jsonschema_refuses() -> N
     assert not jsonschema.Draft202012Validator(schema).is_valid({"a": 0.07})
     decision = InputSchemaRule({"pay": schema}, {}).evaluate(_call("pay", {"a": 0.07}))
     assert isinstance(decision, Deny), decision
+
+
+WIRE_LINES = [
+    b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}',
+    b'{"a":1,"a":2}',
+    b'{"big":123456789012345678901234567890,"neg":-9223372036854775809}',
+    b'{"x":NaN,"y":Infinity,"z":1e400}',
+    b'\xef\xbb\xbf{"bom":true}',
+    b'"\\ud800"',
+    b'{"e":"\\u00e9\\ud83d\\ude00","f":0.1,"g":-0,"h":1E5}',
+    b"[" * 5000 + b"]" * 5000,
+]
+WIRE_REFUSED = [b'{"a":1}garbage', b"[1,]", b'{"a":01}', b'"\xff"', b'"a\x01b"', b""]
+
+
+@pytest.mark.parametrize("line", WIRE_LINES)
+def test_a_line_is_read_as_json_reads_it(line: bytes) -> None:
+    try:
+        expected: object = json.loads(line)
+    except RecursionError:
+        with pytest.raises(RecursionError):
+            _wire.decode(line)
+        return
+    got = _wire.decode(line)
+    assert repr(got) == repr(expected)  # NaN != NaN; the reprs tell ints from floats too
+
+
+@pytest.mark.parametrize("line", WIRE_REFUSED)
+def test_a_line_json_refuses_is_refused_with_its_error(line: bytes) -> None:
+    with pytest.raises(ValueError, match=r".") as expected:
+        json.loads(line)
+    with pytest.raises(ValueError, match=r".") as got:
+        _wire.decode(line)
+    assert str(got.value) == str(expected.value)
+
+
+def test_a_message_is_written_as_compact_utf8_json_on_one_line() -> None:
+    message = {"jsonrpc": "2.0", "id": 7, "result": {"text": "é 😀\n", "n": [1, 2.5, None]}}
+    line = _wire.encode(message)
+    assert line == json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    huge: dict[Any, Any] = {"id": 2**70, 3: "int key"}
+    assert _wire.encode(huge) == b'{"id":1180591620717411303424,"3":"int key"}\n'
+    assert _wire.encode({"x": float("nan")}) == b'{"x":null}\n'  # as the SDK's pydantic writes it
+
+
+def test_lines_split_as_they_arrive_are_the_lines_a_stream_reader_reads() -> None:
+    rnd = random.Random(23)
+    pieces = [b"\n", b"ab", b"c", b"0123456789abcdef", b"x" * 30]
+
+    async def read(chunks: list[bytes], limit: int) -> list[bytes | _wire.Oversized]:
+        stream = asyncio.StreamReader(limit=limit)
+        for chunk in chunks:
+            stream.feed_data(chunk)
+        stream.feed_eof()
+        reader, lines = _wire.LineReader(stream, limit), []
+        while (line := await reader.next()) is not None:
+            lines.append(line)
+        return lines
+
+    async def compare() -> int:
+        oversized = 0
+        for _ in range(400):
+            limit = rnd.randint(1, 12)
+            data = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 12)))
+            cuts = sorted(rnd.sample(range(len(data) + 1), min(len(data) + 1, rnd.randint(0, 5))))
+            chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+            splitter = _wire.LineSplitter(limit)
+            split = [line for chunk in chunks if chunk for line in splitter.feed(chunk)]
+            tail = splitter.end()
+            split += [tail] if tail is not None else []
+            assert split == await read([c for c in chunks if c], limit), (limit, chunks)
+            oversized += sum(isinstance(line, _wire.Oversized) for line in split)
+        return oversized
+
+    assert asyncio.run(compare()) > 50  # lines over the limit were among those compared

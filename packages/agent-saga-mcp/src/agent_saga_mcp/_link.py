@@ -13,6 +13,10 @@ Requests from the upstream are answered: ``ping`` with an empty result, anything
 elicitation, roots) with "method not found", as the SDK's client does when it has no callback
 for them. Its notifications (logs, progress) are dropped.
 
+The upstream's output is read by the subprocess's protocol (:class:`_LinkProtocol`): each
+line is handled as it arrives, in the event loop's callback, so an answer wakes its caller
+with no reading task in between (one loop iteration fewer per call).
+
 When the process exits or closes its output, every request in flight fails with
 :class:`UpstreamError` at once, and so does every later one: the link is not reopened.
 A request whose caller is cancelled is cancelled upstream with ``notifications/cancelled``.
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -82,22 +85,78 @@ class RelayedResult(types.CallToolResult):
         return getattr(self, "relayed_version", "")
 
 
+class _LinkProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """The subprocess protocol of ``asyncio.create_subprocess_exec``, except that the
+    process's output is split into lines as it arrives and handed to the link
+    (:meth:`StdioLink._lines`, :meth:`StdioLink._ended`), not buffered in a stream reader.
+    Lines that arrive before the link is attached wait for it."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.splitter = _wire.LineSplitter(limit)
+        self.link: StdioLink | None = None
+        self.early: list[bytes | _wire.Oversized] = []
+        self.closed = False
+        """Whether the output has closed."""
+        self.closed_by: BaseException | None = None
+        """The error that closed the output, if any."""
+
+    def attach(self, link: StdioLink) -> None:
+        self.link = link
+        early, self.early = self.early, []
+        if early:
+            link._lines(early)
+        if self.closed:
+            link._ended(self.closed_by)
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if fd != 1 or not isinstance(data, bytes):
+            super().pipe_data_received(fd, data)
+            return
+        lines = self.splitter.feed(data)
+        if not lines:
+            return
+        if self.link is None:
+            self.early.extend(lines)
+        else:
+            self.link._lines(lines)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        super().pipe_connection_lost(fd, exc)
+        if fd != 1:
+            return
+        tail = self.splitter.end()
+        self.closed, self.closed_by = True, exc
+        if self.link is None:
+            if tail is not None:
+                self.early.append(tail)
+            return
+        if tail is not None:
+            self.link._lines([tail])
+        self.link._ended(exc)
+
+
 class StdioLink:
     """One running upstream process and the requests in flight to it."""
 
-    def __init__(self, name: str, process: asyncio.subprocess.Process, limit: int) -> None:
+    def __init__(
+        self, name: str, process: asyncio.subprocess.Process, protocol: _LinkProtocol
+    ) -> None:
         self.name = name
         self.process = process
         assert process.stdin is not None
-        assert process.stdout is not None
         self.stdin = process.stdin
-        self.lines = _wire.LineReader(process.stdout, limit)
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.next_id = 0
         self.version = LATEST_HANDSHAKE_VERSION
         self.gone: str | None = None
         """Why the link is closed, once it is."""
-        self.reading = asyncio.get_running_loop().create_task(self._read())
+        self.reading = True
+        """Whether the upstream's lines are still read (not after its output ended or it
+        sent a line over the limit)."""
+        self.ending: asyncio.Task[None] | None = None
+        """Waits briefly for the exit code once the output has ended, then fails the link."""
+        protocol.attach(self)
 
     @classmethod
     async def start(
@@ -115,8 +174,10 @@ class StdioLink:
         Raises:
             UpstreamError: it could not be started, or its handshake failed (it is stopped).
         """
+        loop = asyncio.get_running_loop()
         try:
-            process = await asyncio.create_subprocess_exec(
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _LinkProtocol(limit, loop),
                 command,
                 *args,
                 stdin=asyncio.subprocess.PIPE,
@@ -125,11 +186,10 @@ class StdioLink:
                 env={**get_default_environment(), **(env or {})},
                 cwd=cwd,
                 start_new_session=True,
-                limit=limit,
             )
         except OSError as exc:
             raise UpstreamError(f"cannot start {command!r}: {exc}") from None
-        link = cls(name, process, limit)
+        link = cls(name, asyncio.subprocess.Process(transport, protocol, loop), protocol)
         try:
             await link._handshake()
         except BaseException:
@@ -221,19 +281,30 @@ class StdioLink:
         if self.gone is None and not self.stdin.is_closing():
             self.stdin.write(_wire.encode(message))
 
-    async def _read(self) -> None:
-        why = "closed its output"
-        try:
-            while (line := await self.lines.next()) is not None:
-                if isinstance(line, _wire.Oversized):
-                    why = f"sent a message of {line.size} bytes, over the limit"
-                    break
-                try:
-                    self._receive(line)
-                except (ValueError, TypeError, RecursionError):
-                    continue  # a line that does not parse as a message: dropped
-        except (OSError, ValueError) as exc:
-            why = f"could not be read ({exc})"
+    def _lines(self, lines: list[bytes | _wire.Oversized]) -> None:
+        """Handle lines of the upstream's output, in order (called by its protocol)."""
+        for line in lines:
+            if not self.reading:
+                return
+            if isinstance(line, _wire.Oversized):
+                self._stop_reading(f"sent a message of {line.size} bytes, over the limit")
+                return
+            try:
+                self._receive(line)
+            except (ValueError, TypeError, RecursionError):
+                continue  # a line that does not parse as a message: dropped
+
+    def _ended(self, exc: BaseException | None) -> None:
+        """The upstream's output is closed (called by its protocol)."""
+        if self.reading:
+            why = "closed its output" if exc is None else f"could not be read ({exc})"
+            self._stop_reading(why)
+
+    def _stop_reading(self, why: str) -> None:
+        self.reading = False
+        self.ending = asyncio.get_running_loop().create_task(self._end(why))
+
+    async def _end(self, why: str) -> None:
         for _ in range(_EXIT_POLLS):  # an exit code, when it comes soon, says more
             if self.process.returncode is not None:
                 break
@@ -241,7 +312,7 @@ class StdioLink:
         self._fail(f"upstream '{self.name}' {why}")
 
     def _receive(self, line: bytes) -> None:
-        message = json.loads(line)  # not JSON: dropped by the caller; a request stays pending
+        message = _wire.decode(line)  # not JSON: dropped by the caller; a request stays pending
         if not isinstance(message, dict):
             return
         if "method" in message:
@@ -297,9 +368,11 @@ class StdioLink:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.process.wait()), _GRACE)
                 break
-        self.reading.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.reading
+        self.reading = False
+        if self.ending is not None:
+            self.ending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.ending
 
 
 def _first(exc: ValidationError) -> str:

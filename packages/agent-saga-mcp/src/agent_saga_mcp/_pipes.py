@@ -1,8 +1,9 @@
 """The client's stdin and stdout as asyncio pipe streams, for serving MCP over stdio.
 
 Pipes (and terminals and sockets) can be read and written by the event loop directly, with no
-worker thread per message and no blocking read that a stop would have to wait out. The relay
-(:mod:`agent_saga_mcp._relay`) reads and writes them; :class:`PipeLines` and
+worker thread per message and no blocking read that a stop would have to wait out. Stdin is
+split into lines as data arrives (:class:`ClientLines`): the relay (:mod:`agent_saga_mcp._relay`)
+is handed each line in the loop's callback, with no reading task in between; :class:`PipeLines` and
 :class:`PipeWriter` hand them to the SDK's ``stdio_server`` when a client is served by the SDK
 instead. While they are in use, file descriptor 1 points at stderr, so nothing printed by
 accident can corrupt the protocol stream.
@@ -16,10 +17,106 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from ._wire import DEFAULT_LINE_LIMIT, LineReader, Oversized
+from ._wire import DEFAULT_LINE_LIMIT, LineSplitter, Oversized
+
+Line = bytes | Oversized | None
+"""A line of the client's, one over the limit, or ``None``: the end of its input."""
+
+_QUEUE_LINES = 64
+"""Lines queued for :meth:`ClientLines.next` before reading the pipe pauses."""
+
+
+class ClientLines(asyncio.Protocol):
+    """The client's stdin as lines of at most :attr:`limit` bytes, split as data arrives
+    (:class:`~agent_saga_mcp._wire.LineSplitter`).
+
+    While a sink is attached (:meth:`attach`), each line (and then ``None``, the end of
+    input) is handed to it in the event loop's callback, in order; a sink that is unset
+    mid-way leaves the rest queued. Otherwise lines queue for :meth:`next` (reading pauses
+    while many are queued).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.splitter = LineSplitter(limit)
+        self.sink: Callable[[Line], None] | None = None
+        self.queue: deque[Line] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.transport: asyncio.ReadTransport | None = None
+        self.ended = False
+        self.paused: set[str] = set()
+        """Why reading is paused: ``"queue"`` (:meth:`next` is behind), or the sink's reasons."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.ReadTransport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._deliver(self.splitter.feed(data))
+
+    def eof_received(self) -> bool | None:
+        self._end()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        tail = self.splitter.end()
+        ending: list[Line] = [tail, None] if tail is not None else [None]
+        self._deliver(ending)
+
+    def _deliver(self, lines: list[bytes | Oversized] | list[Line]) -> None:
+        """Hand ``lines`` to the sink, or queue them (the sink may be unset by one of them)."""
+        for line in lines:
+            if self.sink is not None:
+                self.sink(line)
+                continue
+            self.queue.append(line)
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
+        if len(self.queue) > _QUEUE_LINES:
+            self.pause("queue")
+
+    def attach(self, sink: Callable[[Line], None] | None) -> None:
+        """Hand lines to ``sink`` from now on, first the ones queued (``None``: queue them)."""
+        self.sink = sink
+        if sink is not None and self.queue:
+            queued = list(self.queue)
+            self.queue.clear()
+            self._deliver(queued)
+            if "queue" in self.paused:
+                self.resume("queue")
+
+    def pause(self, why: str) -> None:
+        """Stop reading the pipe until :meth:`resume` with the same ``why``."""
+        if not self.paused and self.transport is not None and not self.ended:
+            self.transport.pause_reading()
+        self.paused.add(why)
+
+    def resume(self, why: str) -> None:
+        self.paused.discard(why)
+        if not self.paused and self.transport is not None and not self.ended:
+            self.transport.resume_reading()
+
+    async def next(self) -> bytes | Oversized | None:
+        """The next queued line, waiting for one; ``None`` at the end (and ever after)."""
+        while not self.queue:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        line = self.queue[0]
+        if line is not None:
+            self.queue.popleft()
+        if len(self.queue) <= _QUEUE_LINES // 2 and "queue" in self.paused:
+            self.resume("queue")
+        return line
 
 
 class PipeLines:
@@ -27,7 +124,7 @@ class PipeLines:
     the ``lead`` lines already read, then the rest. A line over the limit is left out (and
     said on stderr)."""
 
-    def __init__(self, lines: LineReader, lead: list[bytes] | None = None) -> None:
+    def __init__(self, lines: ClientLines, lead: list[bytes] | None = None) -> None:
         self.lines = lines
         self.lead = list(lead or [])
 
@@ -61,17 +158,14 @@ class PipeWriter:
 @asynccontextmanager
 async def client_pipes(
     limit: int = DEFAULT_LINE_LIMIT,
-) -> AsyncIterator[tuple[LineReader, asyncio.StreamWriter] | None]:
+) -> AsyncIterator[tuple[ClientLines, asyncio.StreamWriter] | None]:
     """The client's stdin (lines of at most ``limit`` bytes) and stdout as event-loop streams,
     or ``None`` if they cannot be."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=limit)
     stdin = os.fdopen(os.dup(0), "rb", buffering=0)
     stdout = os.fdopen(os.dup(1), "wb", buffering=0)
     try:
-        read_transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), stdin
-        )
+        read_transport, lines = await loop.connect_read_pipe(lambda: ClientLines(limit), stdin)
     except (OSError, ValueError):
         stdin.close()
         stdout.close()
@@ -90,7 +184,7 @@ async def client_pipes(
     os.dup2(2, 1)
     try:
         writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
-        yield LineReader(reader, limit), writer
+        yield lines, writer
     finally:
         os.dup2(saved, 1)
         os.close(saved)
@@ -98,4 +192,4 @@ async def client_pipes(
         write_transport.close()
 
 
-__all__ = ["PipeLines", "PipeWriter", "client_pipes"]
+__all__ = ["ClientLines", "Line", "PipeLines", "PipeWriter", "client_pipes"]

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from mcp import types
@@ -50,6 +49,7 @@ from pydantic import ValidationError
 from . import _wire
 from ._gateway import STDIO, Gateway
 from ._link import RelayedResult
+from ._pipes import ClientLines, Line
 
 _LEAD_LIMIT = 8
 
@@ -69,9 +69,7 @@ class ClientGone(Exception):
 class Relay:
     """One stdio client session of ``gateway`` (see the module docstring)."""
 
-    def __init__(
-        self, gateway: Gateway, lines: _wire.LineReader, writer: asyncio.StreamWriter
-    ) -> None:
+    def __init__(self, gateway: Gateway, lines: ClientLines, writer: asyncio.StreamWriter) -> None:
         self.gateway = gateway
         self.lines = lines
         self.writer = writer
@@ -88,26 +86,31 @@ class Relay:
         self.lead: list[bytes] | None = []
         """Lines read before the client's first request (``None`` once it came)."""
         self.open = True
+        self.done: asyncio.Future[None] | None = None
+        """Set when the client's input ends (or fails with what ended the reading)."""
+        self.draining: asyncio.Task[None] | None = None
+        """Waits for a slow client to read its answers; its input is not read meanwhile."""
 
     async def run(self) -> None:
         """Serve until the client's input ends; calls in progress are answered first. When
         cancelled (the gateway is stopped), the calls in progress are cancelled.
 
+        Each line is handled as it arrives, in the event loop's callback (:meth:`line`).
+
         Raises:
-            Handoff: the client speaks the 2026 era; no line of it was answered.
+            Handoff: the client speaks the 2026 era; no line of it was answered (the lines
+                after it stay queued in :attr:`lines`).
         """
         ended = False
+        self.done = asyncio.get_running_loop().create_future()
+        self.lines.attach(self.line)
         try:
-            while (line := await self.lines.next()) is not None:
-                if isinstance(line, _wire.Oversized):
-                    why = f"a message of {line.size} bytes is over the limit of "
-                    why += f"{self.lines.limit} bytes: dropped unread"
-                    self.send(_wire.error(None, _wire.INVALID_REQUEST, why))
-                else:
-                    self.receive(line)
-                await self.drain()
+            await self.done
             ended = True
         finally:
+            self.lines.attach(None)
+            if self.draining is not None:
+                self.draining.cancel()
             self.open = False
             for question in self.asked.values():
                 if not question.done():
@@ -118,6 +121,42 @@ class Relay:
                     task.cancel()
             if calls:
                 await asyncio.wait(calls)
+
+    def line(self, line: Line) -> None:
+        """Handle one line of the client's input (``None``: the end of it)."""
+        done = self.done
+        assert done is not None
+        if done.done():
+            return
+        try:
+            if line is None:
+                done.set_result(None)
+                return
+            if isinstance(line, _wire.Oversized):
+                why = f"a message of {line.size} bytes is over the limit of "
+                why += f"{self.lines.limit} bytes: dropped unread"
+                self.send(_wire.error(None, _wire.INVALID_REQUEST, why))
+            else:
+                self.receive(line)
+        except Exception as exc:  # a handoff (or a fault): run() raises it; no more lines
+            self.lines.sink = None
+            done.set_exception(exc)
+            return
+        transport = self.writer.transport
+        if (
+            self.draining is None
+            and not self.writer.is_closing()
+            and transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
+        ):  # the client is slow to read: read no more of its input until it has caught up
+            self.lines.pause("drain")
+            self.draining = asyncio.get_running_loop().create_task(self._caught_up())
+
+    async def _caught_up(self) -> None:
+        try:
+            await self.drain()
+        finally:
+            self.draining = None
+            self.lines.resume("drain")
 
     async def drain(self) -> None:
         """Wait while the client is slow to read (a client that closed its end is not)."""
@@ -132,7 +171,7 @@ class Relay:
     def receive(self, line: bytes) -> None:
         """Interpret one line of the client's (see the module docstring)."""
         try:
-            message = json.loads(line)
+            message = _wire.decode(line)
         except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             self.send(_wire.error(None, _wire.PARSE_ERROR, f"Parse error: {exc}"))
             return

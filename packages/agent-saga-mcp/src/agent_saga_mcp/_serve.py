@@ -35,10 +35,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ._build import open_gateway
 from ._config import GatewayConfig
 from ._gateway import Gateway
-from ._pipes import PipeLines, PipeWriter, client_pipes
+from ._pipes import ClientLines, PipeLines, PipeWriter, client_pipes
 from ._relay import Handoff, Relay
 from ._upstream import LiveUpstreams
-from ._wire import DEFAULT_LINE_LIMIT, LineReader
+from ._wire import DEFAULT_LINE_LIMIT
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -83,7 +83,7 @@ async def serve_stdio(
 
 
 async def _serve_client(
-    gateway: Gateway, pipes: tuple[LineReader, asyncio.StreamWriter] | None
+    gateway: Gateway, pipes: tuple[ClientLines, asyncio.StreamWriter] | None
 ) -> None:
     lead: list[bytes] = []
     if pipes is not None:
