@@ -60,6 +60,12 @@ def reserve_with(**changes: str) -> bytes:
     return text.encode()
 
 
+def big_batch(defect: str) -> bytes:
+    """An ingest body over 64 KiB (parsed in the thread pool, not on the event loop) whose
+    only defect is ``defect``, raw JSON text placed after the padding."""
+    return ('{"records": [{"pad": "' + "x" * 100_000 + '", ' + defect + "}]}").encode()
+
+
 def nested(depth: int) -> bytes:
     return ('{"reason": ' + "[" * depth + '"x"' + "]" * depth + "}").encode()
 
@@ -78,6 +84,12 @@ TABLE: list[Bad] = [
         reserve_with(account='{"\\udfff": 1}')),
     Bad("bytes that are not UTF-8", "POST", "/v1/killswitch/resume", 400, "admin",
         b'{"reason": "\xff\xfe"}'),
+    Bad("a duplicate key in a body over 64 KiB", "POST", f"/v1/origins/{ORIGIN}/records", 400,
+        "agent", big_batch('"seq": 1, "seq": 2')),
+    Bad("NaN in a body over 64 KiB", "POST", f"/v1/origins/{ORIGIN}/records", 400, "agent",
+        big_batch('"seq": NaN')),
+    Bad("a lone surrogate in a body over 64 KiB", "POST", f"/v1/origins/{ORIGIN}/records", 400,
+        "agent", big_batch('"kind": "\\udc00"')),
     Bad("text that is not JSON", "POST", "/v1/killswitch/resume", 400, "admin", b"{reason: x"),
     Bad("JSON nested 100 deep", "POST", "/v1/killswitch/resume", 400, "admin", nested(100)),
     Bad("no body where one is required", "POST", "/v1/killswitch/resume", 400, "admin", None),

@@ -18,7 +18,9 @@ class ServerContext:
     hub: ChangeHub
 
 
-def context(request: Request) -> ServerContext:
+async def context(request: Request) -> ServerContext:
+    """The process's context. A coroutine, so FastAPI calls it on the event loop: a plain
+    function dependency would cost every request a round trip through the thread pool."""
     found: ServerContext = request.app.state.context
     return found
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import Depends, HTTPException, Request
@@ -72,12 +72,11 @@ async def post_records(
     that differs from the stored one (409), breaks the chain (409/422) or leaves a gap (422)
     refuses the whole batch, and the batch is kept as evidence.
     """
-    # parsed strictly by the route class; the records checked as IngestBody would check them
-    records = records_of(await request.json())
+    # parsed strictly by the route class; the records checked as IngestBody would check them,
+    # in the thread pool with the chain check and the insert (not on the event loop)
+    body = await request.json()
     try:
-        result = await anyio.to_thread.run_sync(
-            ingest_store.ingest, ctx.db, origin, records, caller.token_id
-        )
+        result = await anyio.to_thread.run_sync(_ingest, ctx, origin, body, caller.token_id)
     except IngestRefused as refused:
         raise HTTPException(refused.status, str(refused)) from None
     return IngestOut(
@@ -86,6 +85,10 @@ async def post_records(
         last_seq=result.last_seq,
         last_hash=result.last_hash,
     )
+
+
+def _ingest(ctx: ServerContext, origin: str, body: Any, token: str) -> ingest_store.IngestResult:
+    return ingest_store.ingest(ctx.db, origin, records_of(body), token)
 
 
 @api.post(

@@ -8,12 +8,14 @@ token may only act for its own origin (403 otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ..store.db import Database
 from ..store.tokens import Caller, Scope, authenticate
 from .context import ServerContext, context
 
@@ -21,17 +23,17 @@ _bearer = HTTPBearer(auto_error=False, description="a control-plane token: asg_<
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-def allow(*scopes: Scope) -> Callable[..., Caller]:
+def allow(*scopes: Scope) -> Callable[..., Awaitable[Caller]]:
     """A dependency that returns the caller when its token is valid and of one of ``scopes``."""
 
-    def caller(
+    async def caller(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         ctx: Annotated[ServerContext, Depends(context)],
     ) -> Caller:
         if credentials is None or credentials.scheme.lower() != "bearer":
             raise HTTPException(401, "a bearer token is required", headers=_CHALLENGE)
-        found = authenticate(ctx.db, credentials.credentials)
+        found = await _authenticated(ctx.db, credentials.credentials)
         if found is None:
             raise HTTPException(
                 401, "the token is not valid (unknown, expired or revoked)", headers=_CHALLENGE
@@ -43,16 +45,25 @@ def allow(*scopes: Scope) -> Callable[..., Caller]:
     return caller
 
 
+async def _authenticated(db: Database, presented: str) -> Caller | None:
+    """:func:`..store.tokens.authenticate`: on SQLite on the event loop (one read by primary key,
+    which in WAL mode never waits for a writer, costs less than a round trip through the thread
+    pool), on PostgreSQL in the thread pool (a network round trip must not hold the loop)."""
+    if db.kind == "sqlite":
+        return authenticate(db, presented)
+    return await anyio.to_thread.run_sync(authenticate, db, presented)
+
+
 ORIGIN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 OriginPath = Annotated[str, Path(pattern=ORIGIN_PATTERN)]
 
 
-def for_origin(*scopes: Scope) -> Callable[..., Caller]:
+def for_origin(*scopes: Scope) -> Callable[..., Awaitable[Caller]]:
     """:func:`allow`, and an agent token only for the ``{origin}`` of the path: a 403 before
     the body is looked at."""
     check = allow(*scopes)
 
-    def caller(origin: OriginPath, found: Caller) -> Caller:
+    async def caller(origin: OriginPath, found: Caller) -> Caller:  # no thread-pool hop
         own_origin(found, origin)
         return found
 

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
+import anyio.to_thread
 from fastapi import HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -29,6 +30,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_DEPTH = 64
+PARSE_ON_LOOP_BYTES = 64 * 1024
+"""Bodies up to this size are parsed on the event loop; larger ones (an ingest batch takes
+tens of milliseconds) in the thread pool, so the process keeps answering other requests (a
+waiting agent's approval, kill-switch streams) meanwhile."""
 
 
 class StrictModel(BaseModel):
@@ -145,8 +150,12 @@ class StrictRequest(Request):
             content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "application/json":
                 raise HTTPException(415, "the body must be application/json")
+            body = await self.body()
             try:
-                self._strict_json = strict_json(await self.body())
+                if len(body) > PARSE_ON_LOOP_BYTES:  # a batch of records: not on the event loop
+                    self._strict_json = await anyio.to_thread.run_sync(strict_json, body)
+                else:
+                    self._strict_json = strict_json(body)
             except BadJSON as exc:
                 raise HTTPException(400, f"bad JSON body: {exc}") from None
         return self._strict_json
