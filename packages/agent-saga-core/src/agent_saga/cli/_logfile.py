@@ -29,6 +29,7 @@ from .._log.chain import HASH_MISMATCH, Chain
 from .._log.files import LOCK_NAME, LOG_NAME
 from .._log.read import shorter_than_synced, verify_file
 from .._log.sagaindex import IndexMismatch, SagaIndex
+from .._log.solo import ring
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
 from ..proofs._mesh.layout import is_mesh
@@ -78,6 +79,7 @@ def shared_lock(home: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                ring(home)  # a writer alone on the home keeps the lock until asked
                 if time.monotonic() > deadline:
                     raise CliError(
                         f"{home / LOCK_NAME} has been held by a writer for over {timeout:g}s"
