@@ -242,8 +242,12 @@ class SoloMode:
 def _open_bell(home: Path) -> int | None:
     """The bell's read end (created as a FIFO when missing); ``None`` when it cannot be."""
     path = home / BELL_NAME
-    with contextlib.suppress(FileExistsError):
+    try:
         os.mkfifo(path, 0o600)
+    except FileExistsError:
+        pass
+    except OSError:  # no FIFOs here: the store stays in shared mode
+        return None
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # never blocks; also lets stop() wake it
     except OSError:
