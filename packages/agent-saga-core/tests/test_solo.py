@@ -104,7 +104,8 @@ def test_reading_in_the_holders_process_does_not_end_solo_mode(tmp_path: Path) -
             store.append([_entry("a", i)], sync=True)
             assert [r.data["i"] for r in store.records()] == list(range(i + 1))
         assert store.solo_active
-        assert store._solo is not None and store._solo.entries == 1
+        assert store._solo is not None
+        assert store._solo.entries == 1  # entered once, never asked to leave
 
 
 def test_second_store_in_one_process_takes_over_and_both_continue_one_chain(
@@ -157,6 +158,17 @@ def test_two_processes_on_one_home_lose_nothing(tmp_path: Path, order: str) -> N
         assert [i for p, i in seen if p == name] == list(range(n + 1))
 
 
+def _wait_stopped(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    tasks = Path(f"/proc/{pid}/task")
+    while not all(
+        (t / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for t in tasks.iterdir()
+    ):
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc to see the stop")
 def test_a_stopped_holder_killed_lets_a_waiting_opener_in(tmp_path: Path) -> None:
     """A holder that cannot answer the bell (stopped) blocks an opener only until it dies:
     the kernel releases its lock on SIGKILL, and its synced records stay."""
@@ -166,6 +178,7 @@ def test_a_stopped_holder_killed_lets_a_waiting_opener_in(tmp_path: Path) -> Non
     (tmp_path / "a.go").touch()
     assert _line(a) == "done"
     os.kill(a.pid, signal.SIGSTOP)
+    _wait_stopped(a.pid)  # every thread: a stop takes effect when a thread next runs
     opened: list[FileLogStore] = []
     opener = threading.Thread(target=lambda: opened.append(FileLogStore(home)))
     opener.start()
