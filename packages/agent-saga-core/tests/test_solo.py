@@ -79,7 +79,7 @@ def _solo(store: FileLogStore) -> bool:
 
 
 def _lock_taken(home: Path) -> bool:
-    """Whether some process holds ``log.lock`` (tried without ringing the bell)."""
+    """Whether some process holds ``log.lock`` (tried without entering the waiting room)."""
     fd = os.open(home / "log.lock", os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -119,7 +119,7 @@ def test_second_store_in_one_process_takes_over_and_both_continue_one_chain(
     first = FileLogStore(home)
     first.append([_entry("a", 0)], sync=True)
     assert _solo(first)
-    second = FileLogStore(home)  # rings: the first lets go
+    second = FileLogStore(home)  # waits: the first lets go
     assert not _solo(first)
     for i in range(1, 4):
         first.append([_entry("a", i)], sync=True)
@@ -174,8 +174,8 @@ def _wait_stopped(pid: int) -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc to see the stop")
 def test_a_stopped_holder_killed_lets_a_waiting_opener_in(tmp_path: Path) -> None:
-    """A holder that cannot answer the bell (stopped) blocks an opener only until it dies:
-    the kernel releases its lock on SIGKILL, and its synced records stay."""
+    """A holder that cannot look into the waiting room (stopped) blocks an opener only until
+    it dies: the kernel releases its lock on SIGKILL, and its synced records stay."""
     home = tmp_path / "home"
     a = _start(home, "a", 5, tmp_path)
     assert _line(a) == "open True"

@@ -12,17 +12,18 @@ Invariants:
   taken and cleared before it is released, so two processes (or two stores of one process,
   each with its own open file description) can never both be solo, whatever their timing.
 * Anyone who finds ``log.lock`` taken (:func:`take_log_lock`) waits in the waiting room
-  (``log.wait``, held shared while waiting), rings the bell (``log.bell``, a FIFO that only a
-  solo holder has open for reading) and then blocks on ``log.lock``. The solo holder's watcher
-  thread, asleep on the bell, wakes, waits for the round in progress (``round``) and releases
-  the lock. A holder enters solo only at the end of a round while holding the lock and only
-  when it can take ``log.wait`` exclusively (nobody waiting); it opens the bell before letting
-  go of ``log.wait``. So every waiter either made the entry fail or rings after the holder
-  listens: no waiter sleeps behind an idle holder.
+  (``log.wait``, held shared for the whole wait) and blocks on ``log.lock``. The solo
+  holder's watcher thread tries ``log.wait`` exclusively every :data:`POLL` seconds; when it
+  cannot (someone waits), it waits for the round in progress (``round``) and releases the
+  lock. A holder enters solo only at the end of a round while holding the lock and only when
+  it can take ``log.wait`` exclusively (nobody waiting); it is ``active`` before it lets go of
+  ``log.wait``. So every waiter either made the entry fail or is seen by the next poll: no
+  waiter sleeps behind an idle holder for more than about :data:`POLL` seconds. (No FIFO or
+  other special file: a home copied while an agent runs stays plain files.)
 * A holder that left solo because it was asked re-enters no sooner than :data:`HOLDOFF`
   seconds later, so a process that reads now and then does not make it switch every round.
 * Nothing here survives the holder: the kernel releases a dead holder's ``flock`` (a SIGKILL
-  included) and a FIFO with no reader makes ringing a no-op. A child forked from a solo holder
+  included). A child forked from a solo holder
   gets its own unlocked descriptor in place of the inherited one (:func:`_after_fork_in_child`),
   so a child outliving a killed parent never keeps the home locked.
 * In-process readers of a home whose store is solo hold its ``round`` lock instead of taking
@@ -35,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -44,11 +44,11 @@ from typing import ClassVar
 
 from .files import LOCK_NAME
 
-BELL_NAME = "log.bell"
 WAIT_NAME = "log.wait"
 HOLDOFF = 1.0
 """Seconds after being asked to leave solo mode before a writer takes it again."""
-_WAKE = b"!"
+POLL = 0.005
+"""Seconds between a solo holder's looks into the waiting room."""
 
 
 class _Registry:
@@ -61,8 +61,8 @@ class _Registry:
 def take_log_lock(fd: int, home: Path, *, shared: bool = False) -> None:
     """Take ``flock`` on ``fd`` (``home``'s ``log.lock``), asking a solo holder to let go.
 
-    Uncontended it costs one system call, as a plain ``flock``. Otherwise it waits in the
-    waiting room, rings the bell and blocks until the lock is granted.
+    Uncontended it costs one system call, as a plain ``flock``. Otherwise it blocks in the
+    waiting room, where a solo holder sees it, until the lock is granted.
     """
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
@@ -70,28 +70,24 @@ def take_log_lock(fd: int, home: Path, *, shared: bool = False) -> None:
         return
     except BlockingIOError:
         pass
-    wait_fd = os.open(home / WAIT_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(wait_fd, fcntl.LOCK_SH)
-        ring(home)
+    with waiting_room(home):
         fcntl.flock(fd, mode)
-    finally:
-        os.close(wait_fd)
 
 
-def ring(home: Path) -> None:
-    """Ask a solo holder of ``home`` (if any) to release ``log.lock``; never blocks."""
+@contextlib.contextmanager
+def waiting_room(home: Path) -> Iterator[None]:
+    """Hold ``log.wait`` shared for the block: a solo holder of ``home`` lets go of
+    ``log.lock`` within about :data:`POLL` seconds while anyone is here."""
     try:
-        fd = os.open(home / BELL_NAME, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:  # no bell, or nobody listening: no solo holder
+        wait_fd = os.open(home / WAIT_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:  # a read-only home: nobody can write it, so nobody holds it solo
+        yield
         return
     try:
-        if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.write(fd, _WAKE)
-    except OSError:  # a full pipe: rings are already pending
-        pass
+        fcntl.flock(wait_fd, fcntl.LOCK_SH)
+        yield
     finally:
-        os.close(fd)
+        os.close(wait_fd)
 
 
 @contextlib.contextmanager
@@ -137,7 +133,7 @@ class SoloMode:
         """How many times solo mode was entered (for tests and ``describe``)."""
         self._stopped = False
         self._left_at = -HOLDOFF
-        self._bell: int | None = None
+        self._halt = threading.Event()
         self._watcher: threading.Thread | None = None
 
     def begin(self) -> bool:
@@ -178,101 +174,78 @@ class SoloMode:
                 fcntl.flock(wait_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return False  # someone waits for log.lock: let go of it
-            bell = _open_bell(self.home)
-            if bell is None:
-                return False
             with self.round:
-                self.active, self._bell = True, bell
+                self.active = True
+            with _Registry.lock:
+                _Registry.holders[self.key] = self
+            self._halt.clear()
             watcher = threading.Thread(
-                target=self._watch, args=(bell,), name="agent-saga-solo", daemon=True
+                target=self._watch, args=(wait_fd,), name="agent-saga-solo", daemon=True
             )
             try:
                 watcher.start()
-            except RuntimeError:  # no thread to hear the bell: stay in shared mode
+            except RuntimeError:  # no thread to watch the waiting room: stay in shared mode
                 with self.round:
-                    self.active, self._bell = False, None
-                os.close(bell)
+                    self.active = False
+                self._unregister()
                 return False
+            wait_fd = -1  # the watcher owns it now
             self._watcher = watcher
             self.entries += 1
-            with _Registry.lock:
-                _Registry.holders[self.key] = self
             return True
         finally:
-            os.close(wait_fd)  # releases log.wait: later waiters ring a bell that is heard
+            if wait_fd >= 0:
+                os.close(wait_fd)
 
-    def _watch(self, bell: int) -> None:
-        """The watcher: asleep on the bell until rung (or woken by :meth:`stop`), then leave.
-
-        Only the watcher leaves solo mode, and only after its read returned: when ``log.lock``
-        is released no thread of this holder still reads the bell, so a later holder's bell
-        is never answered here in its place.
-        """
-        with contextlib.suppress(OSError):
-            os.read(bell, 64)
+    def _watch(self, wait_fd: int) -> None:
+        """The watcher: look into the waiting room every :data:`POLL` seconds; leave solo mode
+        when someone waits there (or :meth:`stop` asks), then exit."""
         try:
-            self._leave()
+            fcntl.flock(wait_fd, fcntl.LOCK_UN)  # from now on waiters may come in
+            while not self._halt.wait(POLL):
+                try:
+                    fcntl.flock(wait_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    break  # someone waits for log.lock
+                fcntl.flock(wait_fd, fcntl.LOCK_UN)
         finally:
-            os.close(bell)
+            os.close(wait_fd)
+            self._leave()
 
     def _leave(self) -> None:
         """After the round in progress: clear ``active``, then release the lock."""
         with self.round:
             if not self.active:
                 return
-            self.active, self._bell = False, None
+            self.active = False
             self._left_at = time.monotonic()
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+        self._unregister()
+
+    def _unregister(self) -> None:
         with _Registry.lock:
             if _Registry.holders.get(self.key) is self:
                 del _Registry.holders[self.key]
 
     def stop(self) -> None:
-        """Leave solo mode for good and wait until the lock is released. Idempotent."""
+        """Leave solo mode for good; returns once the lock is released. Idempotent."""
         self._stopped = True
-        with self.round:  # the watcher cannot close the bell while this is held
-            if self.active and self._bell is not None:
-                with contextlib.suppress(OSError):
-                    os.write(self._bell, _WAKE)
-            watcher = self._watcher
+        self._halt.set()
+        watcher = self._watcher
         if watcher is not None and watcher is not threading.current_thread():
-            watcher.join(timeout=5.0)
-
-
-def _open_bell(home: Path) -> int | None:
-    """The bell's read end (created as a FIFO when missing); ``None`` when it cannot be."""
-    path = home / BELL_NAME
-    try:
-        os.mkfifo(path, 0o600)
-    except FileExistsError:
-        pass
-    except OSError:  # no FIFOs here: the store stays in shared mode
-        return None
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # never blocks; also lets stop() wake it
-    except OSError:
-        return None
-    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
+            watcher.join()
 
 
 def _after_fork_in_child() -> None:
     """A forked child: an unlocked descriptor replaces each inherited solo ``log.lock`` (the
-    parent's lock must die with the parent) and the bell is closed (only the parent listens)."""
+    parent's lock must die with the parent). The watcher does not exist in the child."""
     with contextlib.suppress(Exception):
         for holder in list(_Registry.holders.values()):
             fresh = os.open(holder.home / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
             os.dup2(fresh, holder.lock_fd)
             os.close(fresh)
-            bell = holder._bell
-            if bell is not None:
-                null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-                os.dup2(null, bell)
-                os.close(null)
             holder.round = threading.Lock()
-            holder.active, holder._bell, holder._watcher = False, None, None
+            holder.active, holder._watcher = False, None
             holder._stopped = True
     _Registry.holders = {}
     _Registry.lock = threading.Lock()
