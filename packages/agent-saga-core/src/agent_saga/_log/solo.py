@@ -18,7 +18,7 @@ Invariants:
   lock. A holder enters solo only at the end of a round while holding the lock and only when
   it can take ``log.wait`` exclusively (nobody waiting); it is ``active`` before it lets go of
   ``log.wait``. So every waiter either made the entry fail or is seen by the next poll: no
-  waiter sleeps behind an idle holder for more than about :data:`POLL` seconds. (No FIFO or
+  waiter sleeps behind a holder for more than about :data:`POLL_IDLE` seconds. (No FIFO or
   other special file: a home copied while an agent runs stays plain files.)
 * A holder that left solo because it was asked re-enters no sooner than :data:`HOLDOFF`
   seconds later, so a process that reads now and then does not make it switch every round.
@@ -48,7 +48,10 @@ WAIT_NAME = "log.wait"
 HOLDOFF = 1.0
 """Seconds after being asked to leave solo mode before a writer takes it again."""
 POLL = 0.005
-"""Seconds between a solo holder's looks into the waiting room."""
+"""Seconds between a solo holder's looks into the waiting room while it writes..."""
+POLL_IDLE = 0.05
+"""...and once it has not written for :data:`BUSY` seconds (an idle holder costs less CPU)."""
+BUSY = 0.1
 
 
 class _Registry:
@@ -77,7 +80,7 @@ def take_log_lock(fd: int, home: Path, *, shared: bool = False) -> None:
 @contextlib.contextmanager
 def waiting_room(home: Path) -> Iterator[None]:
     """Hold ``log.wait`` shared for the block: a solo holder of ``home`` lets go of
-    ``log.lock`` within about :data:`POLL` seconds while anyone is here."""
+    ``log.lock`` within about :data:`POLL_IDLE` seconds while anyone is here."""
     try:
         wait_fd = os.open(home / WAIT_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:  # a read-only home: nobody can write it, so nobody holds it solo
@@ -134,6 +137,7 @@ class SoloMode:
         self._stopped = False
         self._left_at = -HOLDOFF
         self._halt = threading.Event()
+        self._busy_at = 0.0
         self._watcher: threading.Thread | None = None
 
     def begin(self) -> bool:
@@ -150,6 +154,7 @@ class SoloMode:
         """After a round begun with :meth:`begin` (which returned ``solo``): keep the lock and
         become solo when nobody waits for it, else release it."""
         if solo:
+            self._busy_at = time.monotonic()
             self.round.release()
         elif not self._enter():
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
@@ -198,11 +203,14 @@ class SoloMode:
                 os.close(wait_fd)
 
     def _watch(self, wait_fd: int) -> None:
-        """The watcher: look into the waiting room every :data:`POLL` seconds; leave solo mode
+        """The watcher: look into the waiting room every :data:`POLL` seconds while the holder
+        writes, every :data:`POLL_IDLE` seconds when it is idle; leave solo mode
         when someone waits there (or :meth:`stop` asks), then exit."""
         try:
             fcntl.flock(wait_fd, fcntl.LOCK_UN)  # from now on waiters may come in
-            while not self._halt.wait(POLL):
+            while not self._halt.wait(
+                POLL if time.monotonic() - self._busy_at < BUSY else POLL_IDLE
+            ):
                 try:
                     fcntl.flock(wait_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
