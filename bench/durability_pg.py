@@ -9,7 +9,10 @@ Prints, for 1, 8 and 64 writers (threads of this process):
     its sagas: concurrent appends share round trips and flushes);
   * store per writer: the same with one store per writer (1 and 8 only: a stand-in for writers
     in separate processes, which share only the server);
-  * store sync=False: append on one shared store without waiting for the flush.
+  * store sync=False: append on one shared store without waiting for the flush;
+  * processes (8 writers by default, ``--processes``): one store in each of that many separate
+    processes (spawned, connected and waiting before the clock starts), each appending with
+    sync=True; also the CPU time per append in those processes.
 
 Cases run in alternating rounds; each line gives the median over the rounds of the p50 latency
 of one append and of the throughput, with ratios to the floor's medians.
@@ -21,11 +24,12 @@ Usage: uv run python bench/durability_pg.py [--appends N] [--rounds R] [--url UR
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import ExitStack
 
 import psycopg
@@ -123,15 +127,60 @@ def store_maker(url: str, schema: str, sync: bool, shared: bool) -> Maker:
     return make
 
 
+def _process_writer(
+    url: str, schema: str, writer: int, n: int, barrier: object, out: object
+) -> None:
+    """One writer process: open a store, wait for the start, append ``n`` times durably."""
+    store = PostgresLogStore(url, schema=schema)
+    try:
+        mine: list[float] = []
+        barrier.wait()  # type: ignore[attr-defined]
+        cpu = time.process_time()
+        for i in range(n):
+            start = time.perf_counter()
+            store.append([Entry("step.intent", f"p{writer}", {"i": i}, i)], sync=True)
+            mine.append(time.perf_counter() - start)
+        out.put((mine, time.process_time() - cpu))  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+def run_processes(url: str, schema: str, writers: int, appends: int) -> tuple[float, float, float]:
+    """``appends`` durable appends split over ``writers`` processes, one store each; returns
+    (p50 ms, appends/s, CPU ms per append in the writers)."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(writers + 1), ctx.Queue()
+    n = max(1, appends // writers)
+    procs = [
+        ctx.Process(target=_process_writer, args=(url, schema, w, n, barrier, out))
+        for w in range(writers)
+    ]
+    for proc in procs:
+        proc.start()
+    barrier.wait(timeout=300)
+    began = time.perf_counter()
+    results = [out.get(timeout=600) for _ in procs]
+    elapsed = time.perf_counter() - began
+    for proc in procs:
+        proc.join(timeout=60)
+    latencies = [lat for mine, _ in results for lat in mine]
+    cpu = sum(c for _, c in results)
+    return statistics.median(latencies) * 1e3, len(latencies) / elapsed, cpu / len(latencies) * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--appends", type=int, default=1600, help="appends per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
     parser.add_argument("--writers", default="1,8,64", help="comma-separated writer counts")
+    parser.add_argument(
+        "--processes", default="8", help="writer counts that also run as separate processes"
+    )
     parser.add_argument("--url", default=os.environ.get("AGENT_SAGA_TEST_PG_URL"))
     args = parser.parse_args()
     counts = [int(w) for w in args.writers.split(",")]
-    report(args.appends, args.url, args.rounds, counts)
+    in_processes = {int(w) for w in args.processes.split(",") if w}
+    report(args.appends, args.url, args.rounds, counts, in_processes)
 
 
 def cases(url: str, writers: int) -> list[tuple[str, Callable[[str], Maker]]]:
@@ -147,7 +196,11 @@ def cases(url: str, writers: int) -> list[tuple[str, Callable[[str], Maker]]]:
 
 
 def report(
-    appends: int, url_given: str | None, rounds: int = 3, counts: Sequence[int] = (1, 8, 64)
+    appends: int,
+    url_given: str | None,
+    rounds: int = 3,
+    counts: Sequence[int] = (1, 8, 64),
+    in_processes: Collection[int] = (8,),
 ) -> None:
     """Print the figures; starts a throwaway server when no URL is given."""
     with ExitStack() as stack:
@@ -162,10 +215,16 @@ def report(
         for writers in counts:
             print(f"-- {writers} writer(s): p50 per append, appends/s, vs floor")
             seen: dict[str, list[tuple[float, float]]] = {}
+            cpu: list[float] = []
             for _ in range(rounds):
                 for name, maker in cases(url, writers):
                     with scratch_schema(url) as schema:
                         seen.setdefault(name, []).append(run(writers, appends, maker(schema)))
+                if writers in in_processes:
+                    with scratch_schema(url) as schema:
+                        p50, rate, per = run_processes(url, schema, writers, appends)
+                    seen.setdefault(f"{writers} processes", []).append((p50, rate))
+                    cpu.append(per)
             base_p50 = statistics.median(p for p, _ in seen["floor"])
             base_rate = statistics.median(r for _, r in seen["floor"])
             for name, samples in seen.items():
@@ -175,6 +234,8 @@ def report(
                     f"  {name:17} {p50:7.3f} ms {rate:7.0f}/s"
                     f"   p50 x{p50 / base_p50:5.2f}  throughput x{rate / base_rate:5.2f}"
                 )
+            if cpu:
+                print(f"  (processes: {statistics.median(cpu):.3f} ms CPU per append, median)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The log's files in the agent-saga home, and the small helpers every file-backed part shares.
 
 Layout of a home: ``log.jsonl`` (the records), ``log.lock`` (held exclusively by a writer for a
-batch, shared by readers), ``log.synced`` (the synced watermark), ``owners/`` (one lock per open
-store), ``leases/`` (recovery claims), ``HALT`` (the kill switch) and ``log.jsonl.broken.<n>``
-(bytes discarded by a torn-tail repair).
+batch, or between batches in solo mode; shared by readers), ``log.wait`` (where a process waits
+for the lock, seen by a solo writer, see :mod:`.solo`), ``log.synced`` (the
+synced watermark), ``owners/`` (one lock per open store), ``leases/`` (recovery claims),
+``HALT`` (the kill switch) and ``log.jsonl.broken.<n>`` (bytes discarded by a torn-tail
+repair).
 """
 
 from __future__ import annotations

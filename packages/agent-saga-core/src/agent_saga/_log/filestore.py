@@ -10,7 +10,8 @@ Durability protocol (what is true when a call returns):
   watermark; not itself fsynced, so after a power loss it can only be behind, never ahead).
 * Appends from several processes sharing a home are serialized by an exclusive ``flock`` on
   ``log.lock``, held for the whole batch; the chain continues from the current tail, re-read and
-  verified when another process has appended.
+  verified when another process has appended. A store alone on its home keeps the lock
+  between batches until another process (or store) asks for it (solo mode, :mod:`.solo`).
 * A failed write or fsync puts the store in a failed state: nothing from that call is
   acknowledged, the fsync is not retried, and every later append raises
   :class:`StoreFailedError` until the log is reopened (and so re-verified from disk).
@@ -61,6 +62,7 @@ from .read import follow_log, iter_log, verify_file
 from .records import Entry, Record
 from .repair import repair_entry
 from .segments import SEGMENT_BYTES, SEGMENT_RECORDS
+from .solo import SoloMode, take_log_lock
 from .store import VerifyReport
 from .writer import SegmentWriter
 
@@ -81,6 +83,8 @@ class FileLogStore:
         preallocate: bytes of zeros the open segment grows by.
         segment_bytes: the open segment is sealed once it holds this many bytes...
         segment_records: ...or this many records.
+        solo: let the store keep ``log.lock`` between batches while no other process asks for
+            it (real files only; see :mod:`.solo`).
 
     Raises:
         CorruptLogError: the log is damaged other than by a torn tail.
@@ -99,6 +103,7 @@ class FileLogStore:
         preallocate: int = PREALLOCATE,
         segment_bytes: int = SEGMENT_BYTES,
         segment_records: int = SEGMENT_RECORDS,
+        solo: bool = True,
     ) -> None:
         self.home = Path(home)
         self.path = self.home / LOG_NAME
@@ -118,7 +123,11 @@ class FileLogStore:
         self.saga_index = SagaIndex(self.home, self._chain) if fs is OS else None
         """The saga index beside the log (real files only); the writer keeps it close behind
         the log without blocking a transaction, readers catch it up (see :mod:`.sagaindex`)."""
-        self._fs.lock(self._lock_fd, blocking=True)
+        self._solo = SoloMode(self.home, self._lock_fd) if solo and fs is OS else None
+        if self._solo is not None:
+            take_log_lock(self._lock_fd, self.home)
+        else:
+            self._fs.lock(self._lock_fd, blocking=True)
         try:
             layout, seq, prev = open_layout(fs, self.home, self._chain)
             self._writer = SegmentWriter(
@@ -135,7 +144,11 @@ class FileLogStore:
             self._fs.unlock(self._lock_fd)
             self._release_files()
             raise
-        self._fs.unlock(self._lock_fd)
+        if self._solo is None:
+            self._fs.unlock(self._lock_fd)
+        else:
+            self._writer.solo = self._solo
+            self._solo.end(False)  # keeps the lock when nobody waits for it
 
     def _open_scan(self, seq: int, prev: str) -> None:
         """Verify the open segment; a repaired torn tail is recorded by ``store.repaired``."""
@@ -196,6 +209,11 @@ class FileLogStore:
     def verify(self) -> VerifyReport:
         """Re-read and re-verify every segment from disk."""
         return verify_file(self.path, self._chain, self._fs)
+
+    @property
+    def solo_active(self) -> bool:
+        """Whether this store holds ``log.lock`` between batches right now (solo mode)."""
+        return self._solo is not None and self._solo.active
 
     @property
     def segment_path(self) -> str:
@@ -265,6 +283,8 @@ class FileLogStore:
         try:
             if writer.failed is None and writer.synced < writer.written:
                 self.sync()
+            if self._solo is not None:
+                self._solo.stop()
             if writer.failed is None:
                 with contextlib.suppress(CorruptLogError, OSError):  # trimming is a courtesy
                     writer.trim()
@@ -276,6 +296,8 @@ class FileLogStore:
             self._release_files()
 
     def _release_files(self) -> None:
+        if self._solo is not None and not self.fork_guard.inherited:
+            self._solo.stop()  # before the descriptors close: the watcher releases the lock
         if self.saga_index is not None:
             self.saga_index.close()
         if self._writer is not None:

@@ -6,7 +6,6 @@ only while it finds where the content ends.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from .ledger import RedactionLedger
 from .records import GENESIS, Record
 from .scan import content_end, scan, walk
 from .segments import Layout, Segment, Summary, check_sealed, read_layout
+from .solo import reading_lock
 from .store import VerifyReport
 
 
@@ -29,23 +29,20 @@ def _batch_boundary(home: Path, mark: str, fd: int, fs: FileSystem) -> tuple[int
     mid-batch.
 
     Writers hold ``log.lock`` exclusively for a whole batch (and for a roll), so the end found
-    under a shared lock is a record boundary, and the bytes before it never change afterwards
-    (writers only fill the preallocated zeros after it). The lock is held only while the zeros
-    at the end of the file are skipped. The watermark is read first: it only grows, and only
-    ever to a length already written, so an intact log never ends before the watermark read
-    with it.
+    under a shared lock (or, beside this process's own solo writer, under its round lock:
+    :func:`.solo.reading_lock`) is a record boundary, and the bytes before it never change
+    afterwards (writers only fill the preallocated zeros after it). The lock is held only while
+    the zeros at the end of the file are skipped. The watermark is read first: it only grows,
+    and only ever to a length already written, so an intact log never ends before the
+    watermark read with it.
     """
     lock_path = home / LOCK_NAME
     if fs is not OS or not lock_path.exists():
         watermark = _watermark(mark, fs)
         return content_end(fs, fd, fs.size(fd)), watermark
-    lock_fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_SH)
+    with reading_lock(home):  # log.lock shared, or this process's solo writer's round lock
         watermark = _watermark(mark, fs)
         return content_end(fs, fd, fs.size(fd)), watermark
-    finally:
-        os.close(lock_fd)
 
 
 def synced_watermark(path: Path, fs: FileSystem = OS) -> int:

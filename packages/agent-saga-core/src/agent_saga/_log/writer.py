@@ -6,7 +6,9 @@ tail (``seq``, hash, byte offset). Its invariants (the durability protocol is st
 
 * Every write happens under the exclusive ``flock`` on ``log.lock``, after catching up with
   what other processes appended (verified) and, when another process sealed the segment this
-  writer was in, after following the chain into the next segment.
+  writer was in, after following the chain into the next segment. In solo mode
+  (:mod:`.solo`) the lock has been held since the last round, so there is nothing to catch
+  up with and the round takes no lock.
 * A segment is sealed (rolled) only under that lock, once it holds ``segment_bytes`` bytes or
   ``segment_records`` records: fsync, trim to the last record, fsync, write and fsync the
   summary (and its directory entry), then create the next segment and its watermark durably.
@@ -37,6 +39,7 @@ from .segments import (
     summary_path,
     write_summary,
 )
+from .solo import SoloMode
 
 
 class SegmentWriter:
@@ -72,6 +75,8 @@ class SegmentWriter:
         self.mutex = threading.Lock()
         self.queue: list[Ticket] = []
         self.leader_active = False
+        self.solo: SoloMode | None = None
+        """Set by the store on real files: rounds may then keep the lock (see :mod:`.solo`)."""
         self.on_batch: Callable[[int], None] | None = None
         """Called by a leader with the last ``seq`` after handing over (the saga index's hook:
         it must not block, raise or fsync)."""
@@ -108,14 +113,17 @@ class SegmentWriter:
         interrupted: BaseException | None = None
         try:
             self.check_failed()
-            self.fs.lock(self.lock_fd, blocking=True)
+            solo = self.begin_round()
             try:
-                self.catch_up()
+                if not solo:
+                    self.catch_up()
                 lines = [line for ticket in batch for line in self._seal(ticket)]
                 if lines:
                     self.write_all(b"".join(lines))
-            finally:
-                self.fs.unlock(self.lock_fd)
+            except BaseException:
+                self.end_round(solo, keep=False)
+                raise
+            self.end_round(solo, keep=True)
             self.written = self.end
             wants_sync = any(t.sync and t.error is None for t in batch)
             if wants_sync and self.synced < self.written:
@@ -142,6 +150,23 @@ class SegmentWriter:
             raise interrupted
         if self.on_batch is not None and error is None:
             self.on_batch(self.seq)
+
+    def begin_round(self) -> bool:
+        """Take the file lock for a round; ``True`` when already held in solo mode (nobody
+        else can have appended: no catching up needed)."""
+        if self.solo is None:
+            self.fs.lock(self.lock_fd, blocking=True)
+            return False
+        return self.solo.begin()
+
+    def end_round(self, solo: bool, *, keep: bool) -> None:
+        """After a round: with ``keep``, the lock may be kept (solo mode); else released."""
+        if self.solo is None:
+            self.fs.unlock(self.lock_fd)
+        elif keep:
+            self.solo.end(solo)
+        else:
+            self.solo.release(solo)
 
     def _fsync(self) -> None:
         upto = self.written
@@ -275,15 +300,16 @@ class SegmentWriter:
     def _maybe_roll(self) -> None:
         if not self.over_limit():
             return
-        self.fs.lock(self.lock_fd, blocking=True)
+        solo = self.begin_round()
         try:
-            self.catch_up()
+            if not solo:
+                self.catch_up()
             if self.over_limit():
                 self.roll()
         except (OSError, CorruptLogError) as exc:  # the batch is written: only later ones fail
             self.fail(exc)
         finally:
-            self.fs.unlock(self.lock_fd)
+            self.end_round(solo, keep=self.failed is None)
 
     def roll(self) -> None:
         """Seal the open segment and start the next one (holding the file lock).
@@ -324,14 +350,15 @@ class SegmentWriter:
 
     def trim(self) -> None:
         """Give back the preallocated space, so a closed segment is plain JSON lines."""
-        self.fs.lock(self.lock_fd, blocking=True)
+        solo = self.begin_round()
         try:
-            self.catch_up()
+            if not solo:
+                self.catch_up()
             if self.fs.size(self.fd) > self.end:
                 self.fs.truncate(self.fd, self.end)
                 self.fs.fsync(self.fd)
         finally:
-            self.fs.unlock(self.lock_fd)
+            self.end_round(solo, keep=False)
 
     def release(self) -> None:
         """Close the open segment's descriptors (not the lock file, which the store owns)."""

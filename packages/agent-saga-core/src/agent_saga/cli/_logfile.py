@@ -29,6 +29,7 @@ from .._log.chain import HASH_MISMATCH, Chain
 from .._log.files import LOCK_NAME, LOG_NAME
 from .._log.read import shorter_than_synced, verify_file
 from .._log.sagaindex import IndexMismatch, SagaIndex
+from .._log.solo import waiting_room
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
 from ..proofs._mesh.layout import is_mesh
@@ -73,16 +74,17 @@ def shared_lock(home: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
         return
     try:
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise CliError(
-                        f"{home / LOCK_NAME} has been held by a writer for over {timeout:g}s"
-                    ) from None
-                time.sleep(0.01)
+        with waiting_room(home):  # a writer alone on the home lets go of the lock when seen
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise CliError(
+                            f"{home / LOCK_NAME} has been held by a writer for over {timeout:g}s"
+                        ) from None
+                    time.sleep(0.01)
         try:
             yield
         finally:

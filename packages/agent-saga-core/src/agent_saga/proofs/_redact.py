@@ -10,7 +10,6 @@ whom. Without a trusted administrator key nothing can be masked: see :mod:`.._lo
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Iterable
@@ -38,6 +37,7 @@ from .._log.records import Entry, Record
 from .._log.redaction import REDACTION_KIND
 from .._log.scan import content_end, walk
 from .._log.segments import read_layout
+from .._log.solo import take_log_lock
 from ._admin import AdminSigner
 from ._masking import mask_record, parse_masked_path, signed_statement
 
@@ -89,7 +89,7 @@ class _Log:
         if live:
             raise LogError(f"the log is open in {len(live)} live process(es); stop them first")
         self._lock = os.open(self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        take_log_lock(self._lock, self.home)  # asks a solo writer to let go
         if _live_owners(self.home):  # one may have opened the log while we waited for the lock
             os.close(self._lock)
             raise LogError("an agent opened the log meanwhile; stop it first")

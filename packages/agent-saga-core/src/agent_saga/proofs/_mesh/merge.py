@@ -20,7 +20,6 @@ directories. Nothing in an input is written to.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from collections.abc import Collection, Iterator, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from ..._errors import ConfigurationError
 from ..._log.files import LOCK_NAME, LOG_NAME, ensure_dir
+from ..._log.solo import take_log_lock
 from .._checkpoint import Checkpoint
 from .._note import NoteVerifier
 from .layout import (
@@ -94,7 +94,7 @@ def _shared_log_lock(home: Path) -> Iterator[None]:
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        take_log_lock(fd, home, shared=True)  # asks a solo writer to let go
         yield
     finally:
         os.close(fd)
