@@ -39,9 +39,10 @@ from typing import NamedTuple
 
 from .chain import Chain, Masked, parse_line
 from .files import LOG_NAME, OS, open_read
+from .indexer import BehindWriter
 from .read import walk_segments
 from .records import GENESIS, Record
-from .sagarows import belongs_to, fold, id_key, settles
+from .sagarows import belongs_to, fold, id_key, newest_query, settles
 from .segments import segment
 
 INDEX_DIR = "index"
@@ -116,6 +117,8 @@ class SagaIndex:
         self._pid = 0
         self._known = 0
         """``seq`` the index was last seen to cover (spares :meth:`follow` a query)."""
+        self.behind = BehindWriter()
+        """The thread that indexes behind the writer (:mod:`.indexer`)."""
         _LIVE.add(self)
 
     # -- the connection -----------------------------------------------------------------------
@@ -137,6 +140,8 @@ class SagaIndex:
         return db
 
     def close(self) -> None:
+        """Stop the indexer thread (after its current chunk) and close the connection."""
+        self.behind.stop()
         with self._lock:
             if self._db is not None and self._pid == os.getpid():
                 self._db.close()
@@ -176,17 +181,25 @@ class SagaIndex:
             self._drop()
             self._catch_up(limit=None)
 
-    def follow(self, seq: int, *, max_lag: int = 4096, every: int = 256) -> None:
-        """The writer's hook after a batch that ended at ``seq``: index what the log gained
-        when at least ``every`` records are new, but never block (another thread or process
-        indexing: skip) nor take on more than ``max_lag`` records (left to readers). Never
-        raises: a lagging index is caught up by its next reader."""
-        if seq - self._known < every or not self._lock.acquire(blocking=False):
+    def follow(self, seq: int, *, every: int = 256) -> None:
+        """The writer's hook after a batch that ended at ``seq``: when at least ``every``
+        records are new, wake the indexer thread (:meth:`index_behind`) and return. O(1) on
+        the caller's thread: it never reads the log, takes a lock or raises."""
+        if seq - self._known < every:
+            return
+        self.behind.poke(self, seq)
+
+    def index_behind(self, *, max_lag: int = 4096) -> None:
+        """What the indexer thread does when woken: index what the log gained, but never wait
+        (another thread or process indexing: skip) nor take on more than ``max_lag`` records
+        (left to readers, who catch up whatever the lag). Never raises: a lagging index is
+        caught up by its next reader."""
+        if not self._lock.acquire(blocking=False):
             return
         try:
             db = self._connect()
             indexed = self._known = self._point(db).seq
-            if seq - indexed < every or seq - indexed > max_lag:
+            if self.behind.seq - indexed > max_lag or self.behind.stopping.is_set():
                 return
             db.execute("PRAGMA busy_timeout=0")
             try:
@@ -354,23 +367,7 @@ class SagaIndex:
         """``(saga id, first seq)`` of up to ``limit`` sagas, newest first: those that began
         before record ``before``, whose first record is at or after ``since`` (milliseconds),
         ended or not, and whose latest ``saga.end`` states ``end_status``."""
-        where: list[str] = ["1"]
-        args: list[object] = []
-        if before is not None:
-            where.append("first_seq < ?")
-            args.append(before)
-        if since is not None:
-            where.append("started >= ?")
-            args.append(since)
-        if ended is not None:
-            where.append("end_status IS NOT NULL" if ended else "end_status IS NULL")
-        if end_status is not None:
-            where.append("end_status = ?")
-            args.append(end_status)
-        sql = (
-            f"SELECT id, first_seq FROM sagas WHERE {' AND '.join(where)} "  # noqa: S608
-            "ORDER BY first_seq DESC LIMIT ?"
-        )
+        sql, args = newest_query(before, since, ended, end_status)
         with self._lock:
             return [(r[0], r[1]) for r in self._connect().execute(sql, (*args, limit))]
 

@@ -41,3 +41,27 @@ def fold(sagas: dict[str, list[object]], record: Record) -> None:
     line[3] = int(str(line[3])) + 1
     if end is not None:
         line[4] = end
+
+
+def newest_query(
+    before: int | None, since: int | None, ended: bool | None, end_status: str | None
+) -> tuple[str, list[object]]:
+    """The SQL (and its arguments, ``LIMIT ?`` last to add) of :meth:`SagaIndex.newest`."""
+    where: list[str] = ["1"]
+    args: list[object] = []
+    if before is not None:
+        where.append("first_seq < ?")
+        args.append(before)
+    if since is not None:
+        where.append("started >= ?")
+        args.append(since)
+    if ended is not None:
+        where.append("end_status IS NOT NULL" if ended else "end_status IS NULL")
+    if end_status is not None:
+        where.append("end_status = ?")
+        args.append(end_status)
+    sql = (
+        f"SELECT id, first_seq FROM sagas WHERE {' AND '.join(where)} "  # noqa: S608
+        "ORDER BY first_seq DESC LIMIT ?"
+    )
+    return sql, args
