@@ -106,6 +106,8 @@ def test_a_child_forked_while_another_thread_uses_the_index_reads_its_sagas(
         time.sleep(0.3)
         pid = os.fork()
         if pid == 0:  # the child: its own reads must not wait on the parent's thread
+            # (nor hold the blocker's stdin open: the parent's close must end the blocker)
+            blocker.stdin.close()
             code = 0 if [r.saga for r in own_records(store, "s-2")] == ["s-2"] else 3
             os._exit(code)
         time.sleep(0.3)
