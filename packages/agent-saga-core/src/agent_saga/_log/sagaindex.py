@@ -17,7 +17,8 @@ Invariants:
   corrupt: any SQLite error) is wiped and rebuilt from the first record. A record read through
   the index is verified again (its bytes hash to a record at the ``seq`` and after the hash the
   index gives, of the saga asked for), and a saga read through it must have the record count
-  and last ``seq`` the index states; any mismatch raises :class:`IndexMismatch`, after which
+  and last ``seq`` the index states, each at the place it states (:func:`.sagarows.check_places`:
+  a row deleted mid-saga is caught); any mismatch raises :class:`IndexMismatch`, after which
   callers rebuild the index and, failing that, read the log in full.
 * No fsync on a transaction's path. Commits use ``synchronous=NORMAL`` in WAL mode: after a
   power loss the index may lose its latest commits, never its consistency, and lagging is
@@ -42,7 +43,7 @@ from .files import LOG_NAME, OS, open_read
 from .indexer import BehindWriter
 from .read import walk_segments
 from .records import GENESIS, Record
-from .sagarows import belongs_to, fold, id_key, newest_query, settles
+from .sagarows import belongs_to, check_places, fold, id_key, newest_query, settles
 from .segments import segment
 
 INDEX_DIR = "index"
@@ -337,6 +338,9 @@ class SagaIndex:
             if (record.saga if is_own else settles(record)) != saga_id:
                 raise IndexMismatch(f"record {seq} is not one of saga {saga_id}")
             records.append(record)
+        problem = check_places(saga_id, [r for r in records if r.saga == saga_id])
+        if problem is not None:
+            raise IndexMismatch(problem)
         return records
 
     def _read(self, seg: int, off: int, length: int, seq: int, prev: str) -> Record:

@@ -4,7 +4,22 @@ states)."""
 
 from __future__ import annotations
 
-from .records import Kind, Record
+from .records import IN_SAGA, Kind, Record
+
+
+def check_places(saga_id: str, own: list[Record]) -> str | None:
+    """Why a saga's own records (in log order) are not all of them: one that states its place
+    in the saga (:data:`IN_SAGA`) stands elsewhere, so one before it is missing or one is
+    there twice; ``None`` when each stands where it says (records of older versions state no
+    place and are not checked)."""
+    for place, record in enumerate(own):
+        stated = record.data.get(IN_SAGA)
+        if stated is not None and stated != place:
+            return (
+                f"record {record.seq} of saga {saga_id} is its record {stated} but is read as "
+                f"its record {place}: the records read are not all of the saga's"
+            )
+    return None
 
 
 def id_key(saga_id: str) -> str:
