@@ -5,7 +5,9 @@ records each (``saga.begin``, eight steps' intent and outcome, ``saga.end``), se
 core's own chain code rather than by running the engine, then prints for each size:
 
   * opening a kit and running a one-step saga (target < 50 ms), and recovery's scan for
-    unfinished sagas when there are none (target < 100 ms), timed inside a fresh process;
+    unfinished sagas when there are none (target < 100 ms), timed inside a fresh process,
+    with its CPU time, beside the same on an empty home (the floor: imports and a first
+    saga) measured alternately;
   * ``agent-saga replay <id>`` (< 100 ms) and ``agent-saga sagas --limit 50`` (< 200 ms), as
     wall time of the command and against the floor of ``agent-saga --help`` (the interpreter
     and the CLI's imports) measured alternately in the same run;
@@ -152,19 +154,19 @@ def cached_home(directory: Path, records: int) -> Path:
 OPEN_AND_STEP = """
 import sys, time
 from agent_saga import REVERSIBLE, AgentKit
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 kit = AgentKit(home=sys.argv[1])
 @kit.tool(semantics=REVERSIBLE)
 def add(x: int) -> int:
     return x + 1
 with kit.transaction("one-step"):
     add(1)
-opened = time.perf_counter() - start
+opened, opened_cpu = time.perf_counter() - start, time.process_time() - cpu
 start = time.perf_counter()
 report = kit.recover()
 recovered = time.perf_counter() - start
 kit.close()
-print(opened, recovered)
+print(opened, recovered, opened_cpu)
 """
 
 
@@ -227,10 +229,18 @@ def measure(home: Path, records: int, rounds: int) -> None:
     def add(name: str, value: Any) -> None:
         results.setdefault(name, []).append(value)
 
+    empty = home.parent / f"{home.name}-empty"
+    shutil.rmtree(empty, ignore_errors=True)
+    run_python(OPEN_AND_STEP, empty)  # its first open creates the home: not measured
     for _ in range(rounds):
-        opened, recovered = (float(v) for v in run_python(OPEN_AND_STEP, home).split())
+        opened, recovered, opened_cpu = (float(v) for v in run_python(OPEN_AND_STEP, home).split())
         add("open", opened)
+        add("open_cpu", opened_cpu)
         add("recover", recovered)
+        opened, recovered, opened_cpu = (float(v) for v in run_python(OPEN_AND_STEP, empty).split())
+        add("open_floor", opened)
+        add("open_floor_cpu", opened_cpu)
+        add("recover_floor", recovered)
         add("floor", run_measured(cli(home, "--help"))[0])
         add("replay", run_measured(cli(home, "replay", target))[0])
         add("floor", run_measured(cli(home, "--help"))[0])
@@ -272,7 +282,13 @@ def report(
     rates = [records / t for t in results["verify"]]
     print(f"\n{records:,} records, {log_bytes(home) / 1e6:,.0f} MB, {rounds} rounds")
     print(f"  open a kit + one-step saga  {span(results['open'], 'ms', 1000)}   target < 50 ms")
+    print(f"    the same on an empty home {span(results['open_floor'], 'ms', 1000)} (the floor)")
+    print(
+        f"    CPU: {span(results['open_cpu'], 'ms', 1000)}; on an empty home "
+        f"{span(results['open_floor_cpu'], 'ms', 1000)}"
+    )
     print(f"  recovery scan (none)        {span(results['recover'], 'ms', 1000)}   target < 100 ms")
+    print(f"    the same on an empty home {span(results['recover_floor'], 'ms', 1000)}")
     print(f"  CLI floor (--help)          {span(results['floor'], 'ms', 1000)}")
     for name, label, goal in (
         ("replay", "replay <id>", 100),

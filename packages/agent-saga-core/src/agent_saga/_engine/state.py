@@ -13,7 +13,7 @@ import threading
 
 from .._log.codec import CodecError, JSONValue
 from .._log.fit import problem, shrink_to_fit
-from .._log.records import Entry, Kind, SagaStatus
+from .._log.records import IN_SAGA, Entry, Kind, SagaStatus
 from .ahead import AheadCalls
 from .events import Dispatch
 from .report import CompensationFailure
@@ -71,12 +71,15 @@ class SagaState:
         """
         if self.events is not None:
             self.events.stamp(data)
-        entry = Entry(kind, self.id, data, int(self.now() * 1000))
+        ts = int(self.now() * 1000)
         with self.lock:
+            before = self.written + len(self.pending)
             if kind is Kind.SAGA_END:
                 # The terminal record commits to how many records of this saga precede it, so
                 # a disclosure that leaves one out cannot verify (see proofs/_disclosure.py).
-                data["records"] = self.written + len(self.pending)
+                data["records"] = before
+            # Every record states its place in the saga, so an index hiding one is caught.
+            entry = Entry(kind, self.id, {**data, IN_SAGA: before}, ts)
             self.pending.append(entry)
             if not (durable or flush) and self.fast_path:
                 return

@@ -41,7 +41,7 @@ from .._engine.compensation import compensator_kwargs
 from .._engine.runtime import Runtime
 from .._errors import LeaseLostError
 from .._log.codec import JSONValue, is_restorable, to_jsonable
-from .._log.records import Entry, Kind, SagaStatus
+from .._log.records import IN_SAGA, Entry, Kind, SagaStatus
 from .._log.store import Lease
 from .build import CompensationState, SagaView, StepOutcome, StepView, sagas
 from .keep import KeptLease
@@ -168,6 +168,7 @@ class _SagaRecovery:
     def log(self, kind: Kind | str, data: dict[str, JSONValue], *, durable: bool) -> None:
         if kind == Kind.SAGA_END:
             data["records"] = self.written
+        data = {**data, IN_SAGA: self.written}  # its place in the saga (see IN_SAGA)
         entry = Entry(str(kind), self.view.id, data, int(self.runtime.clock.now() * 1000))
         self.lease.append([entry], sync=durable)
         self.written += 1

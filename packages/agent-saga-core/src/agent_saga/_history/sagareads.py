@@ -18,7 +18,7 @@ from .._log.records import Record
 from .._log.sagaindex import IndexMismatch, SagaIndex
 from .._log.store import LogStore
 from .build import sagas
-from .indexed import unfinished_views, with_rebuild
+from .indexed import saga_view, unfinished_views, with_rebuild
 from .views import SagaView
 
 _FALLBACK = (IndexMismatch, CorruptLogError, sqlite3.Error, OSError)
@@ -71,3 +71,24 @@ def unfinished_sagas(store: LogStore) -> list[SagaView]:
             views.extend(v for v in sagas(store.saga_records(saga_id)) if v.ended is None)
         return views
     return [v for v in sagas(store.records()) if v.ended is None]
+
+
+def saga_views(store: LogStore, saga_ids: list[str]) -> list[SagaView]:
+    """The views of the sagas ``saga_ids`` the log holds (unknown ids are left out), each as
+    the full history shows it, read in time proportional to those sagas where the store
+    allows."""
+    index = _index_of(store)
+    if index is not None:
+        try:
+            found = with_rebuild(index, lambda: [saga_view(index, sid) for sid in saga_ids])
+            return [view for view in found if view is not None]
+        except _FALLBACK:
+            pass
+    elif isinstance(store, SagaQueries):
+        wanted = set(saga_ids)
+        views: list[SagaView] = []
+        for saga_id in saga_ids:
+            views.extend(v for v in sagas(store.saga_records(saga_id)) if v.id in wanted)
+        return views
+    wanted = set(saga_ids)
+    return [v for v in sagas(store.records()) if v.id in wanted]

@@ -304,7 +304,7 @@ class AgentKit(SpeculationMethods, MeshMethods):
         report = recover(self.runtime, lease_ttl=lease_ttl)
         # Reservations of the sagas just finished (or of sagas that ended before their
         # process could settle them) are committed or released from the log's verdict.
-        settle_abandoned(self.runtime.gate.rules, self.runtime.store.records(), self.home)
+        settle_abandoned(self.runtime.gate.rules, self.runtime.store, self.home)
         return report
 
     def verify(self) -> VerifyReport:

@@ -23,7 +23,7 @@ from .fs import FileSystem
 from .repair import scan_on_open
 from .scan import Tail, scan
 
-OPEN_CHECK_BYTES = 1 << 20
+OPEN_CHECK_BYTES = 64 * 1024
 """Bytes before the synced watermark that opening verifies again (a constant: O(1) in age)."""
 _PROBE = 64 * 1024
 

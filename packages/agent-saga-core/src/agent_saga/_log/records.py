@@ -20,6 +20,11 @@ RECORD_VERSION = 2
 """The version new records are written with; version 1 records still read and verify."""
 GENESIS = "0" * 64
 """The ``prev`` of the first record."""
+IN_SAGA = "in_saga"
+"""The data field of a saga's own record that states how many records of that saga precede
+it (written since this version; absent from older records). Covered by the record's hash, it
+lets a reader of one saga through the saga index tell that a record in the middle is missing
+(see :meth:`agent_saga._log.sagaindex.SagaIndex.saga_records`)."""
 
 
 class Semantics(enum.StrEnum):

@@ -17,7 +17,8 @@ Invariants:
   corrupt: any SQLite error) is wiped and rebuilt from the first record. A record read through
   the index is verified again (its bytes hash to a record at the ``seq`` and after the hash the
   index gives, of the saga asked for), and a saga read through it must have the record count
-  and last ``seq`` the index states; any mismatch raises :class:`IndexMismatch`, after which
+  and last ``seq`` the index states, each at the place it states (:func:`.sagarows.check_places`:
+  a row deleted mid-saga is caught); any mismatch raises :class:`IndexMismatch`, after which
   callers rebuild the index and, failing that, read the log in full.
 * No fsync on a transaction's path. Commits use ``synchronous=NORMAL`` in WAL mode: after a
   power loss the index may lose its latest commits, never its consistency, and lagging is
@@ -39,9 +40,10 @@ from typing import NamedTuple
 
 from .chain import Chain, Masked, parse_line
 from .files import LOG_NAME, OS, open_read
+from .indexer import BehindWriter
 from .read import walk_segments
 from .records import GENESIS, Record
-from .sagarows import belongs_to, fold, id_key, settles
+from .sagarows import belongs_to, check_places, fold, id_key, newest_query, settles
 from .segments import segment
 
 INDEX_DIR = "index"
@@ -116,6 +118,8 @@ class SagaIndex:
         self._pid = 0
         self._known = 0
         """``seq`` the index was last seen to cover (spares :meth:`follow` a query)."""
+        self.behind = BehindWriter()
+        """The thread that indexes behind the writer (:mod:`.indexer`)."""
         _LIVE.add(self)
 
     # -- the connection -----------------------------------------------------------------------
@@ -137,6 +141,8 @@ class SagaIndex:
         return db
 
     def close(self) -> None:
+        """Stop the indexer thread (after its current chunk) and close the connection."""
+        self.behind.stop()
         with self._lock:
             if self._db is not None and self._pid == os.getpid():
                 self._db.close()
@@ -176,17 +182,25 @@ class SagaIndex:
             self._drop()
             self._catch_up(limit=None)
 
-    def follow(self, seq: int, *, max_lag: int = 4096, every: int = 256) -> None:
-        """The writer's hook after a batch that ended at ``seq``: index what the log gained
-        when at least ``every`` records are new, but never block (another thread or process
-        indexing: skip) nor take on more than ``max_lag`` records (left to readers). Never
-        raises: a lagging index is caught up by its next reader."""
-        if seq - self._known < every or not self._lock.acquire(blocking=False):
+    def follow(self, seq: int, *, every: int = 256) -> None:
+        """The writer's hook after a batch that ended at ``seq``: when at least ``every``
+        records are new, wake the indexer thread (:meth:`index_behind`) and return. O(1) on
+        the caller's thread: it never reads the log, takes a lock or raises."""
+        if seq - self._known < every:
+            return
+        self.behind.poke(self, seq)
+
+    def index_behind(self, *, max_lag: int = 4096) -> None:
+        """What the indexer thread does when woken: index what the log gained, but never wait
+        (another thread or process indexing: skip) nor take on more than ``max_lag`` records
+        (left to readers, who catch up whatever the lag). Never raises: a lagging index is
+        caught up by its next reader."""
+        if not self._lock.acquire(blocking=False):
             return
         try:
             db = self._connect()
             indexed = self._known = self._point(db).seq
-            if seq - indexed < every or seq - indexed > max_lag:
+            if self.behind.seq - indexed > max_lag or self.behind.stopping.is_set():
                 return
             db.execute("PRAGMA busy_timeout=0")
             try:
@@ -324,6 +338,9 @@ class SagaIndex:
             if (record.saga if is_own else settles(record)) != saga_id:
                 raise IndexMismatch(f"record {seq} is not one of saga {saga_id}")
             records.append(record)
+        problem = check_places(saga_id, [r for r in records if r.saga == saga_id])
+        if problem is not None:
+            raise IndexMismatch(problem)
         return records
 
     def _read(self, seg: int, off: int, length: int, seq: int, prev: str) -> Record:
@@ -354,23 +371,7 @@ class SagaIndex:
         """``(saga id, first seq)`` of up to ``limit`` sagas, newest first: those that began
         before record ``before``, whose first record is at or after ``since`` (milliseconds),
         ended or not, and whose latest ``saga.end`` states ``end_status``."""
-        where: list[str] = ["1"]
-        args: list[object] = []
-        if before is not None:
-            where.append("first_seq < ?")
-            args.append(before)
-        if since is not None:
-            where.append("started >= ?")
-            args.append(since)
-        if ended is not None:
-            where.append("end_status IS NOT NULL" if ended else "end_status IS NULL")
-        if end_status is not None:
-            where.append("end_status = ?")
-            args.append(end_status)
-        sql = (
-            f"SELECT id, first_seq FROM sagas WHERE {' AND '.join(where)} "  # noqa: S608
-            "ORDER BY first_seq DESC LIMIT ?"
-        )
+        sql, args = newest_query(before, since, ended, end_status)
         with self._lock:
             return [(r[0], r[1]) for r in self._connect().execute(sql, (*args, limit))]
 

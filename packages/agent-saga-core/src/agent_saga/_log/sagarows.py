@@ -4,7 +4,22 @@ states)."""
 
 from __future__ import annotations
 
-from .records import Kind, Record
+from .records import IN_SAGA, Kind, Record
+
+
+def check_places(saga_id: str, own: list[Record]) -> str | None:
+    """Why a saga's own records (in log order) are not all of them: one that states its place
+    in the saga (:data:`IN_SAGA`) stands elsewhere, so one before it is missing or one is
+    there twice; ``None`` when each stands where it says (records of older versions state no
+    place and are not checked)."""
+    for place, record in enumerate(own):
+        stated = record.data.get(IN_SAGA)
+        if stated is not None and stated != place:
+            return (
+                f"record {record.seq} of saga {saga_id} is its record {stated} but is read as "
+                f"its record {place}: the records read are not all of the saga's"
+            )
+    return None
 
 
 def id_key(saga_id: str) -> str:
@@ -41,3 +56,27 @@ def fold(sagas: dict[str, list[object]], record: Record) -> None:
     line[3] = int(str(line[3])) + 1
     if end is not None:
         line[4] = end
+
+
+def newest_query(
+    before: int | None, since: int | None, ended: bool | None, end_status: str | None
+) -> tuple[str, list[object]]:
+    """The SQL (and its arguments, ``LIMIT ?`` last to add) of :meth:`SagaIndex.newest`."""
+    where: list[str] = ["1"]
+    args: list[object] = []
+    if before is not None:
+        where.append("first_seq < ?")
+        args.append(before)
+    if since is not None:
+        where.append("started >= ?")
+        args.append(since)
+    if ended is not None:
+        where.append("end_status IS NOT NULL" if ended else "end_status IS NULL")
+    if end_status is not None:
+        where.append("end_status = ?")
+        args.append(end_status)
+    sql = (
+        f"SELECT id, first_seq FROM sagas WHERE {' AND '.join(where)} "  # noqa: S608
+        "ORDER BY first_seq DESC LIMIT ?"
+    )
+    return sql, args

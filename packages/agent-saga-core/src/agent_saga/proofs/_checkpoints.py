@@ -24,6 +24,7 @@ from .._log.files import ensure_dir, write_atomic
 from .._log.forks import ForkGuard
 from .._log.store import LogStore
 from ._checkpoint import Checkpoint, CheckpointError, ForkError, check_extension, open_checkpoint
+from ._frontierfile import any_start, keep_frontier, newest_start
 from ._logtree import LogTree
 from ._note import NoteSigner, NoteVerifier
 from ._notefiles import note_size
@@ -190,6 +191,7 @@ class Checkpointer:
         self.tree = LogTree(store)
         self._started = False
         self._resumed_at = 0
+        self._kept = 0
         self.every = every
         self.interval = interval
         self._poll = poll
@@ -247,6 +249,9 @@ class Checkpointer:
                 raise
             self._published = max(self._published, published.size)
             self._published_at = time.monotonic()
+            # where the next kit's checkpointer resumes (see ._frontierfile)
+            if published.size > self._kept and keep_frontier(self.home, published, self.tree):
+                self._kept = published.size
             return published
 
     def _publish(self) -> Checkpoint:
@@ -279,20 +284,17 @@ class Checkpointer:
         self._started = True
         self.tree.restart()
         self._resumed_at = 0
-        if at_most != 0 and any(self.log.points.glob("*.json")):
+        if at_most != 0 and any_start(self.home):
             self._start_at_point(at_most)
         if at_most:
             self.tree.capture(at_most)
 
     def _start_at_point(self, at_most: int | None) -> None:
-        from ._resume import load_point
         from ._signing import home_verifier  # loads cryptography: only when there are points
 
         verifier = home_verifier(self.home)
         if verifier is not None:
-            point, _ = load_point(
-                self.home, at_most if at_most is not None else 1 << 62, [verifier]
-            )
+            point = newest_start(self.home, at_most, [verifier])
             if point is not None:
                 state = point.state
                 if self.tree.start_at(

@@ -102,6 +102,14 @@ class LogTree:
         """Where the last record taken in ends in a file log (-1 for another store)."""
         return self._follower.offset
 
+    def snapshot(self) -> tuple[int, list[bytes], list[bytes], str, int]:
+        """``(size, frontier, edge, last hash, offset)``, taken together."""
+        with self._lock:
+            return (
+                self.frontier.size, self.frontier.hashes, list(self.edge),
+                self._follower.last, self._follower.offset,
+            )  # fmt: skip
+
     def update(self) -> int:
         """Take in every record appended so far; returns the tree size.
 

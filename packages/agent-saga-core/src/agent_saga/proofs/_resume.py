@@ -119,14 +119,14 @@ def load_point(
             continue
         if int(stem) > at_most or int(stem) == 0:
             continue
-        point, why = _read_point(directory / name, verifiers)
+        point, why = read_point(directory / name, verifiers)
         if point is not None:
             return point, refused
         refused.append(f"resume point {name} not used: {why}")
     return None, refused
 
 
-def _read_point(path: Path, verifiers: Sequence[NoteVerifier]) -> tuple[ResumePoint | None, str]:
+def read_point(path: Path, verifiers: Sequence[NoteVerifier]) -> tuple[ResumePoint | None, str]:
     try:
         with path.open("rb") as handle:
             raw = handle.read(_MAX_POINT_BYTES + 1)

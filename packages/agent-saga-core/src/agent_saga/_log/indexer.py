@@ -1,0 +1,68 @@
+"""The thread that keeps the saga index close behind the writer, off the transaction's path.
+
+The writer's hook (:meth:`~.sagaindex.SagaIndex.follow`) only records the log's last ``seq``
+and sets an event: O(1), no lock, no read, no raise. This thread, started by the first such
+call in each process (a forked child starts its own), then indexes what the log gained
+(:meth:`~.sagaindex.SagaIndex.index_behind`). It holds the index weakly, so an index dropped
+without ``close()`` ends it; ``close()`` stops it after its current chunk.
+
+Nothing depends on this thread for correctness: every reader catches the index up from the log
+first, so a thread that lags, skips or dies costs only the next reader a longer catch-up.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Protocol
+
+
+class _Indexes(Protocol):
+    def index_behind(self) -> None: ...
+
+
+class BehindWriter:
+    """The indexer thread of one saga index (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.wake, self.stopping = threading.Event(), threading.Event()
+        self.seq = 0
+        """The log's last ``seq`` the writer reported."""
+        self.thread: threading.Thread | None = None
+        self._pid = 0
+
+    def poke(self, index: _Indexes, seq: int) -> None:
+        """Tell the thread the log now ends at ``seq`` (starting it in this process first)."""
+        self.seq = seq
+        if self._pid != os.getpid():  # none yet, or a forked child's first call
+            self._pid = os.getpid()
+            self.wake, self.stopping = threading.Event(), threading.Event()
+            thread = threading.Thread(
+                target=_run, args=(weakref.ref(index), self.wake, self.stopping), daemon=True
+            )
+            thread.name = "agent-saga-index"
+            self.thread = thread
+            thread.start()
+        self.wake.set()
+
+    def stop(self) -> None:
+        """Stop this process's thread and wait for it (it finishes the chunk it is on)."""
+        if self._pid == os.getpid() and self.thread is not None:
+            self.stopping.set()
+            self.wake.set()
+            self.thread.join()
+
+
+def _run(ref: weakref.ref[_Indexes], wake: threading.Event, stopping: threading.Event) -> None:
+    while True:
+        if not wake.wait(1.0):
+            if ref() is None:
+                return
+            continue
+        wake.clear()
+        index = ref()
+        if index is None or stopping.is_set():
+            return
+        index.index_behind()
+        del index
