@@ -27,7 +27,7 @@ from pathlib import Path
 from agent_saga import Entry, FileLogStore
 home, name, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 go, stop = Path(sys.argv[4]), Path(sys.argv[5])
-store = FileLogStore(home)
+store = FileLogStore(home, solo=True)
 print("open", store.solo_active, flush=True)
 while not go.exists():
     time.sleep(0.005)
@@ -92,7 +92,7 @@ def _lock_taken(home: Path) -> bool:
 
 def test_a_lone_store_keeps_the_lock_and_gives_it_back_on_close(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    store = FileLogStore(home)
+    store = FileLogStore(home, solo=True)
     store.append([_entry("a", 0)], sync=True)
     assert store.solo_active
     assert _lock_taken(home)
@@ -103,7 +103,7 @@ def test_a_lone_store_keeps_the_lock_and_gives_it_back_on_close(tmp_path: Path) 
 
 def test_reading_in_the_holders_process_does_not_end_solo_mode(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    with FileLogStore(home) as store:
+    with FileLogStore(home, solo=True) as store:
         for i in range(3):
             store.append([_entry("a", i)], sync=True)
             assert [r.data["i"] for r in store.records()] == list(range(i + 1))
@@ -116,10 +116,10 @@ def test_second_store_in_one_process_takes_over_and_both_continue_one_chain(
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "home"
-    first = FileLogStore(home)
+    first = FileLogStore(home, solo=True)
     first.append([_entry("a", 0)], sync=True)
     assert _solo(first)
-    second = FileLogStore(home)  # waits: the first lets go
+    second = FileLogStore(home, solo=True)  # waits: the first lets go
     assert not _solo(first)
     for i in range(1, 4):
         first.append([_entry("a", i)], sync=True)
@@ -135,7 +135,7 @@ def test_two_processes_on_one_home_lose_nothing(tmp_path: Path, order: str) -> N
     """A solo holder running and another process opening the home, in every order: both
     write, every acknowledged record is there once, and the chain verifies."""
     home, n = tmp_path / "home", 15
-    FileLogStore(home).close()
+    FileLogStore(home, solo=True).close()
     a = _start(home, "a", n, tmp_path)
     assert _line(a) == "open True"  # alone: solo at once
     if order == "holder-first":
@@ -184,7 +184,7 @@ def test_a_stopped_holder_killed_lets_a_waiting_opener_in(tmp_path: Path) -> Non
     os.kill(a.pid, signal.SIGSTOP)
     _wait_stopped(a.pid)  # every thread: a stop takes effect when a thread next runs
     opened: list[FileLogStore] = []
-    opener = threading.Thread(target=lambda: opened.append(FileLogStore(home)))
+    opener = threading.Thread(target=lambda: opened.append(FileLogStore(home, solo=True)))
     opener.start()
     opener.join(timeout=0.5)
     assert opener.is_alive()  # the holder is stopped: it cannot let go
@@ -201,7 +201,7 @@ def test_a_stopped_holder_killed_lets_a_waiting_opener_in(tmp_path: Path) -> Non
 _FORKING_HOLDER = """
 import os, sys, time
 from agent_saga import Entry, FileLogStore
-store = FileLogStore(sys.argv[1])
+store = FileLogStore(sys.argv[1], solo=True)
 store.append([Entry("test", None, {"p": "a", "i": 0}, 0)], sync=True)
 assert store.solo_active
 child = os.fork()
@@ -226,7 +226,7 @@ def test_a_child_forked_by_a_killed_holder_does_not_keep_the_home(tmp_path: Path
         while _lock_taken(home):  # the forked child still runs, with its copy of the lock fd
             assert time.monotonic() < deadline, "the forked child kept log.lock"
             time.sleep(0.01)
-        with FileLogStore(home) as store:
+        with FileLogStore(home, solo=True) as store:
             store.append([_entry("b", 0)], sync=True)
     finally:
         os.kill(child, signal.SIGKILL)

@@ -84,7 +84,8 @@ class FileLogStore:
         segment_bytes: the open segment is sealed once it holds this many bytes...
         segment_records: ...or this many records.
         solo: let the store keep ``log.lock`` between batches while no other process asks for
-            it (real files only; see :mod:`.solo`).
+            it (real files only; see :mod:`.solo`). Off by default: turn it on only where every
+            process writing the home runs a release with solo mode.
 
     Raises:
         CorruptLogError: the log is damaged other than by a torn tail.
@@ -103,7 +104,7 @@ class FileLogStore:
         preallocate: int = PREALLOCATE,
         segment_bytes: int = SEGMENT_BYTES,
         segment_records: int = SEGMENT_RECORDS,
-        solo: bool = True,
+        solo: bool = False,
     ) -> None:
         self.home = Path(home)
         self.path = self.home / LOG_NAME
