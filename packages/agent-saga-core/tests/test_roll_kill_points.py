@@ -57,8 +57,8 @@ def kill_at(*args, **kwargs):
     return result
 setattr(target, name, kill_at)
 kit = AgentKit(home=home, store=FileLogStore(home, segment_records=5), checkpoint_every=10**6)
-kit.compensator("undo", lambda x: None)
-@kit.tool(compensate="undo")
+kit.compensator("undo_after_roll", lambda x: None)
+@kit.tool(compensate="undo_after_roll")
 def act(x: int) -> int:
     return x
 for n in range(40):
@@ -99,7 +99,7 @@ def test_sigkill_at_every_point_of_a_roll_the_index_and_the_checkpoint(tmp_path:
 def check_after_the_kill(label: str, home: Path, acked: list[str]) -> None:
     assert acked, f"{label}: no saga acknowledged before the kill"
     kit = AgentKit(home=home, store=FileLogStore(home, segment_records=5))
-    kit.compensator("undo", lambda x: None)
+    kit.compensator("undo_after_roll", lambda x: None)
     try:
         records = list(read_log(home))
         ended = {v.id: v.status.value for v in sagas(records)}
