@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SLICE = (
     "packages/agent-saga-core/tests/test_cli.py",
     "tests/test_readme.py",
-    "packages/agent-saga-langchain/tests",
+    "packages/agent-saga-langchain/tests/test_langchain_agent.py",
     "packages/pytest-agent-saga/tests/test_fixtures.py",
 )
 BROKEN_WITHOUT_PINNING = (
