@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from _timing import p50, timed
-from agent_saga import REVERSIBLE, AgentKit
+from agent_saga import REVERSIBLE, AgentKit, FileLogStore
 from agent_saga._log.chain import Chain
 from agent_saga._log.commit import COMMITTED
 from agent_saga._log.records import GENESIS, Entry
@@ -128,13 +128,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     parser.add_argument("--dir", type=Path, default=None, help="directory on the disk to test")
+    parser.add_argument(
+        "--solo", action="store_true", help="open the home's store in solo mode (FileLogStore)"
+    )
     args = parser.parse_args()
     n_fast = 2_000 if args.quick else 20_000
     n_sync = 200 if args.quick else 1_000
 
     base = args.dir or Path(tempfile.mkdtemp(prefix="agent-saga-bench-"))
     base.mkdir(parents=True, exist_ok=True)
-    kit = AgentKit(home=base / "home")
+    home = base / "home"
+    kit = (
+        AgentKit(home=home, store=FileLogStore(home, solo=True))
+        if args.solo
+        else AgentKit(home=home)
+    )
 
     def bare(x: int) -> int:
         return x
