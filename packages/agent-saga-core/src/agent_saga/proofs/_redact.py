@@ -27,9 +27,7 @@ from .._log.files import (
     OWNERS_DIR,
     WATERMARK_NAME,
     encode_watermark,
-    fsync_dir,
-    fsync_fd,
-    write_fully,
+    write_atomic,
 )
 from .._log.ledger import UNSIGNED
 from .._log.locks import owner_alive
@@ -62,18 +60,6 @@ def _live_owners(home: Path) -> list[str]:
         return []
     names = [p.stem for p in owners.glob("*.lock")]
     return [name for name in names if owner_alive(OS, home, name)]
-
-
-def _replace(path: Path, content: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.redact.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        write_fully(OS, fd, content)
-        fsync_fd(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 class _Log:
@@ -132,8 +118,8 @@ class _Log:
         entry = Entry(REDACTION_KIND, None, statement, int(time.time() * 1000))
         sealed, stored = chain.seal(entry, last.seq + 1, last.hash)
         content = b"".join(lines) + stored
-        _replace(self.path, content)
-        _replace(self.home / WATERMARK_NAME, encode_watermark(len(content)))
+        write_atomic(self.path, content)
+        write_atomic(self.home / WATERMARK_NAME, encode_watermark(len(content)))
         return sealed.seq
 
 
