@@ -542,3 +542,11 @@ def test_require_passkey_with_approvals_counting_other_votes_is_one_clear_error(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigurationError, match="'require_passkey' must be true or false"):
         AgentKit(home=tmp_path, store="memory", approvals=Approvals()).close()
+
+
+def test_require_passkey_given_as_anything_but_a_bool_is_one_clear_error(tmp_path: Path) -> None:
+    # A truthy string must not switch passkeys on (or off) by accident.
+    for value in ("yes", "false", 1):
+        with pytest.raises(ConfigurationError) as raised:
+            AgentKit(home=tmp_path, store="memory", require_passkey=value)  # type: ignore[arg-type]
+        assert str(raised.value) == f"require_passkey must be True or False, not {value!r}"

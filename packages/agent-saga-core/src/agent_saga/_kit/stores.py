@@ -32,8 +32,16 @@ if TYPE_CHECKING:
 
 def passkey_setting(require_passkey: bool | None) -> bool:
     """Whether a kit counts only passkey votes: ``require_passkey`` when given, else
-    ``require_passkey`` in the configuration, else ``False``."""
+    ``require_passkey`` in the configuration, else ``False``.
+
+    Raises:
+        ConfigurationError: ``require_passkey`` is neither ``None`` nor a bool.
+    """
     if require_passkey is not None:
+        if type(require_passkey) is not bool:
+            raise ConfigurationError(
+                f"require_passkey must be True or False, not {require_passkey!r}"
+            )
         return require_passkey
     return find_config().extra.get("require_passkey", False) is True
 
