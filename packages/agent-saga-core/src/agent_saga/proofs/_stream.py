@@ -26,7 +26,7 @@ from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource, explain_first_record
 from .._log.store import VerifyReport
 from .._log.stream import ResumeAt, stream_verify
-from ._farm import MIN_SEGMENT_BYTES, SegmentFarm
+from ._farm import SegmentFarm
 from ._frontier import MerkleFrontier
 from ._logtree import record_leaf
 from ._merkle import leaf_hash
@@ -65,15 +65,18 @@ def stream_log(
     source: LogSource,
     capture: Collection[int] = (),
     resume: ResumePoint | None = None,
-    farm_bytes: int = MIN_SEGMENT_BYTES,
+    farm_bytes: int | None = None,
     *,
     frontier: MerkleFrontier | None = None,
     observer: Observer | None = None,
 ) -> StreamedLog:
     """Read ``source`` once (after ``resume`` when given and usable; see the module docstring).
 
-    Sealed segments of at least ``farm_bytes`` bytes are verified in a second process while
-    this one reads the others, when there are two cores (see :mod:`._farm`): same report.
+    With ``farm_bytes`` (for example :data:`~._farm.MIN_SEGMENT_BYTES`), sealed segments of at
+    least that many bytes are verified in a second process while this one reads the others,
+    when there are two cores (see :mod:`._farm`): same report. Off by default: the worker is a
+    ``spawn`` process, which imports the caller's ``__main__`` again (a script without a
+    ``__main__`` guard would run twice), and no quiet measurement has shown it faster yet.
     ``frontier`` (empty) is the one to build, for a caller that collects nodes as it grows;
     ``observer`` sees each record of a file log (see :data:`Observer`) with the frontier up to
     date, and turns the second process off (every leaf is then appended here).
@@ -109,7 +112,7 @@ def _stream_file(
     source: FileLogSource,
     sizes: frozenset[int],
     resume: ResumePoint | None,
-    farm_bytes: int,
+    farm_bytes: int | None,
     empty: MerkleFrontier | None,
     observer: Observer | None,
 ) -> StreamedLog | None:
@@ -150,7 +153,9 @@ def _stream_file(
                 log.redactions.append(parsed)
         previous[0] = digest
 
-    with SegmentFarm(current, source.key, sizes, min_bytes=farm_bytes) as farm:
+    with SegmentFarm(
+        current, source.key, sizes, min_bytes=1 << 62 if farm_bytes is None else farm_bytes
+    ) as farm:
         report = stream_verify(source.path, chain, on_record, start=start, farm=farm)
     current()
     if resume is not None and report.records == 0 and report.error is not None:
