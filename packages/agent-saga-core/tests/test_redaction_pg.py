@@ -125,3 +125,16 @@ def test_the_administrator_key_must_be_trusted_before_it_signs(
 def prev_hash(url: str, schema: str, seq: int) -> str:
     previous: dict[int, Any] = {s: h for s, h, _ in rows(url, schema)}
     return str(previous[seq - 1])
+
+
+def test_the_redaction_record_is_stored_with_its_kind_so_no_reader_rescans_the_table(
+    pg_url: str, schema: str, home: Path, admin_key: Path
+) -> None:
+    paid(pg_url, schema, home)
+    report = redact_postgres(pg_url, "args.card.cvv", admin_key=admin_key, schema=schema)
+    with psycopg.connect(pg_url) as conn:
+        query = sql.SQL("SELECT seq, saga, kind FROM {} WHERE kind IS NULL OR seq = %s")
+        found = conn.execute(
+            query.format(sql.Identifier(schema, "records")), (report.record_seq,)
+        ).fetchall()
+    assert found == [(report.record_seq, None, "log.redaction")]

@@ -3,8 +3,10 @@
 One transaction: it takes the log's append lock (writers on every host wait for it), reads and
 verifies every row, rewrites the ``line`` of each masked record (its ``hash`` column and chain
 hash do not change: see :mod:`agent_saga._log.commit`) and appends the administrator's signed
-``log.redaction`` record as the new tail. Agents may keep running: a masked record keeps its
-place and hash, so their followers and checkpoints are undisturbed.
+``log.redaction`` record as the new tail, stored with its ``kind`` like every writer's row (a
+row without one makes the next saga read fill it in and rebuild ``open_sagas``). Agents may
+keep running: a masked record keeps its place and hash, so their followers and checkpoints are
+undisturbed.
 
 Only version 2 records can be masked here: a version 1 record masked in place no longer
 matches its hash, which the PostgreSQL reader never accepts.
@@ -111,9 +113,12 @@ def redact_postgres(
                 cursor.executemany(
                     sql.SQL("UPDATE {} SET line = %s WHERE seq = %s").format(table), updates
                 )
+                insert = (
+                    "INSERT INTO {} (seq, hash, line, saga, kind) VALUES (%s, %s, %s, NULL, %s)"
+                )
                 cursor.execute(
-                    sql.SQL("INSERT INTO {} (seq, hash, line) VALUES (%s, %s, %s)").format(table),
-                    (sealed.seq, sealed.hash, line[:-1]),
+                    sql.SQL(insert).format(table),
+                    (sealed.seq, sealed.hash, line[:-1], REDACTION_KIND),
                 )
     except psycopg.Error as exc:
         raise StoreFailedError(f"{where}: redaction not applied: {exc}") from exc
