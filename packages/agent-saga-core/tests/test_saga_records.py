@@ -49,7 +49,7 @@ def _expected(records: list[Any], saga_id: str) -> list[dict[str, Any]]:
 def _check_lookups(settings: Settings, full: list[Any]) -> None:
     got = saga_records(settings, "recs-0002")
     assert [r.to_json() for r in got] == _expected(full, "recs-0002")
-    assert [r.kind for r in got][0] == "saga.begin"
+    assert got[0].kind == "saga.begin"
     assert "compensation.done" in {r.kind for r in got}
     by_prefix = saga_records(settings, "  RECS0003 ")  # case, dashes and spaces aside
     assert [r.to_json() for r in by_prefix] == _expected(full, "recs-0003")
@@ -63,7 +63,7 @@ def _check_lookups(settings: Settings, full: list[Any]) -> None:
     assert ambiguous.value.message == (
         "saga id prefix 'recs-000' is ambiguous: 3 sagas match: recs-0001, recs-0002, recs-0003"
     )
-    with pytest.raises(click.ClickException, match="^empty saga id$"):
+    with pytest.raises(click.ClickException, match=r"^empty saga id$"):
         saga_records(settings, " ")
 
 
