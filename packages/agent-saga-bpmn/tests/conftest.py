@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,14 @@ class Run:
         return [record.to_json() for record in read_log(self.home)]
 
 
-def run_generated(directory: Path, source: str, call: str) -> Run:
-    """Run ``source`` as a script in ``directory`` (its own home there), then ``call``."""
+def run_generated(
+    directory: Path, source: str, call: str, env: dict[str, str] | None = None
+) -> Run:
+    """Run ``source`` as a script in ``directory`` (its own home there, and ``env`` added to
+    the environment), then ``call``."""
     script = directory / "bound_flow.py"
     script.write_text(source + RUNNER.replace("{call}", call), encoding="utf-8")
-    env = {**os.environ, "AGENT_SAGA_HOME": str(directory / "home")}
+    env = {**os.environ, "AGENT_SAGA_HOME": str(directory / "home"), **(env or {})}
     done = subprocess.run(
         [sys.executable, str(script)], cwd=directory, env=env, capture_output=True,
         text=True, timeout=120, check=False,
@@ -91,6 +95,22 @@ def run_generated(directory: Path, source: str, call: str) -> Run:
     ledger = directory / "ledger.txt"
     lines = ledger.read_text(encoding="utf-8").splitlines() if ledger.exists() else []
     return Run(directory / "home", lines, done.stdout)
+
+
+TripRunner = Callable[[Path, dict[str, str]], Run]
+
+
+@pytest.fixture
+def run_trip() -> TripRunner:
+    """Runs the trip example, generated and bound to :data:`TRIP_BODIES`, in a directory with
+    more environment (a store on PostgreSQL, say)."""
+
+    def run(directory: Path, env: dict[str, str]) -> Run:
+        source = bind(codegen(parse_flow(TRIP.read_bytes()), "trip"), TRIP_BODIES)
+        call = f"run_book_a_trip(card={{'number': '{CARD}'}})"
+        return run_generated(directory, source, call, env)
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -183,9 +183,10 @@ def export(ctx: click.Context, saga_id: str, output: Path | None) -> None:
     try:
         records = saga_records(current_settings(), saga_id)
     except click.ClickException as exc:
-        if ctx.meta.get(_SHORT_FORM) and exc.message.startswith("no saga matches"):
-            exc.message += f"; nor is it a command ({', '.join(sorted(bpmn.commands))})"
-        raise
+        if not (ctx.meta.get(_SHORT_FORM) and exc.message.startswith("no saga matches")):
+            raise
+        commands = ", ".join(sorted(bpmn.commands))
+        raise _BadInput(f"{exc.message}; nor is it a command ({commands})") from None
     chosen = str(records[0].saga)
     try:
         text = saga_to_bpmn([record.to_json() for record in records])
