@@ -14,9 +14,13 @@ Export button), the two example flows (codegen input), and two recorded sagas dr
 ``saga_to_bpmn`` (the trip run by its generated code; a saga with a refusal, an approval and a
 rollback that needs a human).
 
-SpiffWorkflow is an engine that implements a subset of BPMN: it builds no executable spec of a
+SpiffWorkflow is an engine that implements a subset of BPMN: it builds no runnable spec of a
 process that holds a compensation boundary event (its parser has no compensation events) or is
-marked ``isExecutable="false"``, so it is asked to read and validate, not to run.
+marked ``isExecutable="false"``. So the whole document is read and validated, and the spec is
+built from a copy without the compensation constructs, marked executable: SpiffWorkflow then
+sees the same service and user tasks, in the same flow order, as :func:`parse_flow`. (The
+examples name their events ``Start`` and ``End``, which SpiffWorkflow reserves for its own
+specs, so their spec is not built.)
 """
 
 from __future__ import annotations
@@ -53,12 +57,11 @@ def omg_xsd() -> xmlschema.XMLSchema:
     return xmlschema.XMLSchema(str(XSD))
 
 
-@pytest.fixture(
-    params=["designer-export", "trip", "supplier-payment", "trip-run", "approved-and-rolled-back"]
-)
-def document(request: pytest.FixtureRequest) -> bytes:
-    """One document of each kind we read or write (see the module docstring)."""
-    name = request.param
+DOCUMENTS = ["designer-export", "trip", "supplier-payment", "trip-run", "approved-and-rolled-back"]
+
+
+def _document(request: pytest.FixtureRequest, name: str) -> bytes:
+    """The document ``name`` (see the module docstring)."""
     if name == "designer-export":
         return (HERE / "data" / "designer-export.bpmn").read_bytes()
     if name in ("trip", "supplier-payment"):
@@ -68,6 +71,12 @@ def document(request: pytest.FixtureRequest) -> bytes:
         return saga_to_bpmn(run.records()).encode()
     recorded: list[dict[str, Any]] = request.getfixturevalue("recorded")
     return saga_to_bpmn(recorded).encode()
+
+
+@pytest.fixture(params=DOCUMENTS)
+def document(request: pytest.FixtureRequest) -> bytes:
+    """One document of each kind we read or write."""
+    return _document(request, request.param)
 
 
 def test_the_omg_xsd_accepts_it_in_two_validators(
@@ -95,6 +104,38 @@ def test_spiffworkflow_reads_its_processes_and_diagram(document: bytes) -> None:
     assert nodes <= set(positions)  # every flow node has a shape with bounds
     flow = parse_flow(document)  # and our reader agrees on the tasks
     assert {t.id for t in flow.tasks} <= nodes
+
+
+@pytest.mark.parametrize("name", ["designer-export", "trip-run", "approved-and-rolled-back"])
+def test_spiffworkflow_builds_the_flow_without_its_compensations(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    document = _document(request, name)
+    root = etree.fromstring(document, etree.XMLParser(resolve_entities=False, no_network=True))
+    process = root.find(f"{{{MODEL}}}process")
+    assert process is not None
+    process.set("isExecutable", "true")
+    for element in list(process):
+        compensation = element.find(f"{{{MODEL}}}compensateEventDefinition")
+        if element.get("isForCompensation") == "true" or etree.QName(element).localname in (
+            "association",
+            "boundaryEvent",
+        ):
+            process.remove(element)
+        elif compensation is not None:  # a compensation end event: a plain end event
+            element.remove(compensation)
+    parser = BpmnParser(validator=BpmnValidator())
+    parser.add_bpmn_xml(root, f"{name}.bpmn")
+    spec = parser.get_spec(process.get("id"))
+    kinds = {"ServiceTask": "service", "UserTask": "user"}
+    built = [
+        (task_id, kinds[type(task).__name__])
+        for task_id, task in spec.task_specs.items()
+        if type(task).__name__ in kinds
+    ]
+    ours = [(t.id, t.kind) for t in parse_flow(document).tasks if t.kind != "compensation"]
+    assert [kind for _, kind in built].count("service") >= 3
+    assert built == ours
 
 
 def test_a_document_the_xsd_refuses_is_refused_by_both(omg_xsd: xmlschema.XMLSchema) -> None:
