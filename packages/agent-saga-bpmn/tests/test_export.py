@@ -4,89 +4,18 @@ resolved, a shape for every flow node and an edge for every connection."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 from xml.etree.ElementTree import Element
 
 import defusedxml.ElementTree as safe_tree
 import pytest
-from agent_saga import (
-    AgentKit,
-    Approvals,
-    GateRefused,
-    MaxValue,
-    SagaRolledBack,
-    read_log,
-    submit_vote,
-)
+from agent_saga import AgentKit, read_log
 from agent_saga_bpmn import BpmnError, parse_flow, saga_to_bpmn, validate
 
 MODEL = "{http://www.omg.org/spec/BPMN/20100524/MODEL}"
 DI = "{http://www.omg.org/spec/BPMN/20100524/DI}"
 NODES = ("startEvent", "endEvent", "serviceTask", "userTask", "boundaryEvent")
-
-
-class ApproveWhenPosted:
-    """An approval channel whose human approves shortly after each request is posted."""
-
-    def __init__(self) -> None:
-        self.kit: AgentKit | None = None
-
-    def request_posted(self, request: Any) -> None:
-        kit = self.kit
-        assert kit is not None
-        threading.Timer(
-            0.02, lambda: submit_vote(kit.store, request.id, "alice", "approve", channel="test")
-        ).start()
-
-    def request_decided(self, request: Any, decision: str) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """One saga's records: a step, a refused call, a step, an approved wire, then a failure
-    that rolls back the two compensable steps (newest first); the wire cannot be undone, so the
-    saga ends needing a human."""
-    home = tmp_path_factory.mktemp("recorded") / "home"
-    channel = ApproveWhenPosted()
-    kit = AgentKit(
-        home=home,
-        rules=[MaxValue(100, path="amount", tools=frozenset({"pay.charge"}))],
-        approvals=Approvals(approvers=["alice"], channels=[channel], poll=0.01),
-    )
-    channel.kit = kit
-
-    @kit.compensator("stock.release")
-    def release(result: Any) -> None:
-        pass
-
-    @kit.compensator("pay.refund")
-    def refund(result: Any) -> None:
-        pass
-
-    @kit.tool(name="stock.reserve", compensate="stock.release")
-    def reserve(sku: str) -> str:
-        return f"hold-{sku}"
-
-    @kit.tool(name="pay.charge", compensate="pay.refund")
-    def charge(amount: int) -> str:
-        return f"ch-{amount}"
-
-    @kit.tool(name="bank.wire")  # IRREVERSIBLE: waits for alice
-    def wire(amount: int) -> str:
-        return "wired"
-
-    with pytest.raises(SagaRolledBack), kit.transaction("checkout"):
-        reserve("sku-1")
-        with pytest.raises(GateRefused):
-            charge(10_000)
-        charge(50)
-        wire(50)
-        raise RuntimeError("courier <lost> & \x07 gone")
-    kit.close()
-    return [record.to_json() for record in read_log(home)]
 
 
 def _tree(xml: str) -> Element:

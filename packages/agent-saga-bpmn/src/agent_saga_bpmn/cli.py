@@ -3,8 +3,10 @@
 * ``agent-saga bpmn codegen flow.bpmn -o flow.py`` reads a diagram, reports every problem of
   it (one line each, on stderr) or writes its ``@saga_scope`` module;
 * ``agent-saga bpmn check flow.bpmn`` reports the problems only;
-* ``agent-saga bpmn export <saga-id> -o saga.bpmn`` draws a recorded saga of the home's log
-  (an id or a unique prefix, as ``agent-saga replay`` takes it).
+* ``agent-saga bpmn <saga-id> -o saga.bpmn`` (or ``agent-saga bpmn export <saga-id>``) draws
+  a recorded saga of the configured log, the home's file log or the fleet's on PostgreSQL (an
+  id or a unique prefix, as ``agent-saga replay`` takes it; read through
+  :func:`agent_saga.cli.saga_records`). A first argument that names no command is a saga id.
 
 Exit codes, as the core's commands: 0 done; 1 the diagram cannot be read or has problems, or
 the log cannot be read; 2 bad input (no such file, saga or log). Every error is one line.
@@ -13,12 +15,10 @@ Nothing here runs a tool or a compensator, and ``export`` never writes to the lo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
-from agent_saga.cli import current_settings
+from agent_saga.cli import current_settings, saga_records
 
 from ._codegen import codegen as write_code
 from ._export import saga_to_bpmn
@@ -81,9 +81,48 @@ def _write(text: str, output: Path | None) -> None:
         raise click.ClickException(_one_line(f"cannot write {output}: {exc}")) from None
 
 
-@click.group()
+_SHORT_FORM = "agent_saga_bpmn.short_form"
+
+
+class _SagaOrCommand(click.Group):
+    """A group whose first argument is a command's name or, when it names no command, a saga
+    id: ``bpmn <saga-id> [-o FILE]`` runs ``bpmn export <saga-id> [-o FILE]``. A command's
+    name wins over a saga id spelt the same (``bpmn export <id>`` always draws a saga)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
+            ctx.meta[_SHORT_FORM] = True
+            return "export", export, args
+        return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "[OPTIONS] SAGA_ID [-o FILE]")
+        formatter.write_usage(ctx.command_path, "[OPTIONS] COMMAND [ARGS]...", prefix="   or: ")
+
+
+@click.group(cls=_SagaOrCommand)
 def bpmn() -> None:
-    """BPMN 2.0: a drawn compensation flow to @saga_scope code, a recorded saga to a diagram."""
+    """BPMN 2.0: a drawn compensation flow to @saga_scope code, a recorded saga to a diagram.
+
+    \b
+    agent-saga bpmn SAGA_ID -o saga.bpmn      draw a recorded saga (as 'export')
+    agent-saga bpmn codegen flow.bpmn -o flow.py
+    agent-saga bpmn check flow.bpmn
+
+    SAGA_ID is an id or a unique prefix of one; a command's name wins over a saga id spelt
+    the same ('bpmn export SAGA_ID' always draws a saga).
+    """
+
+
+_OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write here (default: standard output).",
+)
 
 
 _KNOWN = click.option(
@@ -107,13 +146,7 @@ def check(flow_file: Path, known: tuple[str, ...]) -> None:
 
 @bpmn.command()
 @click.argument("flow_file", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the module here (default: standard output).",
-)
+@_OUTPUT
 @click.option(
     "--module",
     default=None,
@@ -139,67 +172,24 @@ def codegen(
         click.echo(f"wrote {output}", err=True)
 
 
-def _candidates(prefix: str) -> Iterator[dict[str, Any]]:
-    """The records (JSON form) of the home's file log whose saga id may match ``prefix``."""
-    from agent_saga import read_log
-
-    settings = current_settings()
-    store = settings.store()
-    if store is not None and store not in ("file", "memory"):
-        raise click.ClickException(
-            "export reads the file log in the home; the configured store is not a file log"
-        )
-    if not (settings.home / "log.jsonl").is_file():
-        raise _BadInput(
-            f"no log at {settings.home / 'log.jsonl'} (check --home or AGENT_SAGA_HOME)"
-        )
-    key = prefix.replace("-", "").lower()
-    for record in read_log(settings.home, key=settings.chain_key()):
-        if record.saga is not None and record.saga.replace("-", "").lower().startswith(key):
-            yield record.to_json()
-
-
-def _resolve(saga_id: str, ids: list[str]) -> str:
-    """The id ``saga_id`` names among ``ids`` (the sagas whose ids start with it, dashes and
-    case aside): itself, else the only one; as ``agent-saga replay`` resolves it."""
-    wanted = saga_id.strip()
-    if wanted in ids:
-        return wanted
-    exact = [i for i in ids if i.replace("-", "").lower() == wanted.replace("-", "").lower()]
-    matches = exact or ids
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise _BadInput(_one_line(f"no saga matches {wanted!r}"))
-    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
-    raise _BadInput(
-        _one_line(f"saga id prefix {wanted!r} is ambiguous: {len(matches)} sagas match: {shown}")
-    )
-
-
 @bpmn.command()
 @click.argument("saga_id")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the diagram here (default: standard output).",
-)
-def export(saga_id: str, output: Path | None) -> None:
+@_OUTPUT
+@click.pass_context
+def export(ctx: click.Context, saga_id: str, output: Path | None) -> None:
     """Draw the recorded saga SAGA_ID (or a unique prefix) as BPMN 2.0 with its layout:
-    steps, refusals, approvals and compensations. Read-only."""
-    from agent_saga import AgentSagaError
-
-    if not saga_id.strip():
-        raise _BadInput("empty saga id")
+    steps, refusals, approvals and compensations. Read-only; the log may be the home's file
+    log or the fleet's on PostgreSQL."""
     try:
-        records = list(_candidates(saga_id.strip()))
-    except (AgentSagaError, OSError) as exc:
-        raise click.ClickException(_one_line(f"cannot read the log: {exc}")) from None
-    chosen = _resolve(saga_id, list(dict.fromkeys(str(r["saga"]) for r in records)))
+        records = saga_records(current_settings(), saga_id)
+    except click.ClickException as exc:
+        if not (ctx.meta.get(_SHORT_FORM) and exc.message.startswith("no saga matches")):
+            raise
+        commands = ", ".join(sorted(bpmn.commands))
+        raise _BadInput(f"{exc.message}; nor is it a command ({commands})") from None
+    chosen = str(records[0].saga)
     try:
-        text = saga_to_bpmn([r for r in records if r["saga"] == chosen])
+        text = saga_to_bpmn([record.to_json() for record in records])
     except BpmnError as exc:
         raise click.ClickException(_one_line(str(exc))) from None
     _write(text, output)

@@ -59,6 +59,23 @@ def saga_rows(
     return records
 
 
+def matching_saga_ids(
+    query: Query, q: Mapping[str, Composed], text: str
+) -> tuple[list[str], int | None]:
+    """The saga ids ``text`` may name: itself when the column holds it (one probe of the
+    ``(saga, seq)`` index), else the ids whose key (lower case, no dashes) starts with its key,
+    oldest first, at most :data:`PAGE` of them (a pass over the ``saga`` column, no line is
+    read); with how many sagas the log holds when none matches (``None`` otherwise)."""
+    if query(q["saga_probe"], (text,)):
+        return [text], None
+    key = text.replace("-", "").lower()
+    pattern = key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    ids = [str(row[0]) for row in query(q["saga_prefix"], (pattern, PAGE))]
+    if ids:
+        return ids, None
+    return [], int(query(q["saga_count"], ())[0][0])
+
+
 def open_saga_ids(query: Query, q: Mapping[str, Composed]) -> list[str]:
     """Ids of the sagas begun and not ended, oldest first (a hint: the caller reads each)."""
     return [str(row[0]) for row in query(q["open_sagas"], ())]

@@ -27,6 +27,7 @@ from .connection import (
     require_psycopg,
 )
 from .read import checked_records, paged_rows
+from .sagas import matching_saga_ids, saga_rows
 from .sql import queries
 
 if TYPE_CHECKING:
@@ -106,6 +107,39 @@ class PostgresLogSource:
             if explained is exc:
                 raise
             raise explained from exc
+
+    def saga_ids(self, text: str) -> tuple[list[str], int | None] | None:
+        """The ids ``text`` (an id or a prefix) may name, oldest first, read from the ``saga``
+        column (see :func:`~agent_saga._postgres.sagas.matching_saga_ids`), with how many sagas
+        the log holds when none matches; ``None`` when rows written by an earlier version have
+        no ``saga`` column yet (a read-only session cannot fill it in: read the whole log).
+
+        Raises:
+            StoreFailedError: the server or the table cannot be read.
+        """
+        import psycopg
+
+        try:
+            if self._session.query(self._q["unindexed"], (1,)):
+                return None
+            return matching_saga_ids(self._session.query, self._q, text)
+        except psycopg.Error as exc:
+            raise self._query_failed(exc) from exc
+
+    def saga_records(self, saga_id: str) -> list[Record]:
+        """The records of ``saga_id`` in ``seq`` order through the ``(saga, seq)`` index, each
+        checked against its own hash and saga (not against the chain: ``verify`` does that).
+
+        Raises:
+            CorruptLogError: a row is not the record it is indexed as.
+            StoreFailedError: the server or the table cannot be read.
+        """
+        import psycopg
+
+        try:
+            return saga_rows(self._session.query, self._q, Chain(self.key), self.where, saga_id)
+        except psycopg.Error as exc:
+            raise self._query_failed(exc) from exc
 
     def first_lines(self) -> list[bytes]:
         rows = paged_rows(self._session.query, self._q["page"])

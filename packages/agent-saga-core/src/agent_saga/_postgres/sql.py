@@ -71,6 +71,10 @@ def queries(schema: str, owner_id: str, ttl: float = 0.0) -> dict[str, Composed]
         "saga": "SELECT seq, hash, line FROM {s}.records WHERE saga = %s ORDER BY seq",
         "open_sagas": "SELECT saga FROM {s}.open_sagas ORDER BY seq",
         "unindexed": "SELECT seq, line FROM {s}.records WHERE kind IS NULL ORDER BY seq LIMIT %s",
+        "saga_probe": "SELECT 1 FROM {s}.records WHERE saga = %s LIMIT 1",
+        "saga_prefix": "SELECT saga FROM {s}.records WHERE saga IS NOT NULL"
+        " AND replace(lower(saga), '-', '') LIKE %s GROUP BY saga ORDER BY min(seq) LIMIT %s",
+        "saga_count": "SELECT count(DISTINCT saga) FROM {s}.records",
     }
     names = {
         "s": sql.Identifier(schema),

@@ -13,7 +13,7 @@ through :mod:`agent_saga_bpmn`'s hardened parser:
 * ``GET /ui/sagas/{origin}/{saga}/diagram.bpmn`` draws a saga's stored records (read as the
   timeline page reads them: the saga's records and the ``saga.settled`` records naming it).
 
-Tool names are checked against the tools the fleet has recorded (``saga_tools``), unless the
+Tool names are checked against the tools the fleet has recorded (``known_tools``), unless the
 page's box is unticked (``check_tools=no``, for a flow whose tools no agent has run yet); while
 the fleet has recorded none, no name is called unknown (the page says which).
 """
@@ -51,9 +51,10 @@ _MODDLE = files("agent_saga_bpmn") / "moddle.json"
 
 
 def known_tools(db: Database) -> frozenset[str]:
-    """The tool names the fleet's stored sagas used (at most :data:`MAX_KNOWN_TOOLS`)."""
+    """The tool names the fleet's stored sagas used (at most :data:`MAX_KNOWN_TOOLS`): read
+    from ``known_tools``, one row a name kept by ingest, never from the sagas themselves."""
     with db.transaction(write=False) as tx:
-        rows = tx.all("SELECT DISTINCT tool FROM saga_tools LIMIT ?", (MAX_KNOWN_TOOLS,))
+        rows = tx.all("SELECT tool FROM known_tools ORDER BY tool LIMIT ?", (MAX_KNOWN_TOOLS,))
     return frozenset(str(row[0]) for row in rows)
 
 

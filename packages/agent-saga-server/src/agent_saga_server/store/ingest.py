@@ -206,6 +206,7 @@ _INSERT_TOOL = (
     "INSERT INTO saga_tools (origin, saga, tool) VALUES (?, ?, ?) "
     "ON CONFLICT (origin, saga, tool) DO NOTHING"
 )
+_INSERT_KNOWN_TOOL = "INSERT INTO known_tools (tool) VALUES (?) ON CONFLICT (tool) DO NOTHING"
 
 
 def _store(tx: Tx, origin: str, fresh: list[tuple[Record, bytes]]) -> None:
@@ -229,6 +230,7 @@ def _store(tx: Tx, origin: str, fresh: list[tuple[Record, bytes]]) -> None:
         tools.update((origin, summary.saga, tool) for tool in summary.tools.values())
     tx.execute_many(_UPSERT_SAGA, sagas)
     tx.execute_many(_INSERT_TOOL, sorted(tools))
+    tx.execute_many(_INSERT_KNOWN_TOOL, sorted({(tool,) for _, _, tool in tools}))
     decided = [
         (str(r.data.get("decision")), str(r.data.get("request")), origin)
         for r in records

@@ -4,6 +4,10 @@ Amounts are decimal strings (exact sums in Python under a row lock); times are s
 epoch as floating point; record timestamps are the agents' milliseconds. Identifiers that order
 (audit events, conflicts) start with a zero-padded nanosecond time so both databases sort them
 alike without sequences.
+
+``known_tools`` holds every tool name ingest has seen (one row a name, kept with
+``saga_tools``), so the designer asks a small table for them rather than the whole history; a
+database made before it existed fills it once from ``saga_tools`` while it is empty.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ CREATE TABLE IF NOT EXISTS saga_tools (
     PRIMARY KEY (origin, saga, tool)
 );
 CREATE INDEX IF NOT EXISTS saga_tools_by_tool ON saga_tools (tool);
+CREATE TABLE IF NOT EXISTS known_tools (tool TEXT PRIMARY KEY);
+INSERT INTO known_tools (tool) SELECT DISTINCT tool FROM saga_tools
+    WHERE NOT EXISTS (SELECT 1 FROM known_tools) ON CONFLICT (tool) DO NOTHING;
 CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, origin TEXT NOT NULL, saga TEXT NOT NULL, ordinal BIGINT NOT NULL,
     tool TEXT NOT NULL, semantics TEXT NOT NULL, digest TEXT NOT NULL, args TEXT NOT NULL,
