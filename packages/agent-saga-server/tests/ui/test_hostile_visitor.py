@@ -103,3 +103,45 @@ def test_refusals_of_the_new_pages_carry_the_dashboard_headers(dashboard: Dashbo
             assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], what
     finally:
         client.close()
+
+
+def test_a_revoked_token_ends_the_sessions_it_opened(dashboard: Dashboard) -> None:
+    """A session opened with a pasted control-plane token lives only as long as the token: once
+    it is revoked, its pages send to the login page and its forms (a vote) are refused with a
+    401, while a session opened from a login link lives on."""
+    from agent_saga_server.store.db import open_database
+    from agent_saga_server.store.tokens import authenticate, revoke
+
+    token = issue_token(dashboard.home, "approver", "rex")
+    rex = httpx.Client(base_url=dashboard.url, trust_env=False, timeout=10)
+    other, _ = signed_in(dashboard, "ola")
+    try:
+        landed = rex.post("/ui/login", data={"token": token}, follow_redirects=True)
+        found = CSRF.search(landed.text)
+        assert found is not None
+        assert rex.get("/ui/approvals").status_code == 200
+        db = open_database(None, dashboard.home)
+        try:
+            caller = authenticate(db, token)
+            assert caller is not None
+            assert revoke(db, caller.token_id)
+        finally:
+            db.close()
+        page = rex.get("/ui/approvals")
+        assert page.status_code == 303
+        assert page.headers["location"] == "/ui/login"
+        vote = rex.post(
+            "/ui/approvals/apr-0000000000000000",
+            data={"decision": "approve", "csrf": found.group(1)},
+        )
+        assert vote.status_code == 401
+        designer = rex.post(
+            "/ui/designer/validate",
+            content=b"<x/>",
+            headers={"x-csrf-token": found.group(1)},
+        )
+        assert designer.status_code == 401
+        assert other.get("/ui/approvals").status_code == 200
+    finally:
+        rex.close()
+        other.close()
