@@ -203,8 +203,9 @@ def codegen(flow: Flow, module: str = "flow") -> str:
     header = [
         f'"""{module}: a saga generated from a BPMN diagram by agent-saga bpmn codegen.',
         "",
-        f"Process {_quoted(flow.id)}. Write each stub's body where it raises NotImplementedError;",
-        "the order of the calls, the semantics and the compensations are the diagram's.",
+        f"Process {_quoted(flow.id)}.",
+        "Write each stub's body where it raises NotImplementedError; the order of the calls, the",
+        "semantics and the compensations are the diagram's.",
         '"""',
         "",
         *(["from typing import Any", ""] if service else []),
