@@ -7,9 +7,13 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 
 import httpx
 from agent_saga import AgentKit
+from agent_saga_server.dashboard.sessions import create_tables, open_session, viewer
+from agent_saga_server.store.db import open_database
+from agent_saga_server.store.tokens import issue
 from browser_kit import Dashboard, issue_token
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
@@ -109,7 +113,6 @@ def test_a_revoked_token_ends_the_sessions_it_opened(dashboard: Dashboard) -> No
     """A session opened with a pasted control-plane token lives only as long as the token: once
     it is revoked, its pages send to the login page and its forms (a vote) are refused with a
     401, while a session opened from a login link lives on."""
-    from agent_saga_server.store.db import open_database
     from agent_saga_server.store.tokens import authenticate, revoke
 
     token = issue_token(dashboard.home, "approver", "rex")
@@ -141,7 +144,35 @@ def test_a_revoked_token_ends_the_sessions_it_opened(dashboard: Dashboard) -> No
             headers={"x-csrf-token": found.group(1)},
         )
         assert designer.status_code == 401
+        passkey = rex.post(
+            "/ui/approvals/apr-0000000000000000/passkey",
+            json={"challenge_id": "x", "credential": {}},
+            headers={"x-csrf-token": found.group(1)},
+        )
+        assert passkey.status_code == 401
         assert other.get("/ui/approvals").status_code == 200
     finally:
         rex.close()
         other.close()
+
+
+def test_a_session_bound_to_a_token_ends_when_the_token_expires_or_is_gone(tmp_path: Path) -> None:
+    db = open_database(None, tmp_path)
+    try:
+        create_tables(db)
+        _, info = issue(db, "auditor", "ida")
+        cookies = [open_session(db, "ida", "auditor", info.id) for _ in range(2)]
+        unbound = open_session(db, "ida", "auditor")
+        assert all(viewer(db, c) is not None for c in [*cookies, unbound])
+        with db.transaction() as tx:
+            tx.execute("UPDATE tokens SET expires_at = ? WHERE id = ?", (time.time() - 1, info.id))
+        assert [viewer(db, c) for c in cookies] == [None, None]
+        with db.transaction() as tx:
+            tx.execute("UPDATE tokens SET expires_at = NULL WHERE id = ?", (info.id,))
+        assert viewer(db, cookies[0]) is not None
+        with db.transaction() as tx:
+            tx.execute("DELETE FROM tokens WHERE id = ?", (info.id,))
+        assert viewer(db, cookies[0]) is None
+        assert viewer(db, unbound) is not None  # a login link's session: no token to outlive
+    finally:
+        db.close()
