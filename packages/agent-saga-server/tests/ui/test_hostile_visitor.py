@@ -11,8 +11,9 @@ from pathlib import Path
 
 import httpx
 from agent_saga import AgentKit
+from agent_saga.testing.postgres import scratch_schema, server_for_tests
 from agent_saga_server.dashboard.sessions import create_tables, open_session, viewer
-from agent_saga_server.store.db import open_database
+from agent_saga_server.store.db import Database, open_database
 from agent_saga_server.store.tokens import issue
 from browser_kit import Dashboard, issue_token
 
@@ -156,8 +157,7 @@ def test_a_revoked_token_ends_the_sessions_it_opened(dashboard: Dashboard) -> No
         other.close()
 
 
-def test_a_session_bound_to_a_token_ends_when_the_token_expires_or_is_gone(tmp_path: Path) -> None:
-    db = open_database(None, tmp_path)
+def _bound_sessions_end_with_their_token(db: Database) -> None:
     try:
         create_tables(db)
         _, info = issue(db, "auditor", "ida")
@@ -176,3 +176,12 @@ def test_a_session_bound_to_a_token_ends_when_the_token_expires_or_is_gone(tmp_p
         assert viewer(db, unbound) is not None  # a login link's session: no token to outlive
     finally:
         db.close()
+
+
+def test_a_session_bound_to_a_token_ends_when_the_token_expires_or_is_gone(tmp_path: Path) -> None:
+    _bound_sessions_end_with_their_token(open_database(None, tmp_path))
+
+
+def test_the_same_on_postgresql(tmp_path: Path) -> None:
+    with server_for_tests() as url, scratch_schema(url) as schema:
+        _bound_sessions_end_with_their_token(open_database(url, tmp_path, schema=schema))
