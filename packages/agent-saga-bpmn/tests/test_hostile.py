@@ -165,3 +165,45 @@ def test_thousands_of_tool_names_reducing_to_one_identifier_are_written_in_linea
     source = codegen(flow, "many")
     assert time.process_time() - started < 1.0
     assert "def x_4000(" in source
+
+
+DEFINITIONS = f'<bpmn:definitions {BPMN}><bpmn:process id="P"/></bpmn:definitions>'
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        (f"<!DOCTYPE bpmn:definitions>{DEFINITIONS}", "declares a DTD"),
+        (f'<!DOCTYPE d PUBLIC "-//x//x" "http://127.0.0.1:9/x.dtd">{DEFINITIONS}',
+         "declares a DTD"),
+        (f'<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE d [<!ENTITY x "y">]>{DEFINITIONS}'
+         .encode("utf-16"), "declares a DTD"),
+        (f'<?xml version="1.0" encoding="UTF-7"?>{DEFINITIONS}'.encode(),
+         "the document cannot be read as XML"),
+        (f'<bpmn:definitions {BPMN} xmlns:xml="urn:x"/>', "malformed XML at line 1"),
+        (f'<bpmn:definitions {BPMN}><bpmn:process id="P" xmlns:bpmn="urn:other"/>'
+         "</bpmn:definitions>", "the document has no bpmn:process"),
+    ],
+)  # fmt: skip
+def test_doctype_encoding_and_namespace_games_are_refused(
+    document: str | bytes, expected: str
+) -> None:
+    assert expected in _refusal(document)
+
+
+def test_xinclude_and_stylesheets_are_never_followed_and_deep_nesting_is_cheap(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cr3t-value", encoding="utf-8")
+    include = (
+        f'<?xml-stylesheet href="file://{secret}"?><bpmn:definitions {BPMN} '
+        'xmlns:xi="http://www.w3.org/2001/XInclude"><bpmn:process id="P" name="n">'
+        f'<xi:include href="file://{secret}" parse="text"/></bpmn:process></bpmn:definitions>'
+    )
+    assert parse_flow(include).name == "n"
+    deep = 100_000
+    nested = _process("<a>" * deep + "</a>" * deep)
+    started = time.process_time()
+    assert parse_flow(nested).unsupported == ()  # another namespace's element is skipped
+    assert time.process_time() - started < 2.0
