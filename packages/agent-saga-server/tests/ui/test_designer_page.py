@@ -20,7 +20,7 @@ import pytest
 from agent_saga import REVERSIBLE, AgentKit, SagaRolledBack
 from agent_saga_server.dashboard.designer import BPMN_JS_VERSION
 from browser_kit import Dashboard, Guard, Snap, axe_violations
-from playwright.sync_api import Page, expect
+from playwright.sync_api import FilePayload, Page, expect
 
 SAGA_TOOL = re.compile(r"<saga:tool [^>]*/>")
 EXAMPLES = Path(__file__).resolve().parents[3] / "agent-saga-bpmn/examples"
@@ -338,7 +338,7 @@ def test_markup_in_a_recorded_saga_or_an_imported_diagram_is_text_and_never_runs
     assert page.evaluate(ACTIVE) == 0
 
     page.locator("#designer-import").set_input_files(
-        files=[{"name": "hostile.bpmn", "mimeType": "application/xml", "buffer": hostile_trip()}]
+        files=[FilePayload(name="hostile.bpmn", mimeType="application/xml", buffer=hostile_trip())]
     )
     expect(page.locator("#designer-status")).to_contain_text("Imported hostile.bpmn")
     expect(page.locator(".djs-label", has_text=HOSTILE["script"])).to_have_count(1)

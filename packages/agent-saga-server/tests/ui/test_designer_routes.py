@@ -217,6 +217,7 @@ def test_a_chunked_body_is_bounded_and_host_and_origin_tricks_are_refused(
     assert gzipped.status_code == 400  # never inflated: read as the XML it is not
     assert "\n" not in gzipped.json()["detail"]
     port = urlsplit(dashboard.url).port
+    assert port is not None
     tricks = {
         "foreign host": ({"host": "evil.example"}, 421),
         "trailing dot": ({"host": f"127.0.0.1.:{port}"}, 421),
