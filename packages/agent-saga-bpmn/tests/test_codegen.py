@@ -168,6 +168,17 @@ def test_an_approval_is_a_comment_and_a_redacted_argument_an_input() -> None:
     assert "def bank_wire(beneficiary: Any) -> Any:" in source
 
 
+def _tool_names(tree: ast.Module) -> set[str]:
+    """The ``name=`` literals of the module's calls (the ``@tool`` declarations)."""
+    return {
+        ast.literal_eval(kw.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for kw in node.keywords
+        if kw.arg == "name"
+    }
+
+
 def test_the_nasty_names_become_distinct_identifiers_and_exact_literals() -> None:
     source = codegen(_nasty_flow(), "nasty")
     tree = ast.parse(source)
@@ -176,14 +187,7 @@ def test_the_nasty_names_become_distinct_identifiers_and_exact_literals() -> Non
     assert {"pay_refund", "pay_charge", "class_", "tool_9lives", "pay_charge_2", "tool_2"} <= set(
         functions
     )
-    names = {
-        ast.literal_eval(kw.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        for kw in node.keywords
-        if kw.arg == "name"
-    }
-    assert names == {"pay.charge", "class", "_9lives", "pay-charge", "tool"}
+    assert _tool_names(tree) == {"pay.charge", "class", "_9lives", "pay-charge", "tool"}
     assert source.isascii()
 
 
@@ -193,14 +197,7 @@ def test_hostile_names_reach_the_code_only_as_literals_and_confusables_are_refus
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     called = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     assert called <= {"tool", "saga_scope", "NotImplementedError"} | defined
-    literals = {
-        ast.literal_eval(kw.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        for kw in node.keywords
-        if kw.arg == "name"
-    }
-    assert literals == {tool for tool, _ in HOSTILE_TOOLS}
+    assert _tool_names(tree) == {tool for tool, _ in HOSTILE_TOOLS}
     for confusable in ("\u0440ay.charge", "pay.charge\u200b", "pay charge", "pay\n.charge"):
         document = _hostile_document([(confusable, "")], "P")
         with pytest.raises(BpmnError, match="is not a letter or _ then up to 63") as caught:
