@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+from xml.sax.saxutils import quoteattr
 
 import pytest
-from agent_saga_bpmn import BpmnError, Flow, Task, codegen, parse_flow
+from agent_saga_bpmn import NAMESPACE, BpmnError, Flow, Task, codegen, parse_flow
 
 if TYPE_CHECKING:
     from conftest import Run
@@ -57,16 +58,62 @@ def _nasty_flow() -> Flow:
     )
 
 
+HOSTILE_NAME = '"""); __import__("os").system("id")  # \u2028 \\N{BULLET} \u0444\uff4c\u200b'
+"""Text a diagram may hold in any name: quotes that close a literal, a call, an escape, a
+comment, a line separator, confusable and invisible characters."""
+
+
+def _service(task_id: str, tool: str, redact: str = "") -> str:
+    attrs = f"name={quoteattr(tool)} semantics='REVERSIBLE'"
+    if redact:
+        attrs += f" redact={quoteattr(redact)}"
+    return (
+        f"<bpmn:serviceTask id={quoteattr(task_id)} name={quoteattr(HOSTILE_NAME)}>"
+        f"<bpmn:extensionElements><saga:tool {attrs}/></bpmn:extensionElements>"
+        "</bpmn:serviceTask>"
+    )
+
+
+def _hostile_document(tools: list[tuple[str, str]], process_id: str) -> str:
+    """A diagram whose every name is hostile, its tasks in one sequence from a start event."""
+    ids = [f'T{i}"""\\' + "x" * 40 for i in range(len(tools))]
+    tasks = "".join(_service(i, tool, redact) for i, (tool, redact) in zip(ids, tools, strict=True))
+    order = ["S", *ids, "E"]
+    flows = "".join(
+        f"<bpmn:sequenceFlow id='F{n}' sourceRef={quoteattr(a)} targetRef={quoteattr(b)}/>"
+        for n, (a, b) in enumerate(itertools.pairwise(order))
+    )
+    return (
+        "<bpmn:definitions xmlns:bpmn='http://www.omg.org/spec/BPMN/20100524/MODEL' "
+        f"xmlns:saga='{NAMESPACE}'><bpmn:process id={quoteattr(process_id)} "
+        f"name={quoteattr(HOSTILE_NAME * 3)}><bpmn:startEvent id='S'/>{tasks}"
+        f"<bpmn:endEvent id='E'/>{flows}</bpmn:process></bpmn:definitions>"
+    )
+
+
+HOSTILE_TOOLS = [  # (tool name, redacted paths): keywords, builtins, dunders, our own names
+    ("class", "match.secret, type"),
+    ("__import__", "__import__"),
+    ("Any", "Any"),
+    ("saga_scope", "tool.x, compensator"),
+    ("exec", "eval.code"),
+    ("_" * 64, ""),
+]
+
+
 def test_generated_code_passes_ruff_and_mypy_strict_as_written(tmp_path: Path) -> None:
+    hostile = _hostile_document(HOSTILE_TOOLS, 'Process"""\\' + "p" * 180)
     flows = {
         "trip_flow": parse_flow(TRIP.read_bytes()),
         "supplier_flow": parse_flow(SUPPLIER.read_text(encoding="utf-8")),
         "nasty_flow": _nasty_flow(),
+        "hostile_flow": parse_flow(hostile),
     }
     paths = []
     for module, flow in flows.items():
         source = codegen(flow, module=module)
         assert max(len(line) for line in source.splitlines()) <= 100
+        assert source.isascii()
         paths.append(tmp_path / f"{module}.py")
         paths[-1].write_text(source, encoding="utf-8")
     config = str(ROOT / "pyproject.toml")
@@ -121,6 +168,17 @@ def test_an_approval_is_a_comment_and_a_redacted_argument_an_input() -> None:
     assert "def bank_wire(beneficiary: Any) -> Any:" in source
 
 
+def _tool_names(tree: ast.Module) -> set[str]:
+    """The ``name=`` literals of the module's calls (the ``@tool`` declarations)."""
+    return {
+        ast.literal_eval(kw.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for kw in node.keywords
+        if kw.arg == "name"
+    }
+
+
 def test_the_nasty_names_become_distinct_identifiers_and_exact_literals() -> None:
     source = codegen(_nasty_flow(), "nasty")
     tree = ast.parse(source)
@@ -129,15 +187,22 @@ def test_the_nasty_names_become_distinct_identifiers_and_exact_literals() -> Non
     assert {"pay_refund", "pay_charge", "class_", "tool_9lives", "pay_charge_2", "tool_2"} <= set(
         functions
     )
-    names = {
-        ast.literal_eval(kw.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        for kw in node.keywords
-        if kw.arg == "name"
-    }
-    assert names == {"pay.charge", "class", "_9lives", "pay-charge", "tool"}
+    assert _tool_names(tree) == {"pay.charge", "class", "_9lives", "pay-charge", "tool"}
     assert source.isascii()
+
+
+def test_hostile_names_reach_the_code_only_as_literals_and_confusables_are_refused() -> None:
+    source = codegen(parse_flow(_hostile_document(HOSTILE_TOOLS, "P")), "hostile")
+    tree = ast.parse(source)
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    called = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert called <= {"tool", "saga_scope", "NotImplementedError"} | defined
+    assert _tool_names(tree) == {tool for tool, _ in HOSTILE_TOOLS}
+    for confusable in ("\u0440ay.charge", "pay.charge\u200b", "pay charge", "pay\n.charge"):
+        document = _hostile_document([(confusable, "")], "P")
+        with pytest.raises(BpmnError, match="is not a letter or _ then up to 63") as caught:
+            codegen(parse_flow(document))
+        assert "\n" not in str(caught.value)
 
 
 def test_a_flow_with_problems_is_not_written() -> None:

@@ -62,10 +62,12 @@ def _quoted(text: str, room: int = 30) -> str:
 
 
 class _Names:
-    """Unique Python identifiers for diagram names."""
+    """Unique Python identifiers for diagram names. Each base remembers the next suffix to
+    try, so many names reducing to one base cost linear time, not quadratic."""
 
     def __init__(self) -> None:
         self.taken = set(_RESERVED)
+        self.suffixes: dict[str, int] = {}
 
     def claim(self, text: str, prefix: str) -> str:
         base = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:48] or prefix
@@ -73,9 +75,10 @@ class _Names:
             base = f"{prefix}_{base}"
         if keyword.iskeyword(base) or keyword.issoftkeyword(base):
             base += "_"
-        name, suffix = base, 2
+        name, suffix = base, self.suffixes.get(base, 2)
         while name in self.taken:
             name, suffix = f"{base}_{suffix}", suffix + 1
+        self.suffixes[base] = suffix
         self.taken.add(name)
         return name
 
@@ -203,8 +206,9 @@ def codegen(flow: Flow, module: str = "flow") -> str:
     header = [
         f'"""{module}: a saga generated from a BPMN diagram by agent-saga bpmn codegen.',
         "",
-        f"Process {_quoted(flow.id)}. Write each stub's body where it raises NotImplementedError;",
-        "the order of the calls, the semantics and the compensations are the diagram's.",
+        f"Process {_quoted(flow.id)}.",
+        "Write each stub's body where it raises NotImplementedError; the order of the calls, the",
+        "semantics and the compensations are the diagram's.",
         '"""',
         "",
         *(["from typing import Any", ""] if service else []),

@@ -62,31 +62,47 @@ def reachable(
     return seen
 
 
-def cycles(nodes: Sequence[str], edges: Sequence[tuple[str, str]]) -> list[list[str]]:
+def cycles(
+    nodes: Sequence[str], edges: Sequence[tuple[str, str]], limit: int | None = None
+) -> list[list[str]]:
     """One cycle (its nodes in flow order, starting where it is entered) per back edge found by
-    a depth-first search from each node in document order; each cycle is reported once."""
+    a depth-first search from each node in document order; each cycle is reported once, and
+    at most ``limit`` of them (the first found) when it is given.
+
+    Linear in nodes plus edges, plus the length of each cycle reported: a back edge seen again
+    (a parallel sequence flow) is not followed a second time, and the search stops at the limit.
+    """
     after = successors(edges)
     state: dict[str, int] = {}  # 1: on the current path, 2: done
+    depth: dict[str, int] = {}  # a node on the current path -> its index in ``path``
     found: list[list[str]] = []
     seen: set[frozenset[str]] = set()
+    back_edges: set[tuple[str, str]] = set()
     for root in nodes:
         if root in state:
             continue
         path: list[str] = [root]
         stack = [iter(after.get(root, ()))]
-        state[root] = 1
+        state[root], depth[root] = 1, 0
         while stack:
+            if limit is not None and len(found) >= limit:
+                return found
             target = next(stack[-1], None)
             if target is None:
-                state[path.pop()] = 2
+                node = path.pop()
+                state[node] = 2
+                del depth[node]
                 stack.pop()
             elif state.get(target) == 1:
-                loop = path[path.index(target) :]
+                if (path[-1], target) in back_edges:
+                    continue
+                back_edges.add((path[-1], target))
+                loop = path[depth[target] :]
                 if frozenset(loop) not in seen:
                     seen.add(frozenset(loop))
                     found.append(loop)
             elif target not in state:
-                state[target] = 1
+                state[target], depth[target] = 1, len(path)
                 path.append(target)
                 stack.append(iter(after.get(target, ())))
     return found

@@ -1,8 +1,11 @@
 """Judging a :class:`~agent_saga_bpmn.Flow`: what keeps it from becoming one saga.
 
-Invariants: :func:`validate` never raises on a parsed flow and reports every problem it finds,
-each naming one element, in a stable order (the flow's structure first, then task by task in
-flow order). An empty list means :func:`~agent_saga_bpmn.codegen` will write the flow.
+Invariants: :func:`validate` never raises on a parsed flow and reports every problem it finds
+(cycles: the first :data:`MAX_CYCLES`), each naming one element in a line of bounded length, in
+a stable order (the flow's structure first, then task by task in flow order). It runs in time
+linear in the flow's nodes and edges (plus the cycles it reports), so a hostile diagram within
+the parser's size cap costs no more than a second or so. An empty list means
+:func:`~agent_saga_bpmn.codegen` will write the flow.
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,63}")
 """A tool or compensator name code can carry on one line: a letter or ``_``, then letters,
 digits and ``_ . : / -``, at most 64 characters."""
 REDACT_PATH = re.compile(r"[A-Za-z0-9_*-]+(\.[A-Za-z0-9_*-]+)*")
+MAX_CYCLES = 20
+"""At most this many cycles are reported (the first found): a hostile diagram can hold a
+number of cycles quadratic in its size."""
+SHOWN = 8
+"""A cycle or a list of targets longer than this is shown by its ends (``a -> b -> ... ->
+y -> z``), so every problem is a line of bounded length."""
 
 
 def validate(flow: Flow, known_tools: Collection[str] | None = None) -> list[Problem]:
@@ -36,9 +45,10 @@ def validate(flow: Flow, known_tools: Collection[str] | None = None) -> list[Pro
     problems = _structure(flow)
     declared: dict[str, Task] = {}
     handled = set(flow.compensations.values())
+    context = _Context(flow)
     for task in flow.tasks:
         if task.kind == "service":
-            problems += _service(flow, task, known_tools, declared)
+            problems += _service(context, task, known_tools, declared)
         elif task.kind == "compensation":
             problems += _compensation(task, handled)
         elif task.id in flow.compensations:
@@ -51,6 +61,27 @@ def validate(flow: Flow, known_tools: Collection[str] | None = None) -> list[Pro
             )
         problems += [_redact_problem(task, path) for path in task.redact if _bad_path(path)]
     return problems
+
+
+class _Context:
+    """What judging each task needs from the whole flow, computed once (not once per task)."""
+
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
+        self.by_id = {t.id: t for t in flow.tasks}
+        approvals = {t.id for t in flow.tasks if t.kind == "user"}
+        if flow.starts:
+            self.unguarded = reachable(flow.starts, flow.edges, blocked=approvals)
+        else:  # judged without a start: a task after no approval is unguarded
+            self.unguarded = {t.id for t in flow.tasks} - reachable(approvals, flow.edges)
+            self.unguarded |= approvals
+
+
+def _shown(items: list[str], joiner: str) -> str:
+    """``items`` joined, or only their ends when there are more than :data:`SHOWN`."""
+    if len(items) <= SHOWN:
+        return joiner.join(items)
+    return joiner.join([*items[: SHOWN // 2], "...", *items[-(SHOWN // 2) :]])
 
 
 def _bad_path(path: str) -> bool:
@@ -97,16 +128,19 @@ def _structure(flow: Flow) -> list[Problem]:
         *flow.ends,
         *(n for n, _ in flow.unsupported),
     ]
-    for loop in cycles(nodes, flow.edges):
-        path = " -> ".join([*loop, loop[0]])
-        problems.append(Problem(loop[0], f"a cycle ({path}): a saga runs each task once, in order"))
+    for loop in cycles(nodes, flow.edges, limit=MAX_CYCLES):
+        path = _shown([*loop, loop[0]], " -> ")
+        size = f" of {len(loop)} nodes" if len(loop) + 1 > SHOWN else ""
+        problems.append(
+            Problem(loop[0], f"a cycle{size} ({path}): a saga runs each task once, in order")
+        )
     for node, targets in successors(flow.edges).items():
         if len(targets) > 1:
             problems.append(
                 Problem(
                     node,
                     f"{len(targets)} outgoing sequence flows (to "
-                    f"{', '.join(targets)}): a saga's tasks run in one sequence",
+                    f"{_shown(targets, ', ')}): a saga's tasks run in one sequence",
                 )
             )
     connected = reachable(flow.starts, flow.edges)
@@ -122,9 +156,10 @@ def _structure(flow: Flow) -> list[Problem]:
 
 
 def _service(
-    flow: Flow, task: Task, known_tools: Collection[str] | None, declared: dict[str, Task]
+    context: _Context, task: Task, known_tools: Collection[str] | None, declared: dict[str, Task]
 ) -> list[Problem]:
     problems: list[Problem] = []
+    flow = context.flow
     handler = flow.compensations.get(task.id)
     if task.tool is None:
         problems.append(Problem(task.id, 'no tool name: give it <saga:tool name="..."/>'))
@@ -158,9 +193,9 @@ def _service(
             )
         )
     if task.semantics == "IRREVERSIBLE":
-        problems += _irreversible(flow, task, handler)
+        problems += _irreversible(context, task, handler)
     if handler is not None:
-        drawn = flow.task(handler)
+        drawn = context.by_id.get(handler)
         if drawn is not None and drawn.tool and task.compensator != drawn.tool:
             problems.append(
                 Problem(
@@ -194,7 +229,7 @@ def _service(
     return problems
 
 
-def _irreversible(flow: Flow, task: Task, handler: str | None) -> list[Problem]:
+def _irreversible(context: _Context, task: Task, handler: str | None) -> list[Problem]:
     problems: list[Problem] = []
     if handler is not None:
         problems.append(
@@ -204,13 +239,7 @@ def _irreversible(flow: Flow, task: Task, handler: str | None) -> list[Problem]:
                 "declare it COMPENSABLE, or remove the handler",
             )
         )
-    approvals = {t.id for t in flow.tasks if t.kind == "user"}
-    if flow.starts:
-        unguarded = task.id in reachable(flow.starts, flow.edges, blocked=approvals)
-    else:
-        before = reachable(approvals, flow.edges)
-        unguarded = task.id not in before or task.id in approvals
-    if unguarded:
+    if task.id in context.unguarded:
         problems.append(
             Problem(
                 task.id,

@@ -14,14 +14,16 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
 
 import pytest
-from agent_saga import AgentKit, SagaRolledBack
+from agent_saga import REVERSIBLE, AgentKit, SagaRolledBack
 from agent_saga_server.dashboard.designer import BPMN_JS_VERSION
 from browser_kit import Dashboard, Guard, Snap, axe_violations
-from playwright.sync_api import Page, expect
+from playwright.sync_api import FilePayload, Page, expect
 
 SAGA_TOOL = re.compile(r"<saga:tool [^>]*/>")
+EXAMPLES = Path(__file__).resolve().parents[3] / "agent-saga-bpmn/examples"
 
 BUILD = """
 (tasks) => {
@@ -259,3 +261,91 @@ def test_a_recorded_saga_opens_as_a_diagram_without_warnings(
     edit_task(page, "step_2", {})
     expect(page.locator("#properties-recorded")).to_contain_text("outcome failed")
     snap(page, "saga-diagram")
+
+
+HOSTILE = {
+    "img": "<img src=x onerror=alert(1)>",
+    "svg": '"><svg onload=alert(2)>',
+    "script": "</text><script>alert(3)</script>",
+}
+"""Markup a visitor might hope the page renders: each must show as text and never run."""
+ACTIVE = "() => document.querySelectorAll('main img, main script, [onerror], [onload]').length"
+
+
+def hostile_trip() -> bytes:
+    """The trip example with markup in its names, tool names and documentation, and colours
+    that point at another host (bpmn-js draws ``bioc`` colours on the shapes)."""
+    xml = (EXAMPLES / "trip.bpmn").read_text(encoding="utf-8")
+    xml = xml.replace('name="Book a trip"', f"name={quoteattr(HOSTILE['img'])}")
+    xml = xml.replace('name="Book the flight"', f"name={quoteattr(HOSTILE['script'])}")
+    xml = xml.replace('saga:tool name="hotels.book"', f"saga:tool name={quoteattr(HOSTILE['svg'])}")
+    xml = xml.replace(
+        'xmlns:saga="', 'xmlns:bioc="http://bpmn.io/schema/bpmn/biocolor/1.0" xmlns:saga="', 1
+    )
+    far = quoteattr("url(http://evil.example/fill.svg#x)")
+    xml = xml.replace(
+        '<bpmndi:BPMNShape id="BookFlight_di"',
+        f'<bpmndi:BPMNShape bioc:fill={far} bioc:stroke={far} id="BookFlight_di"',
+    )
+    link = escape('<a href="javascript:alert(4)">docs</a>')
+    return xml.replace(
+        '<bpmn:startEvent id="Start" name="trip requested" />',
+        f'<bpmn:startEvent id="Start"><bpmn:documentation>{link}</bpmn:documentation>'
+        "</bpmn:startEvent>",
+    ).encode()
+
+
+def run_a_hostile_saga(home: Path) -> str:
+    """A saga whose tool names, arguments and error are markup, rolled back; its id."""
+    kit = AgentKit(home=home)
+    try:
+        hold = kit.tool(name=HOSTILE["img"], semantics=REVERSIBLE)(hold_room)
+        charge = kit.tool(name=HOSTILE["svg"], semantics=REVERSIBLE)(charge_card)
+        with pytest.raises(SagaRolledBack) as rolled, kit.transaction("designer-hostile"):
+            hold(room=HOSTILE["script"])
+            charge(card=HOSTILE["img"])
+    finally:
+        kit.close()
+    return rolled.value.saga_id
+
+
+def test_markup_in_a_recorded_saga_or_an_imported_diagram_is_text_and_never_runs(
+    dashboard: Dashboard, guarded: tuple[Page, Guard]
+) -> None:
+    """The guard fails the test on a dialog, a console error (a CSP violation is one) or a
+    request to another host, but for the one the CSP blocks: the imported diagram's colours
+    point at another host, bpmn-js sets them on its shapes, and the page's ``img-src 'self'``
+    refuses the load (Playwright reports such a request although it never left the browser;
+    a probe with a real server on another port of 127.0.0.1 saw no hit)."""
+    page, guard = guarded
+    blocked = "Loading the image 'http://evil.example/fill.svg' violates the following Content"
+    guard.expected.append(blocked)
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
+    saga = run_a_hostile_saga(dashboard.home)
+    dashboard.login(page)
+    diagram = f"{dashboard.url}/ui/sagas/local/{saga}/diagram.bpmn"
+    deadline = time.monotonic() + 15
+    while not page.request.get(diagram).ok:  # the ui ships the home's log in the background
+        assert time.monotonic() < deadline, "the saga never reached the dashboard"
+        time.sleep(0.2)
+    page.goto(f"{dashboard.url}/ui/sagas/local/{saga}")
+    page.get_by_role("link", name="Diagram", exact=True).click()
+    ready(page)
+    expect(page.locator("#designer-status")).to_contain_text("The recorded saga")
+    edit_task(page, "step_1", {})
+    expect(page.locator("#saga-tool")).to_have_value(HOSTILE["img"])
+    assert page.evaluate(ACTIVE) == 0
+
+    page.locator("#designer-import").set_input_files(
+        files=[FilePayload(name="hostile.bpmn", mimeType="application/xml", buffer=hostile_trip())]
+    )
+    expect(page.locator("#designer-status")).to_contain_text("Imported hostile.bpmn")
+    expect(page.locator(".djs-label", has_text=HOSTILE["script"])).to_have_count(1)
+    assert any(text.startswith(blocked) for text in console)
+    assert set(guard.foreign) == {"http://evil.example/fill.svg"}
+    guard.foreign.clear()
+    page.get_by_role("button", name="Validate").click()
+    problem = page.locator("#designer-problems button", has_text=HOSTILE["svg"]).first
+    expect(problem).to_be_visible()
+    assert page.evaluate(ACTIVE) == 0

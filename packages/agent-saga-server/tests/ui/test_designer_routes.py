@@ -5,11 +5,16 @@ agent_saga_bpmn's moddle descriptor."""
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import hashlib
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -158,3 +163,74 @@ def test_the_vendored_bpmn_js_is_the_one_its_readme_names() -> None:
     assert bundle.startswith(f"/*! bpmn-js - bpmn-modeler v{BPMN_JS_VERSION} ")
     assert f"`bpmn-js` {BPMN_JS_VERSION}" in readme
     assert "watermark" in (folder / "LICENSE").read_text()
+
+
+def _chunked(csrf: str, cookie: str, host: str, chunks: list[bytes]) -> bytes:
+    """A raw HTTP/1.1 POST to validate with a chunked body (no Content-Length)."""
+    head = (
+        f"POST /ui/designer/validate?check_tools=no HTTP/1.1\r\nHost: {host}\r\n"
+        f"Cookie: asg_ui={cookie}\r\nX-CSRF-Token: {csrf}\r\n"
+        "Content-Type: application/xml\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    ).encode()
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    return head + body
+
+
+def _exchange(dashboard: Dashboard, request: bytes) -> bytes:
+    """Send ``request`` from a thread while this one reads the answer as it comes (the server
+    may answer a refused body and close before reading all of it)."""
+    address = urlsplit(dashboard.url)
+    answer = b""
+    with socket.create_connection((address.hostname, address.port), timeout=20) as sock:
+
+        def send() -> None:
+            with contextlib.suppress(OSError):
+                sock.sendall(request)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        sender.join(20)
+    return answer
+
+
+def test_a_chunked_body_is_bounded_and_host_and_origin_tricks_are_refused(
+    dashboard: Dashboard, session: tuple[httpx.Client, str]
+) -> None:
+    client, csrf = session
+    cookie = client.cookies["asg_ui"]
+    host = urlsplit(dashboard.url).netloc
+    flow = (EXAMPLES / "trip.bpmn").read_bytes()
+    small = _exchange(dashboard, _chunked(csrf, cookie, host, [flow[:100], flow[100:]]))
+    assert small.startswith(b"HTTP/1.1 200 "), small[:200]
+    assert b'"problems":[]' in small
+    big = [b" " * 65536] * (MAX_DIAGRAM // 65536 + 2)
+    refused = _exchange(dashboard, _chunked(csrf, cookie, host, [b"<definitions>", *big]))
+    assert refused.startswith(b"HTTP/1.1 413 "), refused[:200]
+    gzipped = client.post(
+        "/ui/designer/validate",
+        content=gzip.compress(flow),
+        headers={"x-csrf-token": csrf, "content-encoding": "gzip"},
+    )
+    assert gzipped.status_code == 400  # never inflated: read as the XML it is not
+    assert "\n" not in gzipped.json()["detail"]
+    port = urlsplit(dashboard.url).port
+    assert port is not None
+    tricks = {
+        "foreign host": ({"host": "evil.example"}, 421),
+        "trailing dot": ({"host": f"127.0.0.1.:{port}"}, 421),
+        "userinfo": ({"host": f"127.0.0.1@evil.example:{port}"}, 421),
+        "null origin": ({"origin": "null"}, 403),
+        "other port": ({"origin": f"http://127.0.0.1:{port + 1}"}, 403),
+        "suffix origin": ({"origin": f"http://127.0.0.1:{port}.evil.example"}, 403),
+    }
+    for name, (headers, status) in tricks.items():
+        answer = client.post(
+            "/ui/designer/validate",
+            content=flow,
+            headers={"x-csrf-token": csrf, "content-type": "application/xml", **headers},
+        )
+        assert answer.status_code == status, (name, answer.text)
+    assert client.get("/ui/designer/validate").status_code == 405

@@ -7,9 +7,14 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 
 import httpx
 from agent_saga import AgentKit
+from agent_saga.testing.postgres import scratch_schema, server_for_tests
+from agent_saga_server.dashboard.sessions import create_tables, open_session, viewer
+from agent_saga_server.store.db import Database, open_database
+from agent_saga_server.store.tokens import issue
 from browser_kit import Dashboard, issue_token
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
@@ -103,3 +108,80 @@ def test_refusals_of_the_new_pages_carry_the_dashboard_headers(dashboard: Dashbo
             assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], what
     finally:
         client.close()
+
+
+def test_a_revoked_token_ends_the_sessions_it_opened(dashboard: Dashboard) -> None:
+    """A session opened with a pasted control-plane token lives only as long as the token: once
+    it is revoked, its pages send to the login page and its forms (a vote) are refused with a
+    401, while a session opened from a login link lives on."""
+    from agent_saga_server.store.tokens import authenticate, revoke
+
+    token = issue_token(dashboard.home, "approver", "rex")
+    rex = httpx.Client(base_url=dashboard.url, trust_env=False, timeout=10)
+    other, _ = signed_in(dashboard, "ola")
+    try:
+        landed = rex.post("/ui/login", data={"token": token}, follow_redirects=True)
+        found = CSRF.search(landed.text)
+        assert found is not None
+        assert rex.get("/ui/approvals").status_code == 200
+        db = open_database(None, dashboard.home)
+        try:
+            caller = authenticate(db, token)
+            assert caller is not None
+            assert revoke(db, caller.token_id)
+        finally:
+            db.close()
+        page = rex.get("/ui/approvals")
+        assert page.status_code == 303
+        assert page.headers["location"] == "/ui/login"
+        vote = rex.post(
+            "/ui/approvals/apr-0000000000000000",
+            data={"decision": "approve", "csrf": found.group(1)},
+        )
+        assert vote.status_code == 401
+        designer = rex.post(
+            "/ui/designer/validate",
+            content=b"<x/>",
+            headers={"x-csrf-token": found.group(1)},
+        )
+        assert designer.status_code == 401
+        passkey = rex.post(
+            "/ui/approvals/apr-0000000000000000/passkey",
+            json={"challenge_id": "x", "credential": {}},
+            headers={"x-csrf-token": found.group(1)},
+        )
+        assert passkey.status_code == 401
+        assert other.get("/ui/approvals").status_code == 200
+    finally:
+        rex.close()
+        other.close()
+
+
+def _bound_sessions_end_with_their_token(db: Database) -> None:
+    try:
+        create_tables(db)
+        _, info = issue(db, "auditor", "ida")
+        cookies = [open_session(db, "ida", "auditor", info.id) for _ in range(2)]
+        unbound = open_session(db, "ida", "auditor")
+        assert all(viewer(db, c) is not None for c in [*cookies, unbound])
+        with db.transaction() as tx:
+            tx.execute("UPDATE tokens SET expires_at = ? WHERE id = ?", (time.time() - 1, info.id))
+        assert [viewer(db, c) for c in cookies] == [None, None]
+        with db.transaction() as tx:
+            tx.execute("UPDATE tokens SET expires_at = NULL WHERE id = ?", (info.id,))
+        assert viewer(db, cookies[0]) is not None
+        with db.transaction() as tx:
+            tx.execute("DELETE FROM tokens WHERE id = ?", (info.id,))
+        assert viewer(db, cookies[0]) is None
+        assert viewer(db, unbound) is not None  # a login link's session: no token to outlive
+    finally:
+        db.close()
+
+
+def test_a_session_bound_to_a_token_ends_when_the_token_expires_or_is_gone(tmp_path: Path) -> None:
+    _bound_sessions_end_with_their_token(open_database(None, tmp_path))
+
+
+def test_the_same_on_postgresql(tmp_path: Path) -> None:
+    with server_for_tests() as url, scratch_schema(url) as schema:
+        _bound_sessions_end_with_their_token(open_database(url, tmp_path, schema=schema))

@@ -5,7 +5,8 @@
   sagas page, so the token leaves the address bar at once.
 * ``POST /ui/login``: the same with a token pasted in the form: a login token, or a control
   plane token of scope admin, approver or auditor (how a fleet's risk team logs in to
-  ``agent-saga cloud-server``). The session acts as that token's subject and scope.
+  ``agent-saga cloud-server``). The session acts as that token's subject and scope, and ends
+  when the token is revoked or expires.
 * ``POST /ui/logout``: ends the session (CSRF-checked).
 """
 
@@ -23,8 +24,10 @@ from .web import PREFIX, Config, FormViewer, current_viewer, redirect, render, s
 pages = APIRouter()
 
 
-def _signed_in(config: Config, request: Request, subject: str, role: str) -> Response:
-    cookie = sessions.open_session(config.db, subject, role)
+def _signed_in(
+    config: Config, request: Request, subject: str, role: str, token_id: str | None = None
+) -> Response:
+    cookie = sessions.open_session(config.db, subject, role, token_id)
     answer = redirect("/sagas")
     answer.set_cookie(
         sessions.COOKIE,
@@ -69,7 +72,7 @@ def login_form(
         caller = authenticate(config.db, token)
         if caller is None or caller.scope not in sessions.ROLES:
             return _refused(request)
-        return _signed_in(config, request, caller.subject, caller.scope)
+        return _signed_in(config, request, caller.subject, caller.scope, caller.token_id)
     spent = sessions.spend_login(config.db, token)
     if spent is None:
         return _refused(request)

@@ -5,7 +5,9 @@
   and it is spent by the first exchange (a second use is refused, also by another replica: the
   row is marked used in the same transaction that reads it).
 * A **session** is a cookie ``<id>.<secret>`` (HttpOnly, SameSite=Strict, set by the routes);
-  again only the secret's digest is stored. Sessions expire (12 hours) and end at logout.
+  again only the secret's digest is stored. Sessions expire (12 hours) and end at logout. A
+  session opened with a pasted control-plane token is bound to it (``ui_session_tokens``): it
+  ends when that token is revoked or expires, checked on every request.
 * The **CSRF token** of a session is ``HMAC-SHA256(secret, "csrf")``: computed from the cookie
   on each request, so nothing more is stored, and useless without the cookie it came from.
 
@@ -38,6 +40,8 @@ TABLES = (
     "CREATE TABLE IF NOT EXISTS ui_sessions (id TEXT PRIMARY KEY, digest TEXT NOT NULL, "
     "subject TEXT NOT NULL, role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, "
     "expires_at DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ui_session_tokens (session_id TEXT PRIMARY KEY, "
+    "token_id TEXT NOT NULL)",
 )
 
 
@@ -68,7 +72,7 @@ def _same(stored_hex: str, secret: str) -> bool:
 
 
 def create_tables(db: Database) -> None:
-    """Create the dashboard's two tables if they are missing (idempotent)."""
+    """Create the dashboard's session tables if they are missing (idempotent)."""
     create_missing_tables(db, TABLES)
 
 
@@ -112,8 +116,13 @@ def spend_login(db: Database, presented: str) -> tuple[str, str] | None:
     return str(row[1]), str(row[2])
 
 
-def open_session(db: Database, subject: str, role: str) -> str:
-    """A new session for ``subject``; returns the cookie value (shown once, only hashed)."""
+def open_session(db: Database, subject: str, role: str, token_id: str | None = None) -> str:
+    """A new session for ``subject``; returns the cookie value (shown once, only hashed).
+
+    ``token_id``: the control-plane token the session was opened with, if any; the session
+    then lasts no longer than that token (revoked or expired, the session is over). The
+    session and its binding are written in one transaction, durable when this returns.
+    """
     session_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
     now = time.time()
     with db.transaction() as tx:
@@ -122,6 +131,11 @@ def open_session(db: Database, subject: str, role: str) -> str:
             "VALUES (?, ?, ?, ?, ?, ?)",
             (session_id, _digest(secret), subject, role, now, now + SESSION_TTL),
         )
+        if token_id is not None:
+            tx.execute(
+                "INSERT INTO ui_session_tokens (session_id, token_id) VALUES (?, ?)",
+                (session_id, token_id),
+            )
     return f"{session_id}.{secret}"
 
 
@@ -130,17 +144,29 @@ def csrf_token(secret: str) -> str:
 
 
 def viewer(db: Database, cookie: str | None) -> Viewer | None:
-    """The session a cookie names, or ``None`` (missing, malformed, unknown, expired, ended)."""
+    """The session a cookie names, or ``None`` (missing, malformed, unknown, expired, ended,
+    or opened with a token that is now revoked, expired or gone)."""
     found = _SESSION.fullmatch(cookie) if cookie and cookie.isascii() else None
     if found is None:
         return None
     session_id, secret = found.groups()
     with db.transaction(write=False) as tx:
         row = tx.one(
-            "SELECT digest, subject, role, expires_at FROM ui_sessions WHERE id = ?",
+            "SELECT s.digest, s.subject, s.role, s.expires_at, b.token_id, t.id, t.revoked_at, "
+            "t.expires_at FROM ui_sessions s "
+            "LEFT JOIN ui_session_tokens b ON b.session_id = s.id "
+            "LEFT JOIN tokens t ON t.id = b.token_id WHERE s.id = ?",
             (session_id,),
         )
-    if row is None or not _same(str(row[0]), secret) or time.time() >= float(row[3]):
+    now = time.time()
+    if row is None or not _same(str(row[0]), secret) or now >= float(row[3]):
+        return None
+    bound, token, revoked_at, token_expires = row[4:8]
+    if bound is not None and (
+        token is None
+        or revoked_at is not None
+        or (token_expires is not None and now >= token_expires)
+    ):
         return None
     return Viewer(session_id, str(row[1]), str(row[2]), csrf_token(secret))
 
@@ -149,6 +175,7 @@ def end_session(db: Database, session_id: str) -> None:
     """End a session now (logout); durable when this returns."""
     with db.transaction() as tx:
         tx.execute("DELETE FROM ui_sessions WHERE id = ?", (session_id,))
+        tx.execute("DELETE FROM ui_session_tokens WHERE session_id = ?", (session_id,))
 
 
 __all__ = [
