@@ -56,8 +56,8 @@ PASSKEY_LIMIT = (
     "passkey approvals rest on the passkey.registered records of the log: a passkey vote "
     "proves that the holder of a registered passkey signed this decision on these exact "
     "arguments, but whoever can write the log (or the control plane that relays "
-    "registrations) can register a passkey for any approver; an auditor compares the "
-    "registered keys with the approvers' own"
+    "registrations, or today whoever holds the approver's control-plane token) can register "
+    "a passkey for any approver; an auditor compares the registered keys with the approvers' own"
 )
 """What a verified passkey vote rests on (the manifest's limit, and a certify warning)."""
 
