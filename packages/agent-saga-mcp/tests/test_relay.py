@@ -107,11 +107,11 @@ class RawClient:
         return answer
 
 
-def _start(root: Path, limit: int = LIMIT) -> RawClient:
+def _start(root: Path, limit: int = LIMIT, template: str = CONFIG) -> RawClient:
     issues, probe = Ledger(root / "issues.jsonl"), Ledger(root / "probe.jsonl")
     config = root / "gateway.toml"
     config.write_text(
-        CONFIG.format(
+        template.format(
             issues=stdio_upstream("issues", issues.path),
             probe=stdio_upstream("probe", probe.path),
         )
