@@ -8,12 +8,14 @@ and the wire writes as ``null``. Such a line is refused as a parse error before 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mcp_testkit import saga_records
-from test_relay import CONFIG, RawClient, _start, _stop
+from mcp.types.version import LATEST_MODERN_VERSION
+from mcp_testkit import START_TIMEOUT, saga_records
+from test_relay import CONFIG, RawClient, _end, _start, _stop
 
 KEEP = CONFIG + """
 [upstreams.probe.tools.keep]
@@ -94,3 +96,31 @@ def test_a_lone_surrogate_in_arguments_is_refused_before_the_upstream_runs(
     assert answer["id"] in (None, 10), answer
     assert gateway.request("ping")["result"] == {}
     assert len(gateway.probe.ops("keep")) == before
+
+
+def test_the_sdk_served_era_refuses_nan_in_arguments_too(tmp_path: Path) -> None:
+    """A 2026-era client is served by the SDK's server, whose parser reads NaN: the gateway
+    refuses the call itself."""
+    client = _start(tmp_path, template=KEEP, handshake=False)
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": LATEST_MODERN_VERSION,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    try:
+        client.send({"id": 1, "method": "server/discover", "params": {"_meta": meta}})
+        assert "result" in client.receive(START_TIMEOUT * 2)
+        for request_id, value in enumerate(["NaN", "-1e400"], start=2):
+            line = _call_line(request_id, value)
+            client.write(line.replace(b'"arguments"', b'"_meta": %s, "arguments"' % (
+                json.dumps(meta).encode()
+            )))
+            answer = client.receive()
+            assert answer["id"] == request_id, answer
+            assert answer["result"]["isError"] is True, answer
+            assert "Invalid arguments for keep" in answer["result"]["content"][0]["text"]
+    finally:
+        code = _end(client)
+    assert code == 0
+    assert client.probe.ops("keep") == []
+    assert _kept_args(client.home) == []

@@ -222,9 +222,7 @@ WIRE_LINES = [
     b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}',
     b'{"a":1,"a":2}',
     b'{"big":123456789012345678901234567890,"neg":-9223372036854775809}',
-    b'{"x":NaN,"y":Infinity,"z":1e400}',
     b'\xef\xbb\xbf{"bom":true}',
-    b'"\\ud800"',
     b'{"e":"\\u00e9\\ud83d\\ude00","f":0.1,"g":-0,"h":1E5}',
     b"[" * 5000 + b"]" * 5000,
 ]
@@ -243,6 +241,17 @@ def test_a_line_is_read_as_json_reads_it(line: bytes) -> None:
     assert repr(got) == repr(expected)  # NaN != NaN; the reprs tell ints from floats too
 
 
+WIRE_NOT_JSON = [b'{"x":NaN}', b"[Infinity]", b"-Infinity", b'{"z":1e400}', b'["\\ud800"]']
+
+
+@pytest.mark.parametrize("line", WIRE_NOT_JSON)
+def test_a_value_json_has_no_place_for_is_refused_though_json_reads_it(line: bytes) -> None:
+    json.loads(line)  # Python's json extends JSON with these
+    with pytest.raises(_wire.NotJSONValue, match="is not"):
+        _wire.decode(line)
+    assert _wire.decode_lenient(line) is not None
+
+
 @pytest.mark.parametrize("line", WIRE_REFUSED)
 def test_a_line_json_refuses_is_refused_with_its_error(line: bytes) -> None:
     with pytest.raises(ValueError, match=r".") as expected:
@@ -259,6 +268,7 @@ def test_a_message_is_written_as_compact_utf8_json_on_one_line() -> None:
     huge: dict[Any, Any] = {"id": 2**70, 3: "int key"}
     assert _wire.encode(huge) == b'{"id":1180591620717411303424,"3":"int key"}\n'
     assert _wire.encode({"x": float("nan")}) == b'{"x":null}\n'  # as the SDK's pydantic writes it
+    assert _wire.encode({"m": "a\ud800"}) == b'{"m":"a\\ud800"}\n'  # no UTF-8 form: escaped
 
 
 def test_lines_split_as_they_arrive_are_the_lines_a_stream_reader_reads() -> None:

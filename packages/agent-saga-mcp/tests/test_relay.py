@@ -107,7 +107,9 @@ class RawClient:
         return answer
 
 
-def _start(root: Path, limit: int = LIMIT, template: str = CONFIG) -> RawClient:
+def _start(
+    root: Path, limit: int = LIMIT, template: str = CONFIG, *, handshake: bool = True
+) -> RawClient:
     issues, probe = Ledger(root / "issues.jsonl"), Ledger(root / "probe.jsonl")
     config = root / "gateway.toml"
     config.write_text(
@@ -128,6 +130,8 @@ def _start(root: Path, limit: int = LIMIT, template: str = CONFIG) -> RawClient:
             stderr=err,
         )
     client = RawClient(process, home, issues, probe)
+    if not handshake:
+        return client
     init = {
         "protocolVersion": "2025-06-18",
         "capabilities": {},

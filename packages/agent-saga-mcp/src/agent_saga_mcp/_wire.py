@@ -190,6 +190,28 @@ def decode(line: bytes) -> Any:
     return value
 
 
+def unrepresentable(value: Any) -> str | None:
+    """Why ``value`` (read by another parser: the SDK's) holds what :func:`decode` refuses
+    (NaN, an infinity, a lone surrogate), or ``None`` when it holds none."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{item!r} is not a JSON number"
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return "a lone UTF-16 surrogate (\\ud800-\\udfff) is not text"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
 def decode_lenient(line: bytes) -> Any:
     """The value of a line :func:`decode` refused as :class:`NotJSONValue`, as json reads it
     (to find which request it answers)."""
@@ -243,6 +265,7 @@ __all__ = [
     "Oversized",
     "decode",
     "decode_lenient",
+    "unrepresentable",
     "encode",
     "error",
     "response",
