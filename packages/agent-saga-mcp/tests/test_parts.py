@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from typing import Any
 
 import pytest
 from agent_saga import Allow, Deny, Semantics, ToolCall
 from agent_saga_mcp import ArgumentMap, MappingError, Source, _wire
+from agent_saga_mcp._pipes import ClientLines
 from agent_saga_mcp._results import structured
 from agent_saga_mcp._rules import Above, InputSchemaRule
 from agent_saga_mcp._toml_lines import TomlLines, split_key
@@ -301,3 +303,40 @@ def test_lines_split_as_they_arrive_are_the_lines_a_stream_reader_reads() -> Non
         return oversized
 
     assert asyncio.run(compare()) > 50  # lines over the limit were among those compared
+
+
+def test_a_sink_that_pauses_gets_no_more_lines_until_it_resumes() -> None:
+    """The relay pauses the client's input when its answers are not read (``"drain"``). The
+    lines already read in the same chunk must wait too: each of them could be a ``tools/list``
+    answered with the whole catalog, so handing them over would buffer chunk-size times the
+    catalog's size for a client that reads nothing."""
+
+    async def scenario() -> tuple[list[bytes | None], list[bytes | None], list[bytes | None]]:
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        reader = os.fdopen(read_fd, "rb", buffering=0)
+        transport, lines = await loop.connect_read_pipe(lambda: ClientLines(1024), reader)
+        got: list[bytes | None] = []
+
+        def sink(line: Any) -> None:
+            got.append(line)
+            if len(got) % 3 == 1:
+                lines.pause("drain")  # as the relay does when its answers pile up
+
+        lines.attach(sink)
+        os.write(write_fd, b"".join(b"%d\n" % n for n in range(10)))
+        os.close(write_fd)
+        await asyncio.sleep(0.2)
+        first = list(got)
+        lines.resume("drain")
+        second = list(got)
+        for _ in range(10):
+            lines.resume("drain")
+        await asyncio.sleep(0.2)
+        transport.close()
+        return first, second, got
+
+    first, second, everything = asyncio.run(scenario())
+    assert first == [b"0\n"]
+    assert second == [b"0\n", b"1\n", b"2\n", b"3\n"]
+    assert everything == [b"%d\n" % n for n in range(10)] + [None]
