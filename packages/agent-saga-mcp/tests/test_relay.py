@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_saga_mcp._relay import CALLS_LIMIT
 from mcp.types.version import LATEST_MODERN_VERSION
 from mcp_testkit import (
     AGENT_SAGA,
@@ -303,6 +304,31 @@ def test_a_request_id_in_use_by_a_call_in_progress_is_refused(gateway: RawClient
     results = {a["id"]: a["result"]["content"][0]["text"] for a in answers if "result" in a}
     assert results == {"20": "string id", 20: "waited slow"}
     assert "same id" not in [e["text"] for e in gateway.probe.ops("echo")]
+
+
+def test_calls_beyond_the_limit_in_progress_are_refused_and_the_rest_run(
+    gateway: RawClient,
+) -> None:
+    """A client that sends calls faster than they run cannot make the gateway hold them all."""
+    gateway.call(50, "wait", seconds=120.0, label="holds the session")
+    _eventually(lambda: [e for e in gateway.probe.ops("wait_started") if "holds" in e["label"]])
+    extra = 5
+    burst = [f"burst {n}" for n in range(CALLS_LIMIT - 1 + extra)]
+    gateway.write(b"".join(
+        json.dumps({"jsonrpc": "2.0", "id": 100 + n, "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"text": text}}}).encode() + b"\n"
+        for n, text in enumerate(burst)
+    ))  # fmt: skip
+    refused = [gateway.receive() for _ in range(extra)]
+    assert [a["id"] for a in refused] == list(range(100 + CALLS_LIMIT - 1, 100 + len(burst)))
+    assert all("Too many calls in progress" in a["error"]["message"] for a in refused)
+    cancel = {"requestId": 50, "reason": "enough"}
+    gateway.send({"method": "notifications/cancelled", "params": cancel})
+    answered = {a["id"]: a for a in (gateway.receive() for _ in range(CALLS_LIMIT - 1))}
+    assert sorted(answered) == list(range(100, 100 + CALLS_LIMIT - 1))
+    echoed = [e["text"] for e in gateway.probe.ops("echo")]
+    assert [t for t in echoed if t.startswith("burst")] == burst[: CALLS_LIMIT - 1]
+    assert gateway.request("ping")["result"] == {}
 
 
 def test_a_cancelled_call_is_cancelled_upstream_rolled_back_and_not_answered(
