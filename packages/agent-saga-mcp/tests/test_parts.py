@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from typing import Any
 
 import pytest
 from agent_saga import Allow, Deny, Semantics, ToolCall
 from agent_saga_mcp import ArgumentMap, MappingError, Source, _wire
+from agent_saga_mcp._pipes import ClientLines
 from agent_saga_mcp._results import structured
 from agent_saga_mcp._rules import Above, InputSchemaRule
 from agent_saga_mcp._toml_lines import TomlLines, split_key
@@ -222,9 +224,7 @@ WIRE_LINES = [
     b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}',
     b'{"a":1,"a":2}',
     b'{"big":123456789012345678901234567890,"neg":-9223372036854775809}',
-    b'{"x":NaN,"y":Infinity,"z":1e400}',
     b'\xef\xbb\xbf{"bom":true}',
-    b'"\\ud800"',
     b'{"e":"\\u00e9\\ud83d\\ude00","f":0.1,"g":-0,"h":1E5}',
     b"[" * 5000 + b"]" * 5000,
 ]
@@ -243,6 +243,17 @@ def test_a_line_is_read_as_json_reads_it(line: bytes) -> None:
     assert repr(got) == repr(expected)  # NaN != NaN; the reprs tell ints from floats too
 
 
+WIRE_NOT_JSON = [b'{"x":NaN}', b"[Infinity]", b"-Infinity", b'{"z":1e400}', b'["\\ud800"]']
+
+
+@pytest.mark.parametrize("line", WIRE_NOT_JSON)
+def test_a_value_json_has_no_place_for_is_refused_though_json_reads_it(line: bytes) -> None:
+    json.loads(line)  # Python's json extends JSON with these
+    with pytest.raises(_wire.NotJSONValue, match="is not"):
+        _wire.decode(line)
+    assert _wire.decode_lenient(line) is not None
+
+
 @pytest.mark.parametrize("line", WIRE_REFUSED)
 def test_a_line_json_refuses_is_refused_with_its_error(line: bytes) -> None:
     with pytest.raises(ValueError, match=r".") as expected:
@@ -259,6 +270,7 @@ def test_a_message_is_written_as_compact_utf8_json_on_one_line() -> None:
     huge: dict[Any, Any] = {"id": 2**70, 3: "int key"}
     assert _wire.encode(huge) == b'{"id":1180591620717411303424,"3":"int key"}\n'
     assert _wire.encode({"x": float("nan")}) == b'{"x":null}\n'  # as the SDK's pydantic writes it
+    assert _wire.encode({"m": "a\ud800"}) == b'{"m":"a\\ud800"}\n'  # no UTF-8 form: escaped
 
 
 def test_lines_split_as_they_arrive_are_the_lines_a_stream_reader_reads() -> None:
@@ -291,3 +303,40 @@ def test_lines_split_as_they_arrive_are_the_lines_a_stream_reader_reads() -> Non
         return oversized
 
     assert asyncio.run(compare()) > 50  # lines over the limit were among those compared
+
+
+def test_a_sink_that_pauses_gets_no_more_lines_until_it_resumes() -> None:
+    """The relay pauses the client's input when its answers are not read (``"drain"``). The
+    lines already read in the same chunk must wait too: each of them could be a ``tools/list``
+    answered with the whole catalog, so handing them over would buffer chunk-size times the
+    catalog's size for a client that reads nothing."""
+
+    async def scenario() -> tuple[list[bytes | None], list[bytes | None], list[bytes | None]]:
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        reader = os.fdopen(read_fd, "rb", buffering=0)
+        transport, lines = await loop.connect_read_pipe(lambda: ClientLines(1024), reader)
+        got: list[bytes | None] = []
+
+        def sink(line: Any) -> None:
+            got.append(line)
+            if len(got) % 3 == 1:
+                lines.pause("drain")  # as the relay does when its answers pile up
+
+        lines.attach(sink)
+        os.write(write_fd, b"".join(b"%d\n" % n for n in range(10)))
+        os.close(write_fd)
+        await asyncio.sleep(0.2)
+        first = list(got)
+        lines.resume("drain")
+        second = list(got)
+        for _ in range(10):
+            lines.resume("drain")
+        await asyncio.sleep(0.2)
+        transport.close()
+        return first, second, got
+
+    first, second, everything = asyncio.run(scenario())
+    assert first == [b"0\n"]
+    assert second == [b"0\n", b"1\n", b"2\n", b"3\n"]
+    assert everything == [b"%d\n" % n for n in range(10)] + [None]

@@ -2,8 +2,10 @@
 stdin and reads its stdout, as an MCP client does, including lines no SDK client would send.
 
 The gateway (one subprocess for the module, with a 64 KiB message limit) fronts an issue
-tracker and a ``probe`` server (echo, wait, exit mid-call), both stdio upstreams with ledgers
-outside their processes. The last tests run gateways of their own: one whose probe upstream
+tracker and a ``probe`` server (echo, wait, exit mid-call, keep: record any value as received),
+both stdio upstreams with ledgers outside their processes. What the log records of a call must
+be what the upstream received: a value JSON has no place for (NaN, Infinity, a lone surrogate)
+is refused before either sees it. The last tests run gateways of their own: one whose probe upstream
 dies, one whose client speaks the 2026 protocol era (handed to the SDK's server).
 """
 
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_saga_mcp._relay import CALLS_LIMIT
 from mcp.types.version import LATEST_MODERN_VERSION
 from mcp_testkit import (
     AGENT_SAGA,
@@ -51,6 +54,9 @@ semantics = "reversible"
 semantics = "reversible"
 
 [upstreams.probe.tools.die]
+semantics = "reversible"
+
+[upstreams.probe.tools.keep]
 semantics = "reversible"
 """
 
@@ -107,11 +113,13 @@ class RawClient:
         return answer
 
 
-def _start(root: Path, limit: int = LIMIT) -> RawClient:
+def _start(
+    root: Path, limit: int = LIMIT, template: str = CONFIG, *, handshake: bool = True
+) -> RawClient:
     issues, probe = Ledger(root / "issues.jsonl"), Ledger(root / "probe.jsonl")
     config = root / "gateway.toml"
     config.write_text(
-        CONFIG.format(
+        template.format(
             issues=stdio_upstream("issues", issues.path),
             probe=stdio_upstream("probe", probe.path),
         )
@@ -128,6 +136,8 @@ def _start(root: Path, limit: int = LIMIT) -> RawClient:
             stderr=err,
         )
     client = RawClient(process, home, issues, probe)
+    if not handshake:
+        return client
     init = {
         "protocolVersion": "2025-06-18",
         "capabilities": {},
@@ -165,6 +175,23 @@ def _eventually(check: Any, timeout: float = 30.0) -> Any:
             return value
         time.sleep(0.05)
     pytest.fail(f"{check} was still false after {timeout} s")
+
+
+def keep_line(request_id: int, value: str) -> bytes:
+    """A ``tools/call`` of ``keep`` whose argument is ``value``, JSON text written as given."""
+    params = f'{{"name": "keep", "arguments": {{"value": {value}}}}}'
+    line = f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {params}}}'
+    return line.encode() + b"\n"
+
+
+def kept_args(home: Path) -> list[object]:
+    """The arguments the log records for each ``keep`` step."""
+    found: list[object] = []
+    for records in saga_records(home).values():
+        for record in records:
+            if record.kind == "step.intent" and record.data.get("tool") == "keep":
+                found.append(record.data.get("args"))
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +241,49 @@ def test_a_line_over_the_limit_is_dropped_unread_with_an_error(gateway: RawClien
     assert [e["text"] for e in gateway.probe.ops("echo")] == ["after the huge line"]
 
 
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400", "[1, -1E999]"])
+def test_a_number_json_does_not_have_is_a_parse_error_and_nothing_runs(
+    gateway: RawClient, value: str
+) -> None:
+    """Python's json reads these as float NaN and infinities: the log could keep only a $repr
+    of them and the upstream would get null, so the line is refused before anything runs."""
+    before = len(gateway.probe.ops("keep")), len(kept_args(gateway.home))
+    gateway.write(keep_line(7, value))
+    answer = gateway.receive()
+    assert answer["id"] is None, answer
+    assert answer["error"]["code"] == -32700
+    assert "not a JSON number" in answer["error"]["message"]
+    assert gateway.request("ping")["result"] == {}
+    assert (len(gateway.probe.ops("keep")), len(kept_args(gateway.home))) == before
+
+
+def test_a_lone_surrogate_is_a_parse_error_and_the_session_goes_on(gateway: RawClient) -> None:
+    before = len(gateway.probe.ops("keep"))
+    for line in (
+        b'{"jsonrpc": "2.0", "id": 9, "method": "tools/\\ud800"}\n',  # the gateway exited
+        keep_line(10, '"half \\udc00 a pair"'),
+    ):
+        gateway.write(line)
+        answer = gateway.receive()
+        assert answer["id"] is None, answer
+        assert answer["error"]["code"] == -32700
+        assert "lone UTF-16 surrogate" in answer["error"]["message"]
+    assert gateway.request("ping")["result"] == {}
+    assert len(gateway.probe.ops("keep")) == before
+
+
+def test_integers_beyond_64_bits_reach_the_upstream_and_the_log_exactly(
+    gateway: RawClient,
+) -> None:
+    big = [2**64 + 1, -(2**70), 2**63, 10**30]
+    gateway.write(keep_line(8, str(big)))
+    assert gateway.receive()["result"]["isError"] is False
+    assert gateway.probe.ops("keep")[-1]["value"] == big
+    gateway.call(11, "create_issue", title="a durable step: the reversible one before is written")
+    assert "result" in gateway.receive()
+    assert {"value": big} in kept_args(gateway.home)
+
+
 def test_a_request_id_in_use_by_a_call_in_progress_is_refused(gateway: RawClient) -> None:
     gateway.call(20, "wait", seconds=2.0, label="slow")
     _eventually(lambda: [e for e in gateway.probe.ops("wait_started") if e["label"] == "slow"])
@@ -234,6 +304,31 @@ def test_a_request_id_in_use_by_a_call_in_progress_is_refused(gateway: RawClient
     results = {a["id"]: a["result"]["content"][0]["text"] for a in answers if "result" in a}
     assert results == {"20": "string id", 20: "waited slow"}
     assert "same id" not in [e["text"] for e in gateway.probe.ops("echo")]
+
+
+def test_calls_beyond_the_limit_in_progress_are_refused_and_the_rest_run(
+    gateway: RawClient,
+) -> None:
+    """A client that sends calls faster than they run cannot make the gateway hold them all."""
+    gateway.call(50, "wait", seconds=120.0, label="holds the session")
+    _eventually(lambda: [e for e in gateway.probe.ops("wait_started") if "holds" in e["label"]])
+    extra = 5
+    burst = [f"burst {n}" for n in range(CALLS_LIMIT - 1 + extra)]
+    gateway.write(b"".join(
+        json.dumps({"jsonrpc": "2.0", "id": 100 + n, "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"text": text}}}).encode() + b"\n"
+        for n, text in enumerate(burst)
+    ))  # fmt: skip
+    refused = [gateway.receive() for _ in range(extra)]
+    assert [a["id"] for a in refused] == list(range(100 + CALLS_LIMIT - 1, 100 + len(burst)))
+    assert all("Too many calls in progress" in a["error"]["message"] for a in refused)
+    cancel = {"requestId": 50, "reason": "enough"}
+    gateway.send({"method": "notifications/cancelled", "params": cancel})
+    answered = {a["id"]: a for a in (gateway.receive() for _ in range(CALLS_LIMIT - 1))}
+    assert sorted(answered) == list(range(100, 100 + CALLS_LIMIT - 1))
+    echoed = [e["text"] for e in gateway.probe.ops("echo")]
+    assert [t for t in echoed if t.startswith("burst")] == burst[: CALLS_LIMIT - 1]
+    assert gateway.request("ping")["result"] == {}
 
 
 def test_a_cancelled_call_is_cancelled_upstream_rolled_back_and_not_answered(
@@ -284,22 +379,8 @@ def test_an_upstream_that_dies_mid_call_fails_the_call_and_the_saga_is_undone(
 
 
 def test_a_client_of_the_2026_era_is_handed_to_the_sdk_and_served(tmp_path: Path) -> None:
-    issues, probe = Ledger(tmp_path / "issues.jsonl"), Ledger(tmp_path / "probe.jsonl")
-    config = tmp_path / "gateway.toml"
-    config.write_text(
-        CONFIG.format(
-            issues=stdio_upstream("issues", issues.path), probe=stdio_upstream("probe", probe.path)
-        )
-    )
-    home = tmp_path / "home"
-    with (tmp_path / "gateway.err").open("w") as err:
-        process = subprocess.Popen(
-            [AGENT_SAGA, "--home", str(home), "mcp", "serve", "--config", str(config)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-        )
-    client = RawClient(process, home, issues, probe)
+    client = _start(tmp_path, handshake=False)
+    home, probe = client.home, client.probe
     meta = {  # the 2026 per-request envelope (no initialize handshake)
         "io.modelcontextprotocol/protocolVersion": LATEST_MODERN_VERSION,
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
@@ -315,9 +396,20 @@ def test_a_client_of_the_2026_era_is_handed_to_the_sdk_and_served(tmp_path: Path
         assert echoed["id"] == 2
         assert echoed["result"]["structuredContent"] == {"result": "modern"}
         assert echoed["result"]["resultType"] == "complete"
+        # The SDK's parser reads NaN and Infinity (the relay's refuses them): the gateway
+        # refuses such arguments itself, before the log or the upstream sees them.
+        enveloped = b'"_meta": %s, "arguments"' % json.dumps(meta).encode()
+        for request_id, value in enumerate(["NaN", "-1e400"], start=3):
+            client.write(keep_line(request_id, value).replace(b'"arguments"', enveloped))
+            answer = client.receive()
+            assert answer["id"] == request_id, answer
+            assert answer["result"]["isError"] is True, answer
+            assert "Invalid arguments for keep" in answer["result"]["content"][0]["text"]
     finally:
         code = _end(client)
     assert code == 0
     assert [e["text"] for e in probe.ops("echo")] == ["modern"]
+    assert probe.ops("keep") == []
+    assert kept_args(home) == []
     [saga] = step_sagas(home, "echo", text="modern")
     assert (saga_end(saga_records(home)[saga]) or {}).get("status") == "committed"

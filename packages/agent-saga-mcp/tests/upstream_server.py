@@ -237,6 +237,12 @@ def probe(ledger: Ledger) -> MCPServer:
         return f"waited {label}"
 
     @app.tool()
+    def keep(value: Any = None) -> str:
+        """Record ``value`` as received (any JSON value), and say it back."""
+        ledger.record("keep", value=value)
+        return repr(value)
+
+    @app.tool()
     def die() -> str:
         """Exit the process in the middle of the call."""
         ledger.record("die")

@@ -35,7 +35,7 @@ from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from . import _saga_tools
+from . import _saga_tools, _wire
 from ._catalog import Route
 from ._compensate import probe_for, register_compensators
 from ._config import GatewayConfig
@@ -163,6 +163,11 @@ class Gateway:
     async def _sdk_call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        # The SDK's parser reads NaN and Infinity (the relay's refuses them): such a value
+        # would be logged as a $repr and reach the upstream as null, so the call is refused.
+        why = _wire.unrepresentable(params.arguments)
+        if why is not None:
+            return message(f"Invalid arguments for {params.name}: {why}", error=True)
         return await self.call_tool(SdkCaller(ctx), params)
 
     async def call_tool(

@@ -291,6 +291,8 @@ class StdioLink:
                 return
             try:
                 self._receive(line)
+            except _wire.NotJSONValue as exc:
+                self._refuse(line, exc)
             except (ValueError, TypeError, RecursionError):
                 continue  # a line that does not parse as a message: dropped
 
@@ -341,6 +343,16 @@ class StdioLink:
             answer.set_result(message["result"])
         else:
             answer.set_exception(UpstreamError(f"upstream '{self.name}' sent a malformed answer"))
+
+    def _refuse(self, line: bytes, exc: _wire.NotJSONValue) -> None:
+        """An answer holding a value JSON has no place for (NaN, a lone surrogate, ...) fails
+        the request it answers: the client and the log could not be given the same value."""
+        message = _wire.decode_lenient(line)
+        request_id = message.get("id") if isinstance(message, dict) else None
+        answer = self.pending.get(request_id) if isinstance(request_id, int) else None
+        if answer is not None and not answer.done():
+            why = f"upstream '{self.name}' sent an answer JSON cannot carry: {exc}"
+            answer.set_exception(UpstreamError(why))
 
     def _fail(self, why: str) -> None:
         if self.gone is not None:

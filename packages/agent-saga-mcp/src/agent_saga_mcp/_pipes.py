@@ -74,35 +74,43 @@ class ClientLines(asyncio.Protocol):
         self._deliver(ending)
 
     def _deliver(self, lines: list[bytes | Oversized] | list[Line]) -> None:
-        """Hand ``lines`` to the sink, or queue them (the sink may be unset by one of them)."""
+        """Hand ``lines`` to the sink, or queue them: while no sink is attached, and while
+        reading is paused (the sink may pause it on any line: the rest wait for
+        :meth:`resume`, so a client that reads none of its answers gets no more of them than
+        the line that filled its pipe)."""
         for line in lines:
-            if self.sink is not None:
+            if self.sink is not None and not self.paused and not self.queue:
                 self.sink(line)
                 continue
             self.queue.append(line)
             if self.waiter is not None and not self.waiter.done():
                 self.waiter.set_result(None)
-        if len(self.queue) > _QUEUE_LINES:
+        if self.sink is None and len(self.queue) > _QUEUE_LINES:
             self.pause("queue")
+
+    def _flush(self) -> None:
+        """Hand the queued lines to the sink (until it pauses reading again)."""
+        if self.sink is not None and self.queue and not self.paused:
+            queued = list(self.queue)
+            self.queue.clear()
+            self._deliver(queued)
 
     def attach(self, sink: Callable[[Line], None] | None) -> None:
         """Hand lines to ``sink`` from now on, first the ones queued (``None``: queue them)."""
         self.sink = sink
         if sink is not None and self.queue:
-            queued = list(self.queue)
-            self.queue.clear()
-            self._deliver(queued)
-            if "queue" in self.paused:
-                self.resume("queue")
+            self.resume("queue")
 
     def pause(self, why: str) -> None:
-        """Stop reading the pipe until :meth:`resume` with the same ``why``."""
+        """Stop reading the pipe (and handing lines to the sink) until :meth:`resume` with the
+        same ``why``."""
         if not self.paused and self.transport is not None and not self.ended:
             self.transport.pause_reading()
         self.paused.add(why)
 
     def resume(self, why: str) -> None:
         self.paused.discard(why)
+        self._flush()
         if not self.paused and self.transport is not None and not self.ended:
             self.transport.resume_reading()
 

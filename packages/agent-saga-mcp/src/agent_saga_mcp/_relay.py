@@ -21,10 +21,11 @@ hand: the SDK's types accept every such message as it is.
 * answers to the gateway's own requests (``elicitation/create``, for approvals).
 
 Errors are JSON-RPC errors, never a crash: a line that is not JSON gets a parse error (id
-``null``), a line over the limit an invalid-request error (it is dropped unread), a request id
-already in use by a call in progress an invalid-request error, an unknown method "method not
-found". Every other request is answered "method not found", as by the SDK's server for methods
-the gateway does not serve.
+``null``; so does NaN, Infinity or a lone surrogate, which JSON has no place for), a line over
+the limit an invalid-request error (it is dropped unread), a request id already in use by a call
+in progress an invalid-request error, as is a call beyond :data:`CALLS_LIMIT` calls in progress,
+an unknown method "method not found". Every other request is answered "method not found", as
+by the SDK's server for methods the gateway does not serve.
 
 Where the line is drawn: a client whose first request carries the 2026 per-request envelope
 (the stateless era, ``server/discover``) is handed to the SDK's server with the lines read so
@@ -52,6 +53,11 @@ from ._link import RelayedResult
 from ._pipes import ClientLines, Line
 
 _LEAD_LIMIT = 8
+CALLS_LIMIT = 64
+"""Calls in progress beyond which a ``tools/call`` is refused: each holds its arguments (up to
+the line limit) until it runs, and a session's calls run one at a time. (Not reading the input
+instead would also hold back the answers to the gateway's own questions, which calls wait for.)
+"""
 
 
 class Handoff(Exception):
@@ -218,6 +224,9 @@ class Relay:
             self.send(_wire.response(request_id, self.tool_list(self.version)))
         elif request_id in self.calls:
             why = f"Invalid request: id {request_id!r} is in use by a call in progress"
+            self.send(_wire.error(request_id, _wire.INVALID_REQUEST, why))
+        elif len(self.calls) >= CALLS_LIMIT:
+            why = f"Too many calls in progress ({CALLS_LIMIT}): wait for an answer first"
             self.send(_wire.error(request_id, _wire.INVALID_REQUEST, why))
         else:
             call = _plain_call(params)

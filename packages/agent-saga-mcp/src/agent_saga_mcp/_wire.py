@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -143,21 +144,77 @@ class LineSplitter:
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 """A run of digits that may be an integer beyond 64 bits, which orjson reads as a float."""
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A ``\\u`` escape of a UTF-16 surrogate: alone (not one of a pair) it is no character."""
+
+
+class NotJSONValue(ValueError):
+    """A line Python's json reads, but whose value JSON (RFC 8259, I-JSON) has no place for:
+    NaN, Infinity, a number beyond a 64-bit float's range, a lone UTF-16 surrogate. Nothing
+    downstream could hold it as it came: the log keeps a ``$repr`` of such a value and the
+    wire writes a float NaN or infinity as ``null``, so a call carrying one is refused whole."""
+
+
+def _no_constant(name: str) -> float:
+    raise NotJSONValue(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise NotJSONValue(f"{text[:40]} is not a JSON number (beyond a 64-bit float's range)")
+    return value
+
 
 def decode(line: bytes) -> Any:
-    """The JSON value of one line, exactly as ``json.loads`` reads it.
+    """The JSON value of one line, as ``json.loads`` reads it, refusing what JSON lacks.
 
     orjson reads the line unless it holds a run of 19 digits or more (an integer beyond 64 bits
     would come back a float; json keeps it exact). What orjson refuses (NaN and Infinity, a
     byte-order mark, UTF-16, lone surrogates, nesting past its limit, anything invalid) is read
     by json, so it is accepted, or refused with json's error (a ``ValueError``, or a
-    ``RecursionError`` when nested too deep), as before.
+    ``RecursionError`` when nested too deep), as before; except NaN, Infinity, a number that
+    overflows a float and a lone surrogate, refused as :class:`NotJSONValue` (a ``ValueError``).
     """
     if _LONG_DIGITS.search(line) is None:
         try:
             return orjson.loads(line)
         except orjson.JSONDecodeError:
             pass
+    value = json.loads(line, parse_constant=_no_constant, parse_float=_finite)
+    if _SURROGATE_ESCAPE.search(line) is not None:
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise NotJSONValue("a lone UTF-16 surrogate (\\ud800-\\udfff) is not text") from None
+    return value
+
+
+def unrepresentable(value: Any) -> str | None:
+    """Why ``value`` (read by another parser: the SDK's) holds what :func:`decode` refuses
+    (NaN, an infinity, a lone surrogate), or ``None`` when it holds none."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{item!r} is not a JSON number"
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return "a lone UTF-16 surrogate (\\ud800-\\udfff) is not text"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def decode_lenient(line: bytes) -> Any:
+    """The value of a line :func:`decode` refused as :class:`NotJSONValue`, as json reads it
+    (to find which request it answers)."""
     return json.loads(line)
 
 
@@ -166,12 +223,17 @@ def encode(message: dict[str, Any]) -> bytes:
 
     Written by orjson (``OPT_APPEND_NEWLINE``); what it refuses (an integer beyond 64 bits,
     a key that is not a string) is written by json with the same separators. A float NaN or
-    infinity is written ``null``, as the SDK's own (pydantic) serializer writes it.
+    infinity is written ``null``, as the SDK's own (pydantic) serializer writes it. A string
+    holding a lone surrogate is written with ``\\u`` escapes (it has no UTF-8 form).
     """
     try:
         return orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:
-        return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
 def response(request_id: Any, result: Any) -> dict[str, Any]:
@@ -199,8 +261,11 @@ __all__ = [
     "PARSE_ERROR",
     "LineReader",
     "LineSplitter",
+    "NotJSONValue",
     "Oversized",
     "decode",
+    "decode_lenient",
+    "unrepresentable",
     "encode",
     "error",
     "response",

@@ -62,7 +62,7 @@ from .read import follow_log, iter_log, verify_file
 from .records import Entry, Record
 from .repair import repair_entry
 from .segments import SEGMENT_BYTES, SEGMENT_RECORDS
-from .solo import SoloMode, take_log_lock
+from .solo import SoloMode, lock_for_writing, take_log_lock
 from .store import VerifyReport
 from .writer import SegmentWriter
 
@@ -128,7 +128,7 @@ class FileLogStore:
         if self._solo is not None:
             take_log_lock(self._lock_fd, self.home)
         else:
-            self._fs.lock(self._lock_fd, blocking=True)
+            lock_for_writing(self._fs, self._lock_fd, self.home)
         try:
             layout, seq, prev = open_layout(fs, self.home, self._chain)
             self._writer = SegmentWriter(

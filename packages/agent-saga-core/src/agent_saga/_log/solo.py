@@ -11,7 +11,8 @@ Invariants:
 * Solo means holding the ``flock`` on ``log.lock``: ``active`` is set only after the lock was
   taken and cleared before it is released, so two processes (or two stores of one process,
   each with its own open file description) can never both be solo, whatever their timing.
-* Anyone who finds ``log.lock`` taken (:func:`take_log_lock`) waits in the waiting room
+* Anyone who finds ``log.lock`` taken (:func:`take_log_lock`; :func:`lock_for_writing` for a
+  store outside solo mode) waits in the waiting room
   (``log.wait``, held shared for the whole wait) and blocks on ``log.lock``. The solo
   holder's watcher thread tries ``log.wait`` exclusively every :data:`POLL` seconds; when it
   cannot (someone waits), it waits for the round in progress (``round``) and releases the
@@ -42,7 +43,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
-from .files import LOCK_NAME
+from .files import LOCK_NAME, OS
+from .fs import FileSystem
 
 WAIT_NAME = "log.wait"
 HOLDOFF = 1.0
@@ -75,6 +77,18 @@ def take_log_lock(fd: int, home: Path, *, shared: bool = False) -> None:
         pass
     with waiting_room(home):
         fcntl.flock(fd, mode)
+
+
+def lock_for_writing(fs: FileSystem, fd: int, home: Path) -> None:
+    """Take ``home``'s ``log.lock`` (open as ``fd``) exclusively through ``fs``, as a store
+    outside solo mode does for a round. On real files, a lock already taken is waited for in
+    the waiting room: a solo holder sees the wait and lets go (a plain blocking ``flock`` would
+    wait as long as the holder stays idle)."""
+    if fs is not OS:
+        fs.lock(fd, blocking=True)
+    elif not fs.lock(fd, blocking=False):
+        with waiting_room(home):
+            fs.lock(fd, blocking=True)
 
 
 @contextlib.contextmanager

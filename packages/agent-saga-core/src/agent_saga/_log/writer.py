@@ -39,7 +39,7 @@ from .segments import (
     summary_path,
     write_summary,
 )
-from .solo import SoloMode
+from .solo import SoloMode, lock_for_writing
 
 
 class SegmentWriter:
@@ -155,7 +155,7 @@ class SegmentWriter:
         """Take the file lock for a round; ``True`` when already held in solo mode (nobody
         else can have appended: no catching up needed)."""
         if self.solo is None:
-            self.fs.lock(self.lock_fd, blocking=True)
+            lock_for_writing(self.fs, self.lock_fd, self.home)
             return False
         return self.solo.begin()
 

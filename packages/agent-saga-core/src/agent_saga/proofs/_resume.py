@@ -143,7 +143,9 @@ def read_point(path: Path, verifiers: Sequence[NoteVerifier]) -> tuple[ResumePoi
         checkpoint = open_checkpoint(str(obj["note"]), list(verifiers))
     except CheckpointError as exc:
         return None, f"its checkpoint is rejected ({exc})"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+        # OverflowError: a number of 1e400 (infinity) where an integer belongs; RecursionError:
+        # JSON nested past the parser's limit. A garbled file is ignored like any other.
         return None, f"unreadable ({exc})"
     if any(len(h) != HASH_SIZE for h in [*state.frontier, *state.edge]):
         return None, "a hash is not 32 bytes"
