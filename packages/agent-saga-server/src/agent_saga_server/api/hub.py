@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import anyio.to_thread
 
@@ -36,6 +37,7 @@ class ChangeHub:
         self.switch: SwitchState | None = None
         """The kill switch as last read (``None`` while the database cannot be read)."""
         self._events: dict[str, asyncio.Event] = {}
+        self._settled: dict[str, Any] = {}
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -63,20 +65,40 @@ class ChangeHub:
                 await self._task
 
     def poke(self, rereads: str | None = None) -> None:
-        """Look now (thread-safe): a change was just committed through this process.
+        """A change was just committed through this process (thread-safe).
 
-        ``rereads`` names a topic whose waiters read the database themselves when woken
-        (approvals): they are woken at once, without waiting for the look.
+        Without ``rereads``: look now (the kill switch's state is read by the look and pushed
+        from it). ``rereads`` names a topic whose waiters read the database themselves when
+        woken (approvals): they are woken at once and nothing is read here, since the look
+        would only find what they read anyway (the next regular look still sees the version
+        move and wakes that topic's waiters once more, which costs a read and changes no
+        answer).
         """
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._wake.set)
-            if rereads is not None:
+            if rereads is None:
+                loop.call_soon_threadsafe(self._wake.set)
+            else:
                 loop.call_soon_threadsafe(self._set, rereads)
+
+    def settle(self, key: str, answer: Any, keep: float = 1.0) -> None:
+        """Hand the final ``answer`` for ``key`` (a decided approval, which never changes
+        again but for its ``outcome``) to the waiters the change just woke, so they answer
+        without reading it back; kept ``keep`` seconds. Call on the event loop."""
+        self._settled[key] = answer
+        asyncio.get_running_loop().call_later(keep, self._settled.pop, key, None)
+
+    def settled(self, key: str) -> Any | None:
+        """What :meth:`settle` handed over for ``key`` in the last ``keep`` seconds, or
+        ``None``; only for a waiter woken by a change (a fresh request reads the database)."""
+        return self._settled.get(key)
 
     def _announced(self, topic: str) -> None:
         """Another process changed ``topic`` (called from the listener's thread)."""
-        self.poke(rereads="approvals" if topic in ("approvals", ANY_TOPIC) else None)
+        if topic in ("approvals", ANY_TOPIC):
+            self.poke(rereads="approvals")
+        if topic != "approvals":
+            self.poke()
 
     async def _run(self) -> None:
         while True:
@@ -101,7 +123,7 @@ class ChangeHub:
                 self._set(topic)
 
     def _read(self) -> tuple[dict[str, int], SwitchState]:
-        return control.versions(self.db), control.switch_state(self.db)
+        return control.versions_and_switch(self.db)
 
     def _set(self, topic: str) -> None:
         event = self._events.pop(topic, None)

@@ -7,7 +7,8 @@ import time
 from typing import Annotated, Literal
 
 import anyio.to_thread
-from fastapi import Depends, HTTPException, Path, Query
+from fastapi import Depends, HTTPException, Path, Query, Response
+from pydantic import BaseModel
 
 from ..store import approvals as store
 from ..store.approvals import ApprovalRefused, ApprovalRow
@@ -29,18 +30,26 @@ def approval_out(row: ApprovalRow) -> ApprovalOut:
     return ApprovalOut(**data)
 
 
+def as_json(model: BaseModel, status: int = 200) -> Response:
+    """``model`` (built by its own validation) as the JSON answer. Returned as a response,
+    FastAPI neither converts it to a dict nor validates it a second time against the route's
+    ``response_model`` (which still documents it)."""
+    return Response(model.model_dump_json(), status, media_type="application/json")
+
+
 # The routes an approval's round trip takes are coroutines that send only the database work to
 # the thread pool: a plain function route costs two trips through the pool (the function, then
-# its answer's validation), a coroutine one.
+# its answer's validation), a coroutine one. Each answers with :func:`as_json`.
 
 
 @api.get("/approvers", response_model=ApproverList)
 async def list_approvers(
     caller: Annotated[Caller, Depends(allow("agent", "admin", "auditor"))],
     ctx: Annotated[ServerContext, Depends(context)],
-) -> ApproverList:
+) -> Response:
     """The subjects of the approver tokens valid now (who may be asked)."""
-    return ApproverList(approvers=await anyio.to_thread.run_sync(approver_subjects, ctx.db))
+    subjects = await anyio.to_thread.run_sync(approver_subjects, ctx.db)
+    return as_json(ApproverList(approvers=subjects))
 
 
 @api.post("/approvals", response_model=ApprovalOut, status_code=201, responses=CONFLICT)
@@ -48,7 +57,7 @@ async def create_approval(
     body: ApprovalCreate,
     caller: Annotated[Caller, Depends(allow("agent"))],
     ctx: Annotated[ServerContext, Depends(context)],
-) -> ApprovalOut:
+) -> Response:
     """An agent asks for a decision on one step of one of its sagas (idempotent by id)."""
     assert caller.origin is not None
     try:
@@ -58,7 +67,7 @@ async def create_approval(
     except ApprovalRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
     ctx.hub.poke(rereads="approvals")
-    return approval_out(row)
+    return as_json(approval_out(row), 201)
 
 
 @api.get("/approvals", response_model=ApprovalList)
@@ -71,7 +80,7 @@ async def list_approvals(
     after: Annotated[
         str | None, Query(pattern=REQUEST_ID, description="`next` of the previous page")
     ] = None,
-) -> ApprovalList:
+) -> Response:
     """Requests, oldest first (after the request ``after``), in full: the action's arguments
     and digest. With ``wait``, an empty answer waits up to that long for a new or changed one.
     An agent token sees its own origin's requests only."""
@@ -85,7 +94,8 @@ async def list_approvals(
         left = deadline - time.monotonic()
         if rows or left <= 0:
             more = rows[limit - 1].id if len(rows) > limit else None
-            return ApprovalList(approvals=[approval_out(r) for r in rows[:limit]], next=more)
+            page = ApprovalList(approvals=[approval_out(r) for r in rows[:limit]], next=more)
+            return as_json(page)
         try:
             await asyncio.wait_for(event.wait(), left)
         except TimeoutError:
@@ -98,7 +108,7 @@ async def get_approval(
     caller: Annotated[Caller, Depends(allow("agent", "approver", "admin", "auditor"))],
     ctx: Annotated[ServerContext, Depends(context)],
     wait: Wait = 0,
-) -> ApprovalOut:
+) -> Response:
     """One request with its votes. With ``wait``, a pending request is answered once it is
     decided (or expires), or after that many seconds: how a waiting agent learns the decision."""
     deadline = time.monotonic() + min(wait, ctx.settings.max_wait)
@@ -110,11 +120,14 @@ async def get_approval(
         own_origin(caller, row.origin)
         left = min(deadline - time.monotonic(), row.expires_at - time.time())
         if row.status != "pending" or left <= 0:
-            return approval_out(row)
+            return as_json(approval_out(row))
         try:
             await asyncio.wait_for(event.wait(), left)
         except TimeoutError:
             continue
+        decided = ctx.hub.settled(request_id)  # decided through this process: no read back
+        if decided is not None:
+            return as_json(decided)
 
 
 @api.post(
@@ -127,7 +140,7 @@ async def post_vote(
     body: VoteIn,
     caller: Annotated[Caller, Depends(allow("approver"))],
     ctx: Annotated[ServerContext, Depends(context)],
-) -> ApprovalOut:
+) -> Response:
     """Approve or deny, as the approver the token names (the body names nobody)."""
     try:
         row = await anyio.to_thread.run_sync(
@@ -136,5 +149,8 @@ async def post_vote(
         )  # fmt: skip
     except ApprovalRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
+    answer = approval_out(row)
+    if row.status != "pending":
+        ctx.hub.settle(request_id, answer)
     ctx.hub.poke(rereads="approvals")
-    return approval_out(row)
+    return as_json(answer)

@@ -102,7 +102,17 @@ def audit_events(
 def versions(db: Database) -> dict[str, int]:
     """Every topic's change counter (what the watchers poll)."""
     with db.transaction(write=False) as tx:
-        return {str(t): int(v) for t, v in tx.all("SELECT topic, version FROM changes")}
+        return _versions(tx)
+
+
+def _versions(tx: Tx) -> dict[str, int]:
+    return {str(t): int(v) for t, v in tx.all("SELECT topic, version FROM changes")}
+
+
+def versions_and_switch(db: Database) -> tuple[dict[str, int], SwitchState]:
+    """:func:`versions` and :func:`switch_state` in one read transaction (a watcher's look)."""
+    with db.transaction(write=False) as tx:
+        return _versions(tx), read_switch(tx)
 
 
 __all__ = [
@@ -115,4 +125,5 @@ __all__ = [
     "resume",
     "switch_state",
     "versions",
+    "versions_and_switch",
 ]
