@@ -13,9 +13,9 @@ Requests from the upstream are answered: ``ping`` with an empty result, anything
 elicitation, roots) with "method not found", as the SDK's client does when it has no callback
 for them. Its notifications (logs, progress) are dropped.
 
-The upstream's output is read by the subprocess's protocol (:class:`_LinkProtocol`): each
-line is handled as it arrives, in the event loop's callback, so an answer wakes its caller
-with no reading task in between (one loop iteration fewer per call).
+The upstream's output is read from a pipe of the link's own (:class:`_OutputLines`): each
+line is handled as it arrives, in the read callback itself, so an answer wakes its caller with
+no reading task and no hand-over through the subprocess transport in between.
 
 When the process exits or closes its output, every request in flight fails with
 :class:`UpstreamError` at once, and so does every later one: the link is not reopened.
@@ -85,15 +85,16 @@ class RelayedResult(types.CallToolResult):
         return getattr(self, "relayed_version", "")
 
 
-class _LinkProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """The subprocess protocol of ``asyncio.create_subprocess_exec``, except that the
-    process's output is split into lines as it arrives and handed to the link
-    (:meth:`StdioLink._lines`, :meth:`StdioLink._ended`), not buffered in a stream reader.
-    Lines that arrive before the link is attached wait for it."""
+class _OutputLines(asyncio.Protocol):
+    """The upstream's output (a pipe of the link's own, not one of the subprocess transport's),
+    split into lines as it arrives and handed to the link (:meth:`StdioLink._lines`,
+    :meth:`StdioLink._ended`) in the read callback itself: the subprocess transport would hand
+    each chunk on through one more loop iteration (``call_soon``). Lines that arrive before the
+    link is attached wait for it."""
 
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
+    def __init__(self, limit: int) -> None:
         self.splitter = _wire.LineSplitter(limit)
+        self.transport: asyncio.ReadTransport | None = None
         self.link: StdioLink | None = None
         self.early: list[bytes | _wire.Oversized] = []
         self.closed = False
@@ -109,10 +110,11 @@ class _LinkProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         if self.closed:
             link._ended(self.closed_by)
 
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
-        if fd != 1 or not isinstance(data, bytes):
-            super().pipe_data_received(fd, data)
-            return
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.ReadTransport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
         lines = self.splitter.feed(data)
         if not lines:
             return
@@ -121,9 +123,8 @@ class _LinkProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         else:
             self.link._lines(lines)
 
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        super().pipe_connection_lost(fd, exc)
-        if fd != 1:
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.closed:
             return
         tail = self.splitter.end()
         self.closed, self.closed_by = True, exc
@@ -140,7 +141,7 @@ class StdioLink:
     """One running upstream process and the requests in flight to it."""
 
     def __init__(
-        self, name: str, process: asyncio.subprocess.Process, protocol: _LinkProtocol
+        self, name: str, process: asyncio.subprocess.Process, output: _OutputLines
     ) -> None:
         self.name = name
         self.process = process
@@ -156,7 +157,8 @@ class StdioLink:
         sent a line over the limit)."""
         self.ending: asyncio.Task[None] | None = None
         """Waits briefly for the exit code once the output has ended, then fails the link."""
-        protocol.attach(self)
+        self.output = output
+        output.attach(self)
 
     @classmethod
     async def start(
@@ -175,21 +177,30 @@ class StdioLink:
             UpstreamError: it could not be started, or its handshake failed (it is stopped).
         """
         loop = asyncio.get_running_loop()
+        output_fd, child_output = os.pipe()  # both ends not inheritable; stdout= dups one in
         try:
             transport, protocol = await loop.subprocess_exec(
-                lambda: _LinkProtocol(limit, loop),
+                lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=limit, loop=loop),
                 command,
                 *args,
                 stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
+                stdout=child_output,
                 stderr=sys.stderr,
                 env={**get_default_environment(), **(env or {})},
                 cwd=cwd,
                 start_new_session=True,
             )
-        except OSError as exc:
-            raise UpstreamError(f"cannot start {command!r}: {exc}") from None
-        link = cls(name, asyncio.subprocess.Process(transport, protocol, loop), protocol)
+        except BaseException as exc:
+            os.close(output_fd)
+            if isinstance(exc, OSError):
+                raise UpstreamError(f"cannot start {command!r}: {exc}") from None
+            raise
+        finally:
+            os.close(child_output)
+        process = asyncio.subprocess.Process(transport, protocol, loop)
+        output = _OutputLines(limit)
+        await loop.connect_read_pipe(lambda: output, os.fdopen(output_fd, "rb", buffering=0))
+        link = cls(name, process, output)
         try:
             await link._handshake()
         except BaseException:
@@ -381,6 +392,8 @@ class StdioLink:
                 await asyncio.wait_for(asyncio.shield(self.process.wait()), _GRACE)
                 break
         self.reading = False
+        if self.output.transport is not None:
+            self.output.transport.close()
         if self.ending is not None:
             self.ending.cancel()
             with contextlib.suppress(asyncio.CancelledError):

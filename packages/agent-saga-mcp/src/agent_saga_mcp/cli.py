@@ -11,6 +11,7 @@ The log and everything else of agent-saga live in the home of ``agent-saga --hom
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,6 +99,10 @@ def serve(
 
     config = _load(config_path)
     home = current_settings().home
+    # What is loaded by now (the SDK's types, the engine, the configuration) lives as long as
+    # the process: kept out of the collector's view, a full collection no longer walks it
+    # (one took ~0.1 s every few thousand calls, about 0.05 ms a call on average).
+    gc.freeze()
     try:
         if not http:
             anyio.run(lambda: serve_stdio(config, home, max_message_bytes=max_message_bytes))
