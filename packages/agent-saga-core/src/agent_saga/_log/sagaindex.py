@@ -41,7 +41,7 @@ from typing import NamedTuple
 from .chain import Chain, Masked, parse_line
 from .files import LOG_NAME, OS, open_read
 from .indexer import BehindWriter
-from .read import walk_segments
+from .indexwalk import walk_for_index
 from .records import GENESIS, Record
 from .sagarows import belongs_to, check_places, fold, id_key, newest_query, settles
 from .segments import segment
@@ -276,22 +276,24 @@ class SagaIndex:
         rows: list[tuple[int, str, int, int, int, int, bytes, bytes]] = []
         sagas: dict[str, list[object]] = {}
         prev, added = point.hash, 0
-        path = self.home / LOG_NAME
-        walker = walk_segments(
-            path, self.chain, OS, first=point.seg, offset=point.end, seq=point.seq,
-            prev=point.hash,
+        walker = walk_for_index(
+            self.home / LOG_NAME, OS, first=point.seg, offset=point.end,
+            seq=point.seq, prev=point.hash,
         )  # fmt: skip
         try:
-            for seg, off, length, record in walker:
+            for record in walker:
                 target, own = belongs_to(record)
                 if target is not None:
                     rows.append(
-                        (record.seq, target, own, seg, off, length, bytes.fromhex(prev),
-                         bytes.fromhex(record.hash))
+                        (record.seq, target, own, record.seg, record.off, record.length,
+                         bytes.fromhex(prev), bytes.fromhex(record.hash))
                     )  # fmt: skip
                 if own:
                     fold(sagas, record)
-                point = Point(seg, off, off + length, record.seq, prev, record.hash)
+                point = Point(
+                    record.seg, record.off, record.off + record.length, record.seq, prev,
+                    record.hash,
+                )  # fmt: skip
                 prev = record.hash
                 added += 1
                 if added >= _CHUNK:

@@ -4,7 +4,25 @@ states)."""
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from .records import IN_SAGA, Kind, Record
+
+
+class Indexed(Protocol):
+    """What the index reads of a record (a :class:`Record` or an
+    :class:`~.indexwalk.IndexedRecord`)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def ts(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def saga(self) -> str | None: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
 
 
 def check_places(saga_id: str, own: list[Record]) -> str | None:
@@ -27,21 +45,21 @@ def id_key(saga_id: str) -> str:
     return saga_id.replace("-", "").lower()
 
 
-def belongs_to(record: Record) -> tuple[str | None, int]:
+def belongs_to(record: Indexed) -> tuple[str | None, int]:
     """The saga a record is read with, and whether it is the saga's own (1) or settles it."""
     if record.saga is not None:
         return record.saga, 1
     return settles(record), 0
 
 
-def settles(record: Record) -> str | None:
+def settles(record: Indexed) -> str | None:
     if record.saga is None and record.kind == Kind.SETTLED:
         target = record.data.get("saga")
         return target if isinstance(target, str) else None
     return None
 
 
-def fold(sagas: dict[str, list[object]], record: Record) -> None:
+def fold(sagas: dict[str, list[object]], record: Indexed) -> None:
     """Add ``record`` to its saga's line: first seq, last seq, started, count, end status."""
     assert record.saga is not None
     end: str | None = None
