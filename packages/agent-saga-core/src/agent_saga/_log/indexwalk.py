@@ -79,7 +79,7 @@ def walk_for_index(
             for line in lines:
                 if line[:1] == b"\x00" and all_zero(part.fs, part.fd, position, part.end):
                     return
-                record = _fields(part.segment.first, position, line, seq + 1, last)
+                record = line_fields(line, seq + 1, last, part.segment.first, position)
                 if isinstance(record, str):
                     raise CorruptLogError(where, position, record, seq + 1)
                 yield record
@@ -91,8 +91,12 @@ def walk_for_index(
             raise CorruptLogError(where, position, "incomplete final record (no newline)", seq + 1)
 
 
-def _fields(seg: int, off: int, line: bytes, seq: int, prev: bytes) -> IndexedRecord | str:
-    """The record ``line`` holds, expected as record ``seq`` after hash ``prev``; or why not."""
+def line_fields(
+    line: bytes, seq: int, prev: bytes, seg: int = 0, off: int = 0
+) -> IndexedRecord | str:
+    """What the index keeps of the record stored as ``line`` (no newline; at byte ``off`` of
+    segment ``seg``), expected as record ``seq`` after the hash ``prev`` (ASCII hex); or why it
+    is not that record. Its hash is not recomputed (see the module docstring)."""
     if len(line) >= MAX_RECORD_BYTES:
         return f"record longer than {MAX_RECORD_BYTES} bytes"
     cut = line.rfind(_HASH_FIELD)  # the top-level field: inside strings quotes are escaped

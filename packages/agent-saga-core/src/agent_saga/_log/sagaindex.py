@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 from .chain import Chain, Masked, parse_line
 from .files import LOG_NAME, OS, open_read
-from .indexer import BehindWriter
+from .indexer import BURST, BehindWriter
 from .indexwalk import walk_for_index
 from .records import GENESIS, Record
 from .sagarows import belongs_to, check_places, fold, id_key, newest_query, settles
@@ -140,9 +140,17 @@ class SagaIndex:
         self._db, self._pid = db, os.getpid()
         return db
 
+    @property
+    def indexed_seq(self) -> int:
+        """The ``seq`` the index was last seen to cover."""
+        return self._known
+
     def close(self) -> None:
-        """Stop the indexer thread (after its current chunk) and close the connection."""
-        self.behind.stop()
+        """Stop the indexer thread (after its current chunk), index what the writer left
+        behind it (at most about :data:`~.indexer.BURST` records, never raising), and close
+        the connection."""
+        if self.behind.stop():
+            self._index_behind(self.behind.seq)
         with self._lock:
             if self._db is not None and self._pid == os.getpid():
                 self._db.close()
@@ -190,17 +198,22 @@ class SagaIndex:
             return
         self.behind.poke(self, seq)
 
-    def index_behind(self, *, max_lag: int = 4096) -> None:
-        """What the indexer thread does when woken: index what the log gained, but never wait
-        (another thread or process indexing: skip) nor take on more than ``max_lag`` records
-        (left to readers, who catch up whatever the lag). Never raises: a lagging index is
-        caught up by its next reader."""
+    def index_behind(self) -> None:
+        """What the indexer thread does when woken: index what the log gained (see
+        :meth:`_index_behind`), unless the index is closing."""
+        if not self.behind.stopping.is_set():
+            self._index_behind(self.behind.seq)
+
+    def _index_behind(self, seq: int, *, max_lag: int = 4 * BURST) -> None:
+        """Index the log up to about ``seq``, but never wait (another thread or process
+        indexing: skip) nor take on more than ``max_lag`` records (left to readers, who catch
+        up whatever the lag). Never raises: a lagging index is caught up by its next reader."""
         if not self._lock.acquire(blocking=False):
             return
         try:
             db = self._connect()
             indexed = self._known = self._point(db).seq
-            if self.behind.seq - indexed > max_lag or self.behind.stopping.is_set():
+            if seq - indexed > max_lag:
                 return
             db.execute("PRAGMA busy_timeout=0")
             try:
