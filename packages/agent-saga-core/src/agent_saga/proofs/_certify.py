@@ -42,7 +42,15 @@ from ._note import NoteSigner, NoteVerifier
 from ._passkey import EXTRA_MISSING, PASSKEY_LIMIT
 from ._passkey_audit import audit_passkeys
 
-__all__ = ["Finding", "certificate", "certify_records", "verify_certificate"]
+__all__ = [
+    "Finding",
+    "approved_steps",
+    "certificate",
+    "certify_records",
+    "saga_findings",
+    "signed",
+    "verify_certificate",
+]
 
 FORMAT = "agent-saga.certificate/1"
 CRITICAL = "CRITICAL"
@@ -64,7 +72,7 @@ class Finding:
     tool: str | None = None
 
 
-def _approved(records: Sequence[Record]) -> dict[str, set[int]]:
+def approved_steps(records: Sequence[Record]) -> dict[str, set[int]]:
     approved: dict[str, set[int]] = {}
     for record in records:
         if record.kind == APPROVAL_DECIDED and record.saga is not None:
@@ -74,7 +82,7 @@ def _approved(records: Sequence[Record]) -> dict[str, set[int]]:
     return approved
 
 
-def _saga_findings(
+def saga_findings(
     saga: SagaView, approved: set[int], owner_alive: bool | None, now_ms: int
 ) -> list[Finding]:
     findings: list[Finding] = []
@@ -179,13 +187,13 @@ def certify_records(
         message = f"{passkeys.verified} passkey vote(s) verified; {PASSKEY_LIMIT}"
         findings.append(Finding(WARNING, "passkey_registrations", message))
     history = build_history(records)
-    approved = _approved(records)
+    approved = approved_steps(records)
     now_ms = int(now * 1000) if now is not None else max((r.ts for r in records), default=0)
     for saga in history.sagas:
         alive = None
         if saga.status is SagaStatus.RUNNING and saga.owner is not None:
             alive = owner_alive(saga.owner)
-        findings.extend(_saga_findings(saga, approved.get(saga.id, set()), alive, now_ms))
+        findings.extend(saga_findings(saga, approved.get(saga.id, set()), alive, now_ms))
     return findings
 
 
@@ -208,12 +216,24 @@ def certificate(
     issued_at: int,
 ) -> dict[str, Any]:
     """The signed certificate (a JSON-ready dict)."""
+    return signed({"counts": _counts(records, findings)}, findings, checkpoint, signer, issued_at)
+
+
+def signed(
+    fields: Mapping[str, Any],
+    findings: Sequence[Finding],
+    checkpoint: Checkpoint | None,
+    signer: NoteSigner,
+    issued_at: int,
+) -> dict[str, Any]:
+    """A signed certificate of ``findings`` with ``fields`` (its ``counts``, and the ``range``
+    of a ``certify --since``) under ``checkpoint``."""
     body: dict[str, Any] = {
         "format": FORMAT,
         "issued_at": issued_at,
         "ok": not any(f.severity == CRITICAL for f in findings),
         "checkpoint": None if checkpoint is None else checkpoint.note,
-        "counts": _counts(records, findings),
+        **fields,
         "findings": [{k: v for k, v in asdict(f).items() if v is not None} for f in findings],
     }
     signature = signer.sign_bytes(_SIGNED_PREFIX + canonical(body))
