@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "approved_steps",
     "certificate",
     "certify_records",
+    "redaction_findings",
     "saga_findings",
     "signed",
     "verify_certificate",
@@ -151,6 +152,22 @@ def saga_findings(
     return findings
 
 
+def redaction_findings(records: Iterable[Record]) -> list[Finding]:
+    """A WARNING for each record a ``log.redaction`` among ``records`` masked."""
+    findings = []
+    for record in records:
+        if record.kind == REDACTION_KIND:
+            entries = record.data.get("records")
+            for entry in entries if isinstance(entries, list) else []:
+                seq = entry.get("seq") if isinstance(entry, dict) else None
+                message = (
+                    f"record {seq} was masked after it was written (redaction record "
+                    f"{record.seq}); its remaining content rests on that record"
+                )
+                findings.append(Finding(WARNING, "redacted", message))
+    return findings
+
+
 def certify_records(
     records: Sequence[Record],
     chain: VerifyReport,
@@ -168,16 +185,7 @@ def certify_records(
         findings.append(Finding(CRITICAL, "chain", f"the hash chain is broken: {chain.error}"))
     if checkpoint_problem is not None:
         findings.append(checkpoint_problem)
-    for record in records:
-        if record.kind == REDACTION_KIND:
-            entries = record.data.get("records")
-            for entry in entries if isinstance(entries, list) else []:
-                seq = entry.get("seq") if isinstance(entry, dict) else None
-                message = (
-                    f"record {seq} was masked after it was written (redaction record "
-                    f"{record.seq}); its remaining content rests on that record"
-                )
-                findings.append(Finding(WARNING, "redacted", message))
+    findings += redaction_findings(records)
     passkeys = audit_passkeys(records)
     if passkeys.unverifiable:
         findings.append(Finding(CRITICAL, "passkey_unverifiable", EXTRA_MISSING))

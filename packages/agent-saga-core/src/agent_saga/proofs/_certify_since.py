@@ -40,12 +40,19 @@ from .._log.chain import Chain
 from .._log.codec import CodecError, decode
 from .._log.indexwalk import line_fields
 from .._log.records import SagaStatus
-from .._log.redaction import REDACTION_KIND
 from .._log.sagaindex import IndexMismatch, SagaIndex
 from .._log.sagarows import belongs_to
 from .._log.source import FileLogSource
 from ._audit import LogSnapshot, check_checkpoint, latest_problem, publish, snapshot
-from ._certify import CRITICAL, WARNING, Finding, approved_steps, saga_findings, signed
+from ._certify import (
+    CRITICAL,
+    WARNING,
+    Finding,
+    approved_steps,
+    redaction_findings,
+    saga_findings,
+    signed,
+)
 from ._checkpoint import Checkpoint
 from ._resume import load_point
 from ._signing import home_signer
@@ -148,7 +155,8 @@ def certify_since(
     latest, latest_finding = latest_problem(home, log, verifiers)
     if latest_finding is not None:
         findings.append(latest_finding)
-    findings += _redactions(log, after)
+    redactions = log.stream.redactions
+    findings += redaction_findings(r for r in redactions if r.seq > after)
     if watch.passkey_votes:
         findings.append(
             Finding(
@@ -180,22 +188,6 @@ def certify_since(
         "counts": counts,
     }
     return signed(body, findings, covered, signer, int(now)), findings, span, log
-
-
-def _redactions(log: LogSnapshot, after: int) -> list[Finding]:
-    found = []
-    for record in log.stream.redactions if log.stream is not None else ():
-        if record.seq <= after or record.kind != REDACTION_KIND:
-            continue
-        entries = record.data.get("records")
-        for entry in entries if isinstance(entries, list) else []:
-            seq = entry.get("seq") if isinstance(entry, dict) else None
-            message = (
-                f"record {seq} was masked after it was written (redaction record "
-                f"{record.seq}); its remaining content rests on that record"
-            )
-            found.append(Finding(WARNING, "redacted", message))
-    return found
 
 
 def _certify_sagas(
