@@ -43,7 +43,7 @@ from .files import LOG_NAME, OS, open_read
 from .indexer import BURST, BehindWriter
 from .indexwalk import walk_for_index
 from .records import GENESIS, Record
-from .sagarows import belongs_to, check_places, fold, id_key, newest_query, settles
+from .sagarows import check_places, chunk_rows, id_key, newest_query, settles
 from .segments import segment
 
 INDEX_DIR = "index"
@@ -286,33 +286,18 @@ class SagaIndex:
 
     def _index_chunk(self, db: sqlite3.Connection, point: Point) -> tuple[Point, int]:
         """Index up to :data:`_CHUNK` records after ``point``; returns the new point."""
-        rows: list[tuple[int, str, int, int, int, int, bytes, bytes]] = []
-        sagas: dict[str, list[object]] = {}
-        prev, added = point.hash, 0
         walker = walk_for_index(
             self.home / LOG_NAME, OS, first=point.seg, offset=point.end,
             seq=point.seq, prev=point.hash,
         )  # fmt: skip
         try:
-            for record in walker:
-                target, own = belongs_to(record)
-                if target is not None:
-                    rows.append(
-                        (record.seq, target, own, record.seg, record.off, record.length,
-                         bytes.fromhex(prev), bytes.fromhex(record.hash))
-                    )  # fmt: skip
-                if own:
-                    fold(sagas, record)
-                point = Point(
-                    record.seg, record.off, record.off + record.length, record.seq, prev,
-                    record.hash,
-                )  # fmt: skip
-                prev = record.hash
-                added += 1
-                if added >= _CHUNK:
-                    break
+            rows, sagas, last, added = chunk_rows(walker, _CHUNK)
         finally:
             walker.close()
+        if last is not None:
+            point = Point(
+                last.seg, last.off, last.off + last.length, last.seq, last.prev, last.hash
+            )
         db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.executemany(
             "INSERT INTO sagas VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "

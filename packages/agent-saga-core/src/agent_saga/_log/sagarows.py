@@ -4,9 +4,15 @@ states)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
+from .indexwalk import IndexedRecord
 from .records import IN_SAGA, Kind, Record
+
+Row = tuple[int, str, int, int, int, int, bytes, bytes]
+"""A row of the index's ``records`` table: seq, saga, own, segment, offset, length, the hash
+before it and its hash."""
 
 
 class Indexed(Protocol):
@@ -74,6 +80,29 @@ def fold(sagas: dict[str, list[object]], record: Indexed) -> None:
     line[3] = int(str(line[3])) + 1
     if end is not None:
         line[4] = end
+
+
+def chunk_rows(
+    records: Iterator[IndexedRecord], limit: int
+) -> tuple[list[Row], dict[str, list[object]], IndexedRecord | None, int]:
+    """The rows of up to ``limit`` of ``records``, their sagas' lines (see :func:`fold`), the
+    last record taken and how many were taken."""
+    rows: list[Row] = []
+    sagas: dict[str, list[object]] = {}
+    last, added = None, 0
+    for record in records:
+        target, own = belongs_to(record)
+        if target is not None:
+            rows.append(
+                (record.seq, target, own, record.seg, record.off, record.length,
+                 bytes.fromhex(record.prev), bytes.fromhex(record.hash))
+            )  # fmt: skip
+        if own:
+            fold(sagas, record)
+        last, added = record, added + 1
+        if added >= limit:
+            break
+    return rows, sagas, last, added
 
 
 def newest_query(
