@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from agent_saga import CorruptLogError, Entry, FileLogStore, read_log
 from agent_saga._history.build import build_history
-from agent_saga._history.indexed import find_indexed, newest_views, unfinished_views
+from agent_saga._history.indexed import find_indexed, newest_views, unfinished_views, with_rebuild
 from agent_saga._history.lookup import find_saga
 from agent_saga._history.sagareads import own_records, unfinished_sagas
 from agent_saga._history.views import SagaView
 from agent_saga._log.chain import Chain
 from agent_saga._log.codec import JSONValue
 from agent_saga._log.records import SagaStatus
-from agent_saga._log.sagaindex import INDEX_DIR, INDEX_NAME, SagaIndex
+from agent_saga._log.sagaindex import INDEX_DIR, INDEX_NAME, IndexMismatch, SagaIndex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -160,9 +160,13 @@ def test_a_record_changed_after_indexing_is_never_answered(tmp_path: Path) -> No
     index.close()
     log = tmp_path / "log.jsonl"
     log.write_bytes(log.read_bytes().replace(b'"committed"', b'"rolled_back"'))
-    with pytest.raises(CorruptLogError, match="hash"):  # rebuilding reads the changed record
-        find_indexed(index, "s-1")
+    # The index is rebuilt (its last record no longer verifies) and reads the changed record
+    # back: refused, so callers read the log in full, which names the hash.
+    with pytest.raises(IndexMismatch, match="not record 2"):
+        with_rebuild(index, lambda: find_indexed(index, "s-1"))
     index.close()
+    with pytest.raises(CorruptLogError, match="hash"):
+        list(read_log(log))
 
 
 def test_a_store_reads_one_saga_and_the_unfinished_ones_through_its_index(

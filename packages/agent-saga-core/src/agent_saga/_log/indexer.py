@@ -3,8 +3,12 @@
 The writer's hook (:meth:`~.sagaindex.SagaIndex.follow`) only records the log's last ``seq``
 and sets an event: O(1), no lock, no read, no raise. This thread, started by the first such
 call in each process (a forked child starts its own), then indexes what the log gained
-(:meth:`~.sagaindex.SagaIndex.index_behind`). It holds the index weakly, so an index dropped
-without ``close()`` ends it; ``close()`` stops it after its current chunk.
+(:meth:`~.sagaindex.SagaIndex.index_behind`), but not while the writer is busy: it waits until
+the writer has reported nothing for :data:`QUIET` seconds (an agent between tool calls), or
+until :data:`BURST` records wait (a writer that never pauses), so its work seldom competes with
+a transaction for the interpreter and is done in large, cheaper batches. It holds the index
+weakly, so an index dropped without ``close()`` ends it; ``close()`` stops it after its current
+chunk (and the index then catches up what is left, see :meth:`~.sagaindex.SagaIndex.close`).
 
 Nothing depends on this thread for correctness: every reader catches the index up from the log
 first, so a thread that lags, skips or dies costs only the next reader a longer catch-up.
@@ -17,8 +21,15 @@ import threading
 import weakref
 from typing import Protocol
 
+QUIET = 0.05
+"""Seconds without a report from the writer after which the thread indexes."""
+BURST = 16_384
+"""Records waiting after which the thread indexes even while the writer is busy."""
+
 
 class _Indexes(Protocol):
+    @property
+    def indexed_seq(self) -> int: ...
     def index_behind(self) -> None: ...
 
 
@@ -39,28 +50,44 @@ class BehindWriter:
             self._pid = os.getpid()
             self.wake, self.stopping = threading.Event(), threading.Event()
             thread = threading.Thread(
-                target=_run, args=(weakref.ref(index), self.wake, self.stopping), daemon=True
-            )
+                target=_run, args=(weakref.ref(index), self, self.wake, self.stopping),
+                daemon=True,
+            )  # fmt: skip
             thread.name = "agent-saga-index"
             self.thread = thread
             thread.start()
         self.wake.set()
 
-    def stop(self) -> None:
-        """Stop this process's thread and wait for it (it finishes the chunk it is on)."""
+    def stop(self) -> bool:
+        """Stop this process's thread and wait for it (it finishes the chunk it is on); whether
+        this process had one."""
         if self._pid == os.getpid() and self.thread is not None:
             self.stopping.set()
             self.wake.set()
             self.thread.join()
+            return True
+        return False
 
 
-def _run(ref: weakref.ref[_Indexes], wake: threading.Event, stopping: threading.Event) -> None:
+def _run(
+    ref: weakref.ref[_Indexes],
+    writer: BehindWriter,
+    wake: threading.Event,
+    stopping: threading.Event,
+) -> None:
     while True:
         if not wake.wait(1.0):
             if ref() is None:
                 return
             continue
         wake.clear()
+        seen = writer.seq
+        while not stopping.wait(QUIET):  # the writer is busy: let it run (pokes are not waited on)
+            index = ref()
+            if index is None or writer.seq == seen or writer.seq - index.indexed_seq >= BURST:
+                break
+            seen = writer.seq
+            del index
         index = ref()
         if index is None or stopping.is_set():
             return

@@ -291,12 +291,7 @@ def walk_segments(
             (so a stale starting point, one the log no longer continues, is found at once).
     """
     ledger = RedactionLedger()  # shared: masked values are verify's to account for, not ours
-    layout = layout_of(path, fs)
-    skip = sum(1 for seg in layout.sealed if seg.first < first)  # never opened (nor fetched)
-    layout = layout._replace(segments=layout.segments[skip:], summaries=layout.summaries[skip:])
-    for part in _parts(path, fs, layout):
-        if part.segment.first < first:
-            continue
+    for part in parts_from(path, fs, first):
         start = offset if part.segment.first == first else 0
         for position, length, record in walk(
             part.fs, part.fd, chain, part.segment.path,
@@ -304,6 +299,17 @@ def walk_segments(
         ):  # fmt: skip
             seq, prev = record.seq, record.hash
             yield part.segment.first, position, length, record
+
+
+def parts_from(path: Path, fs: FileSystem, first: int) -> Iterator[_Part]:
+    """The segments from the one starting at ``seq`` ``first`` on, each opened in turn (see
+    :func:`_parts`); earlier segments are skipped unread (nor fetched from an archive)."""
+    layout = layout_of(path, fs)
+    skip = sum(1 for seg in layout.sealed if seg.first < first)
+    layout = layout._replace(segments=layout.segments[skip:], summaries=layout.summaries[skip:])
+    for part in _parts(path, fs, layout):
+        if part.segment.first >= first:
+            yield part
 
 
 def shorter_than_synced(path: Path, fs: FileSystem = OS) -> bool:

@@ -40,10 +40,10 @@ from typing import NamedTuple
 
 from .chain import Chain, Masked, parse_line
 from .files import LOG_NAME, OS, open_read
-from .indexer import BehindWriter
-from .read import walk_segments
+from .indexer import BURST, BehindWriter
+from .indexwalk import walk_for_index
 from .records import GENESIS, Record
-from .sagarows import belongs_to, check_places, fold, id_key, newest_query, settles
+from .sagarows import check_places, chunk_rows, id_key, newest_query, settles
 from .segments import segment
 
 INDEX_DIR = "index"
@@ -140,9 +140,17 @@ class SagaIndex:
         self._db, self._pid = db, os.getpid()
         return db
 
+    @property
+    def indexed_seq(self) -> int:
+        """The ``seq`` the index was last seen to cover."""
+        return self._known
+
     def close(self) -> None:
-        """Stop the indexer thread (after its current chunk) and close the connection."""
-        self.behind.stop()
+        """Stop the indexer thread (after its current chunk), index what the writer left
+        behind it (at most about :data:`~.indexer.BURST` records, never raising), and close
+        the connection."""
+        if self.behind.stop():
+            self._index_behind(self.behind.seq)
         with self._lock:
             if self._db is not None and self._pid == os.getpid():
                 self._db.close()
@@ -190,17 +198,22 @@ class SagaIndex:
             return
         self.behind.poke(self, seq)
 
-    def index_behind(self, *, max_lag: int = 4096) -> None:
-        """What the indexer thread does when woken: index what the log gained, but never wait
-        (another thread or process indexing: skip) nor take on more than ``max_lag`` records
-        (left to readers, who catch up whatever the lag). Never raises: a lagging index is
-        caught up by its next reader."""
+    def index_behind(self) -> None:
+        """What the indexer thread does when woken: index what the log gained (see
+        :meth:`_index_behind`), unless the index is closing."""
+        if not self.behind.stopping.is_set():
+            self._index_behind(self.behind.seq)
+
+    def _index_behind(self, seq: int, *, max_lag: int = 4 * BURST) -> None:
+        """Index the log up to about ``seq``, but never wait (another thread or process
+        indexing: skip) nor take on more than ``max_lag`` records (left to readers, who catch
+        up whatever the lag). Never raises: a lagging index is caught up by its next reader."""
         if not self._lock.acquire(blocking=False):
             return
         try:
             db = self._connect()
             indexed = self._known = self._point(db).seq
-            if self.behind.seq - indexed > max_lag or self.behind.stopping.is_set():
+            if seq - indexed > max_lag:
                 return
             db.execute("PRAGMA busy_timeout=0")
             try:
@@ -273,31 +286,18 @@ class SagaIndex:
 
     def _index_chunk(self, db: sqlite3.Connection, point: Point) -> tuple[Point, int]:
         """Index up to :data:`_CHUNK` records after ``point``; returns the new point."""
-        rows: list[tuple[int, str, int, int, int, int, bytes, bytes]] = []
-        sagas: dict[str, list[object]] = {}
-        prev, added = point.hash, 0
-        path = self.home / LOG_NAME
-        walker = walk_segments(
-            path, self.chain, OS, first=point.seg, offset=point.end, seq=point.seq,
-            prev=point.hash,
+        walker = walk_for_index(
+            self.home / LOG_NAME, OS, first=point.seg, offset=point.end,
+            seq=point.seq, prev=point.hash,
         )  # fmt: skip
         try:
-            for seg, off, length, record in walker:
-                target, own = belongs_to(record)
-                if target is not None:
-                    rows.append(
-                        (record.seq, target, own, seg, off, length, bytes.fromhex(prev),
-                         bytes.fromhex(record.hash))
-                    )  # fmt: skip
-                if own:
-                    fold(sagas, record)
-                point = Point(seg, off, off + length, record.seq, prev, record.hash)
-                prev = record.hash
-                added += 1
-                if added >= _CHUNK:
-                    break
+            rows, sagas, last, added = chunk_rows(walker, _CHUNK)
         finally:
             walker.close()
+        if last is not None:
+            point = Point(
+                last.seg, last.off, last.off + last.length, last.seq, last.prev, last.hash
+            )
         db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.executemany(
             "INSERT INTO sagas VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "

@@ -4,7 +4,31 @@ states)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from .indexwalk import IndexedRecord
 from .records import IN_SAGA, Kind, Record
+
+Row = tuple[int, str, int, int, int, int, bytes, bytes]
+"""A row of the index's ``records`` table: seq, saga, own, segment, offset, length, the hash
+before it and its hash."""
+
+
+class Indexed(Protocol):
+    """What the index reads of a record (a :class:`Record` or an
+    :class:`~.indexwalk.IndexedRecord`)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def ts(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def saga(self) -> str | None: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
 
 
 def check_places(saga_id: str, own: list[Record]) -> str | None:
@@ -27,21 +51,21 @@ def id_key(saga_id: str) -> str:
     return saga_id.replace("-", "").lower()
 
 
-def belongs_to(record: Record) -> tuple[str | None, int]:
+def belongs_to(record: Indexed) -> tuple[str | None, int]:
     """The saga a record is read with, and whether it is the saga's own (1) or settles it."""
     if record.saga is not None:
         return record.saga, 1
     return settles(record), 0
 
 
-def settles(record: Record) -> str | None:
+def settles(record: Indexed) -> str | None:
     if record.saga is None and record.kind == Kind.SETTLED:
         target = record.data.get("saga")
         return target if isinstance(target, str) else None
     return None
 
 
-def fold(sagas: dict[str, list[object]], record: Record) -> None:
+def fold(sagas: dict[str, list[object]], record: Indexed) -> None:
     """Add ``record`` to its saga's line: first seq, last seq, started, count, end status."""
     assert record.saga is not None
     end: str | None = None
@@ -56,6 +80,29 @@ def fold(sagas: dict[str, list[object]], record: Record) -> None:
     line[3] = int(str(line[3])) + 1
     if end is not None:
         line[4] = end
+
+
+def chunk_rows(
+    records: Iterator[IndexedRecord], limit: int
+) -> tuple[list[Row], dict[str, list[object]], IndexedRecord | None, int]:
+    """The rows of up to ``limit`` of ``records``, their sagas' lines (see :func:`fold`), the
+    last record taken and how many were taken."""
+    rows: list[Row] = []
+    sagas: dict[str, list[object]] = {}
+    last, added = None, 0
+    for record in records:
+        target, own = belongs_to(record)
+        if target is not None:
+            rows.append(
+                (record.seq, target, own, record.seg, record.off, record.length,
+                 bytes.fromhex(record.prev), bytes.fromhex(record.hash))
+            )  # fmt: skip
+        if own:
+            fold(sagas, record)
+        last, added = record, added + 1
+        if added >= limit:
+            break
+    return rows, sagas, last, added
 
 
 def newest_query(

@@ -16,12 +16,16 @@ import click
 from .._history.lookup import resolve_saga_id
 from .._history.views import SagaLookupError
 from .._log.chain import HASH_MISMATCH
+from .._log.source import FileLogSource
 from ..proofs._audit import (
     certify,
+    home_verifiers,
+    latest_problem,
     prove,
     publish,
     snapshot,
 )
+from ..proofs._certify import Finding
 from ..proofs._checkpoint import CheckpointError
 from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
 from ..proofs._mesh.layout import is_mesh
@@ -31,7 +35,8 @@ from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import reading, require_home
 from ._mesh import fleet_budgets
 from ._redact import admin_key_option, redact
-from ._settings import KEY_SOURCES, current_settings
+from ._settings import KEY_SOURCES, Settings, current_settings
+from ._verify import named_checkpoint, store_point
 
 KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
 
@@ -142,15 +147,27 @@ def verify_proof(bundle: Path, key: str) -> None:
     multiple=True,
     help="A merged log only: a fleet budget NAME=LIMIT[:AMOUNT[:TOOL,...]] (repeatable).",
 )
+@click.option(
+    "--since",
+    metavar="NOTE|latest|N",
+    default=None,
+    help="Certify only the records after this checkpoint (a saved note, or 'latest', the "
+    "home's) or after record N, reading from the newest checkpoint a verify confirmed at or "
+    "before it; the sagas those records touch and every unfinished saga are checked.",
+)
 @admin_key_option
-def certify_command(out: Path | None, budgets: tuple[str, ...]) -> None:
+def certify_command(out: Path | None, budgets: tuple[str, ...], since: str | None) -> None:
     """Check the chain, the checkpoint and every saga; exit 1 if anything is CRITICAL.
 
     On a mesh directory (--home naming one): every origin against its own key, every saga of
     the merged view, and the conflicts between origins.
     """
     settings = current_settings()
-    if is_mesh(settings.home):
+    if since is not None and (budgets or is_mesh(settings.home)):
+        raise BadInputError("--since applies to a home's own log, not to a mesh directory")
+    if since is not None:
+        cert, findings = _certify_since(settings, since)
+    elif is_mesh(settings.home):
         from ..proofs._mesh.certify import certify_merged
 
         limits = fleet_budgets(budgets)
@@ -179,6 +196,33 @@ def certify_command(out: Path | None, budgets: tuple[str, ...]) -> None:
         _write_json(out, cert)
     if not cert["ok"]:
         raise SystemExit(EXIT_FAILED)
+
+
+def _certify_since(settings: Settings, since: str) -> tuple[dict[str, Any], list[Finding]]:
+    """``certify --since``: the range is printed first; resume points are stored as a verify
+    stores them once the log matched its checkpoints."""
+    from ..proofs._certify_since import certify_since
+
+    home = settings.home
+    require_home(home)
+    checkpoint = None
+    if since.strip().isdigit():
+        after = int(since)
+    else:
+        checkpoint, rejected = named_checkpoint(home, since, home_verifiers(home, None))
+        if checkpoint is None:
+            raise CliError(f"--since {since}: the checkpoint is rejected: {rejected}")
+        after = checkpoint.size
+    with reading(settings, hold_lock=False) as source:
+        if not isinstance(source, FileLogSource):
+            raise BadInputError("--since reads a home's file log (a fleet log: certify in full)")
+        cert, findings, span, log = certify_since(home, source, after, checkpoint)
+    settings.console.print(one_line(span.describe()), markup=False)
+    if cert["ok"]:
+        latest, _ = latest_problem(home, log, home_verifiers(home, None))
+        for confirmed in (checkpoint, latest):
+            store_point(home, log, confirmed)
+    return cert, findings
 
 
 COMMANDS = (keys, checkpoint, prove_command, verify_proof, certify_command, redact)

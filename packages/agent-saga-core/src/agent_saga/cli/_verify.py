@@ -35,7 +35,7 @@ def run_verify(settings: Settings, since: str | None, key: str | None) -> None:
     """Verify the configured log (see the module docstring); exit 1 when anything fails."""
     home = settings.home
     verifiers = home_verifiers(home, None if key is None else read_verifier(key))
-    older, rejected = _older(home, since, verifiers)
+    older, rejected = (None, None) if since is None else named_checkpoint(home, since, verifiers)
     lines: list[str] = []
     point = None
     if older is not None and older.size > 0:
@@ -94,12 +94,14 @@ def store_point(home: Path, log: LogSnapshot, checkpoint: Checkpoint | None) -> 
         save_point(home, ResumePoint(checkpoint, state))
 
 
-def _older(
-    home: Path, since: str | None, verifiers: list[NoteVerifier]
+def named_checkpoint(
+    home: Path, since: str, verifiers: list[NoteVerifier]
 ) -> tuple[Checkpoint | None, str | None]:
-    """The checkpoint named by ``--since``, or why it was rejected."""
-    if since is None:
-        return None, None
+    """The checkpoint ``--since`` names (a saved note, or ``latest``), or why it was rejected.
+
+    Raises:
+        BadInputError: the note cannot be read, or there is no key to check it with.
+    """
     if since == LATEST and not Path(since).exists():
         try:
             note = CheckpointLog(home).read_note()

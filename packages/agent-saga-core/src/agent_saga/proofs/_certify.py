@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -42,7 +42,16 @@ from ._note import NoteSigner, NoteVerifier
 from ._passkey import EXTRA_MISSING, PASSKEY_LIMIT
 from ._passkey_audit import audit_passkeys
 
-__all__ = ["Finding", "certificate", "certify_records", "verify_certificate"]
+__all__ = [
+    "Finding",
+    "approved_steps",
+    "certificate",
+    "certify_records",
+    "redaction_findings",
+    "saga_findings",
+    "signed",
+    "verify_certificate",
+]
 
 FORMAT = "agent-saga.certificate/1"
 CRITICAL = "CRITICAL"
@@ -64,7 +73,7 @@ class Finding:
     tool: str | None = None
 
 
-def _approved(records: Sequence[Record]) -> dict[str, set[int]]:
+def approved_steps(records: Sequence[Record]) -> dict[str, set[int]]:
     approved: dict[str, set[int]] = {}
     for record in records:
         if record.kind == APPROVAL_DECIDED and record.saga is not None:
@@ -74,7 +83,7 @@ def _approved(records: Sequence[Record]) -> dict[str, set[int]]:
     return approved
 
 
-def _saga_findings(
+def saga_findings(
     saga: SagaView, approved: set[int], owner_alive: bool | None, now_ms: int
 ) -> list[Finding]:
     findings: list[Finding] = []
@@ -143,6 +152,22 @@ def _saga_findings(
     return findings
 
 
+def redaction_findings(records: Iterable[Record]) -> list[Finding]:
+    """A WARNING for each record a ``log.redaction`` among ``records`` masked."""
+    findings = []
+    for record in records:
+        if record.kind == REDACTION_KIND:
+            entries = record.data.get("records")
+            for entry in entries if isinstance(entries, list) else []:
+                seq = entry.get("seq") if isinstance(entry, dict) else None
+                message = (
+                    f"record {seq} was masked after it was written (redaction record "
+                    f"{record.seq}); its remaining content rests on that record"
+                )
+                findings.append(Finding(WARNING, "redacted", message))
+    return findings
+
+
 def certify_records(
     records: Sequence[Record],
     chain: VerifyReport,
@@ -160,16 +185,7 @@ def certify_records(
         findings.append(Finding(CRITICAL, "chain", f"the hash chain is broken: {chain.error}"))
     if checkpoint_problem is not None:
         findings.append(checkpoint_problem)
-    for record in records:
-        if record.kind == REDACTION_KIND:
-            entries = record.data.get("records")
-            for entry in entries if isinstance(entries, list) else []:
-                seq = entry.get("seq") if isinstance(entry, dict) else None
-                message = (
-                    f"record {seq} was masked after it was written (redaction record "
-                    f"{record.seq}); its remaining content rests on that record"
-                )
-                findings.append(Finding(WARNING, "redacted", message))
+    findings += redaction_findings(records)
     passkeys = audit_passkeys(records)
     if passkeys.unverifiable:
         findings.append(Finding(CRITICAL, "passkey_unverifiable", EXTRA_MISSING))
@@ -179,13 +195,13 @@ def certify_records(
         message = f"{passkeys.verified} passkey vote(s) verified; {PASSKEY_LIMIT}"
         findings.append(Finding(WARNING, "passkey_registrations", message))
     history = build_history(records)
-    approved = _approved(records)
+    approved = approved_steps(records)
     now_ms = int(now * 1000) if now is not None else max((r.ts for r in records), default=0)
     for saga in history.sagas:
         alive = None
         if saga.status is SagaStatus.RUNNING and saga.owner is not None:
             alive = owner_alive(saga.owner)
-        findings.extend(_saga_findings(saga, approved.get(saga.id, set()), alive, now_ms))
+        findings.extend(saga_findings(saga, approved.get(saga.id, set()), alive, now_ms))
     return findings
 
 
@@ -208,12 +224,24 @@ def certificate(
     issued_at: int,
 ) -> dict[str, Any]:
     """The signed certificate (a JSON-ready dict)."""
+    return signed({"counts": _counts(records, findings)}, findings, checkpoint, signer, issued_at)
+
+
+def signed(
+    fields: Mapping[str, Any],
+    findings: Sequence[Finding],
+    checkpoint: Checkpoint | None,
+    signer: NoteSigner,
+    issued_at: int,
+) -> dict[str, Any]:
+    """A signed certificate of ``findings`` with ``fields`` (its ``counts``, and the ``range``
+    of a ``certify --since``) under ``checkpoint``."""
     body: dict[str, Any] = {
         "format": FORMAT,
         "issued_at": issued_at,
         "ok": not any(f.severity == CRITICAL for f in findings),
         "checkpoint": None if checkpoint is None else checkpoint.note,
-        "counts": _counts(records, findings),
+        **fields,
         "findings": [{k: v for k, v in asdict(f).items() if v is not None} for f in findings],
     }
     signature = signer.sign_bytes(_SIGNED_PREFIX + canonical(body))
