@@ -207,9 +207,10 @@ class ForkServer:
     def __enter__(self) -> ForkServer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, failure: type[BaseException] | None, *exc: object) -> None:
         self._socket.close()
-        assert self._server.wait(60) == 0, "the fork server failed"
+        code = self._server.wait(60)
+        assert failure is not None or code == 0, f"the fork server failed (exit status {code})"
 
 
 def serve(sock: socket.socket, postgres: bool) -> None:  # pragma: no cover - the server process
