@@ -167,11 +167,14 @@ class ForkServer:
     reap whatever child is left and exit.
     """
 
-    def __init__(self, *, postgres: bool = False) -> None:
+    def __init__(self, warm_up: Path, *, postgres: bool = False) -> None:
+        """``warm_up``: a directory (new, under the test's temporary directory) where the server
+        runs a kit once before it forks anything, so that no child pays for a first use."""
         self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self._server = subprocess.Popen(
-                [sys.executable, __file__, str(theirs.fileno()), "postgres" if postgres else ""],
+                [sys.executable, __file__, str(theirs.fileno()), str(warm_up)]
+                + (["postgres"] if postgres else []),
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
             )
@@ -213,11 +216,31 @@ class ForkServer:
         assert failure is not None or code == 0, f"the fork server failed (exit status {code})"
 
 
-def serve(sock: socket.socket, postgres: bool) -> None:  # pragma: no cover - the server process
+def warm_up(directory: Path) -> None:  # pragma: no cover - in the server process
+    """Run a kit once in ``directory``: a committed and a rolled-back transaction, a recovery
+    pass, a verification, a checkpoint; every thread it starts is stopped when this returns."""
+    (directory / "ledger").mkdir(parents=True)
+    kit = make_kit(Backend(), directory / "home", Ledger(directory / "ledger"))
+    try:
+        for fail in (False, True):
+            with contextlib.suppress(SagaRolledBack), kit.transaction("warm-up"):
+                kit.charge(1)  # type: ignore[attr-defined]
+                if fail:
+                    raise RuntimeError("warm-up rollback")
+        kit.recover()
+        assert kit.verify().ok
+    finally:
+        kit.close()
+
+
+def serve(
+    sock: socket.socket, warm: Path, postgres: bool
+) -> None:  # pragma: no cover - the server process
     """The server's loop (see the module docstring); returns when the parent closes its end."""
     for name in PRELOAD + (PRELOAD_POSTGRES if postgres else ()):
         importlib.import_module(name)
-    assert threading.active_count() == 1, "the fork server must not start threads"
+    warm_up(warm)
+    assert threading.active_count() == 1, "the fork server must not keep a thread running"
     gc.freeze()  # a child's collections then leave the preloaded objects' pages shared
     children: set[int] = set()
     try:
@@ -253,4 +276,4 @@ def serve(sock: socket.socket, postgres: bool) -> None:  # pragma: no cover - th
 
 if __name__ == "__main__":  # pragma: no cover - the fork server process
     with socket.socket(fileno=int(sys.argv[1])) as parent:
-        serve(parent, postgres=sys.argv[2] == "postgres")
+        serve(parent, Path(sys.argv[2]), postgres=sys.argv[3:] == ["postgres"])

@@ -104,7 +104,7 @@ def check(backend: Backend, home: Path, ledger: Ledger, acked: dict[str, str]) -
 
 
 def run_harness(backend: Backend, tmp_path: Path, kills_wanted: int, homes: Iterator[Path]) -> int:
-    with ForkServer(postgres=backend.url is not None) as server:
+    with ForkServer(tmp_path / "fork-server", postgres=backend.url is not None) as server:
         return run_rounds(server, backend, tmp_path, kills_wanted, homes)
 
 
