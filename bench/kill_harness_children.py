@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 TESTS = Path(__file__).resolve().parents[1] / "packages" / "agent-saga-core" / "tests"
-HEAVY = ("langchain_core", "langgraph", "llama_index.core", "boto3", "moto", "agents", "flask")
+HEAVY = ("langchain_core", "langgraph", "llama_index.core", "boto3", "moto", "flask", "starlette")
 
 
 def cpu_here() -> float:
