@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .._clock import Clock, IdSource, RandomIds, SystemClock
-from .._config import resolve_home
+from .._config import find_config, resolve_home
 from .._engine.compensation import DEFAULT_REGISTRY, CompensatorRegistry
 from .._engine.events import Observers
 from .._engine.observe import Observer
@@ -118,8 +119,9 @@ class AgentKit(SpeculationMethods, MeshMethods):
         self.name = name or str(self.home)
         self._chain_key = chain_key
         clock = clock or SystemClock()
-        url = server_setting(server)
-        passkeys = passkey_setting(require_passkey)
+        config = functools.cache(find_config)  # the project's file is parsed once per kit
+        url = server_setting(server, config)
+        passkeys = passkey_setting(require_passkey, config)
         if passkeys and approvals is not None:
             refuse_votes_without_passkey(approvals)
         self.connection: Connection | None = (
@@ -128,7 +130,7 @@ class AgentKit(SpeculationMethods, MeshMethods):
             else connect(url, token=token, home=self.home, require_passkey=passkeys)
         )
         try:
-            opened = open_store(store, self.home, chain_key)
+            opened = open_store(store, self.home, chain_key, config)
         except BaseException:
             if self.connection is not None:
                 self.connection.close()  # its kill switch stream is already running
@@ -137,7 +139,7 @@ class AgentKit(SpeculationMethods, MeshMethods):
         if approver is None and self.connection is not None:
             approver = self.connection.approvals
         if approver is None:
-            approver = configured_approvals(passkeys)
+            approver = configured_approvals(passkeys, config)
         if self.connection is not None:
             rules = self.connection.rules(list(rules))
             kill_switch = kill_switch or self.connection.kill_switch

@@ -19,13 +19,14 @@ trip on a transaction's critical path except what the gate itself asks (approval
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from .._config import (
     SERVER_ENV,
     SERVER_TOKEN_FILE_ENV,
+    Config,
     find_config,
     read_token_file,
     server_token_file_setting,
@@ -80,12 +81,12 @@ class Connection(Protocol):
         ...
 
 
-def server_setting(server: str | None) -> str | None:
+def server_setting(server: str | None, config: Callable[[], Config] = find_config) -> str | None:
     """The control plane's URL: ``server`` if given, else ``$AGENT_SAGA_SERVER``, else
     ``server`` in the configuration."""
     if server:
         return server
-    return os.environ.get(SERVER_ENV) or configured_server(find_config()) or None
+    return os.environ.get(SERVER_ENV) or configured_server(config()) or None
 
 
 def connect(

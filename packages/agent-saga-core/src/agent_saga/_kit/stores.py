@@ -10,10 +10,13 @@ a PostgreSQL store's schema is ``$AGENT_SAGA_STORE_SCHEMA`` or ``store_schema``,
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._config import (
+    Config,
     configured_chain_key,
     find_config,
     is_postgres_url,
@@ -30,7 +33,9 @@ if TYPE_CHECKING:
     from .._approvals.wait import Approvals
 
 
-def passkey_setting(require_passkey: bool | None) -> bool:
+def passkey_setting(
+    require_passkey: bool | None, config: Callable[[], Config] = find_config
+) -> bool:
     """Whether a kit counts only passkey votes: ``require_passkey`` when given, else
     ``require_passkey`` in the configuration, else ``False``.
 
@@ -43,10 +48,12 @@ def passkey_setting(require_passkey: bool | None) -> bool:
                 f"require_passkey must be True or False, not {require_passkey!r}"
             )
         return require_passkey
-    return find_config().extra.get("require_passkey", False) is True
+    return config().extra.get("require_passkey", False) is True
 
 
-def configured_approvals(require_passkey: bool = False) -> Approvals | None:
+def configured_approvals(
+    require_passkey: bool = False, config: Callable[[], Config] = find_config
+) -> Approvals | None:
     """Approvals with the project configuration's ``approvers``, if it lists any or
     ``require_passkey`` is set (then only passkey votes count; with no approvers listed, only
     a rule naming its approvers can be approved at all).
@@ -55,7 +62,7 @@ def configured_approvals(require_passkey: bool = False) -> Approvals | None:
         ConfigurationError: ``approvers`` is not a list of ids; ``require_passkey`` without the
             ``agent-saga[passkeys]`` extra.
     """
-    approvers = find_config().extra.get("approvers") or []
+    approvers = config().extra.get("approvers") or []
     if not approvers and not require_passkey:
         return None
     if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
@@ -78,8 +85,16 @@ def refuse_votes_without_passkey(approvals: object) -> None:
         )
 
 
-def open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> LogStore:
+def open_store(
+    store: LogStore | str | None,
+    home: Path,
+    key: bytes | None,
+    config: Callable[[], Config] = find_config,
+) -> LogStore:
     """The store a kit writes to (see the module docstring for what ``None`` means).
+
+    ``config`` gives the project configuration (a kit passes its own lookup, so the file is
+    parsed once per kit); it is called only when ``store`` or ``key`` is ``None``.
 
     Raises:
         ConfigurationError: an unknown store, or a configured chain key file that cannot be
@@ -87,13 +102,13 @@ def open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> L
     """
     if isinstance(store, LogStore):
         return store
-    config = find_config() if store is None or key is None else None
-    if store is None and config is not None:
-        store = store_setting(config)
+    config = functools.cache(config)  # the file is read at most once
+    if store is None:
+        store = store_setting(config())
     if key is None:
-        key = configured_chain_key(config)
+        key = configured_chain_key(config())
     if store is None or store == "file":
-        limits = (config or find_config()).segments
+        limits = config().segments
         return FileLogStore(
             home,
             key=key,
@@ -106,7 +121,7 @@ def open_store(store: LogStore | str | None, home: Path, key: bytes | None) -> L
         from .._postgres.connection import DEFAULT_SCHEMA
         from .._postgres.store import PostgresLogStore  # psycopg is imported only when asked for
 
-        schema = schema_setting(config or find_config()) or DEFAULT_SCHEMA
+        schema = schema_setting(config()) or DEFAULT_SCHEMA
         return PostgresLogStore(str(store), key=key, schema=schema)
     raise ConfigurationError(
         f"store must be 'file', 'memory', a postgresql:// URL or a LogStore, got {store!r}"
