@@ -13,9 +13,10 @@ Requests from the upstream are answered: ``ping`` with an empty result, anything
 elicitation, roots) with "method not found", as the SDK's client does when it has no callback
 for them. Its notifications (logs, progress) are dropped.
 
-The upstream's output is read from a pipe of the link's own (:class:`_OutputLines`): each
-line is handled as it arrives, in the read callback itself, so an answer wakes its caller with
-no reading task and no hand-over through the subprocess transport in between.
+The upstream's output is read from a pipe of the link's own
+(:class:`~agent_saga_mcp._upstream_output.OutputLines`): each line is handled as it arrives,
+in the read callback itself, so an answer wakes its caller with no reading task and no
+hand-over through the subprocess transport in between.
 
 When the process exits or closes its output, every request in flight fails with
 :class:`UpstreamError` at once, and so does every later one: the link is not reopened.
@@ -41,6 +42,7 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from pydantic import ValidationError
 
 from . import _wire
+from ._upstream_output import OutputLines
 from ._version import __version__
 
 CLIENT_INFO = {"name": "agent-saga-mcp", "version": __version__}
@@ -85,64 +87,10 @@ class RelayedResult(types.CallToolResult):
         return getattr(self, "relayed_version", "")
 
 
-class _OutputLines(asyncio.Protocol):
-    """The upstream's output (a pipe of the link's own, not one of the subprocess transport's),
-    split into lines as it arrives and handed to the link (:meth:`StdioLink._lines`,
-    :meth:`StdioLink._ended`) in the read callback itself: the subprocess transport would hand
-    each chunk on through one more loop iteration (``call_soon``). Lines that arrive before the
-    link is attached wait for it."""
-
-    def __init__(self, limit: int) -> None:
-        self.splitter = _wire.LineSplitter(limit)
-        self.transport: asyncio.ReadTransport | None = None
-        self.link: StdioLink | None = None
-        self.early: list[bytes | _wire.Oversized] = []
-        self.closed = False
-        """Whether the output has closed."""
-        self.closed_by: BaseException | None = None
-        """The error that closed the output, if any."""
-
-    def attach(self, link: StdioLink) -> None:
-        self.link = link
-        early, self.early = self.early, []
-        if early:
-            link._lines(early)
-        if self.closed:
-            link._ended(self.closed_by)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.ReadTransport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        lines = self.splitter.feed(data)
-        if not lines:
-            return
-        if self.link is None:
-            self.early.extend(lines)
-        else:
-            self.link._lines(lines)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.closed:
-            return
-        tail = self.splitter.end()
-        self.closed, self.closed_by = True, exc
-        if self.link is None:
-            if tail is not None:
-                self.early.append(tail)
-            return
-        if tail is not None:
-            self.link._lines([tail])
-        self.link._ended(exc)
-
-
 class StdioLink:
     """One running upstream process and the requests in flight to it."""
 
-    def __init__(
-        self, name: str, process: asyncio.subprocess.Process, output: _OutputLines
-    ) -> None:
+    def __init__(self, name: str, process: asyncio.subprocess.Process, output: OutputLines) -> None:
         self.name = name
         self.process = process
         assert process.stdin is not None
@@ -158,7 +106,7 @@ class StdioLink:
         self.ending: asyncio.Task[None] | None = None
         """Waits briefly for the exit code once the output has ended, then fails the link."""
         self.output = output
-        output.attach(self)
+        output.attach(self._lines, self._ended)
 
     @classmethod
     async def start(
@@ -198,7 +146,7 @@ class StdioLink:
         finally:
             os.close(child_output)
         process = asyncio.subprocess.Process(transport, protocol, loop)
-        output = _OutputLines(limit)
+        output = OutputLines(limit)
         await loop.connect_read_pipe(lambda: output, os.fdopen(output_fd, "rb", buffering=0))
         link = cls(name, process, output)
         try:
