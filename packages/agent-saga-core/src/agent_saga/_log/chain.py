@@ -145,19 +145,19 @@ class Chain:
         Raises:
             CodecError: the entry's data has no canonical form or the record is too large.
         """
-        data, kind, saga, ts = entry.data, entry.kind, entry.saga, entry.ts
-        hashed_bytes, data_bytes, salts = seal_forms(data)
+        return self.place(prepare(entry), seq, prev)
+
+    def place(self, parts: Prepared, seq: int, prev: str) -> tuple[Record, bytes]:
+        """Seal an entry prepared by :func:`prepare` as record ``seq`` after ``prev``.
+
+        Raises:
+            CodecError: the record is too large.
+        """
+        entry, hashed_bytes, data_bytes, salts, kind_json, saga_json = parts
         middle = b"".join(
-            (
-                b',"kind":',
-                json_string(kind),
-                b',"prev":"',
-                prev.encode("ascii"),
-                b'","saga":',
-                b"null" if saga is None else json_string(saga),
-            )
+            (b',"kind":', kind_json, b',"prev":"', prev.encode("ascii"), b'","saga":', saga_json)
         )
-        end = f',"seq":{seq},"ts":{ts},"v":{RECORD_VERSION}}}'.encode()
+        end = f',"seq":{seq},"ts":{entry.ts},"v":{RECORD_VERSION}}}'.encode()
         message = b"".join((bytes.fromhex(prev), b'{"data":', hashed_bytes, middle, end))
         if self.key is None:
             digest = hashlib.sha256(message).hexdigest()
@@ -179,9 +179,48 @@ class Chain:
         if len(line) > MAX_RECORD_BYTES:
             raise CodecError(f"record of {len(line) - 1} bytes exceeds {MAX_RECORD_BYTES}")
         record = tuple.__new__(
-            Record, (seq, ts, kind, saga, data, prev, digest, salts, RECORD_VERSION)
+            Record,
+            (
+                seq,
+                entry.ts,
+                entry.kind,
+                entry.saga,
+                entry.data,
+                prev,
+                digest,
+                salts,
+                RECORD_VERSION,
+            ),
         )
         return record, line
+
+
+class Prepared(NamedTuple):
+    """An entry's encoded parts that do not depend on its place in the chain (its salts are
+    drawn here, once)."""
+
+    entry: Entry
+    hashed: bytes
+    """The canonical bytes of its data as hashed (committed values replaced)."""
+    data: bytes
+    """The canonical bytes of its data as stored (the same object as ``hashed`` without salts)."""
+    salts: str | None
+    kind: bytes
+    """``kind`` as a JSON string."""
+    saga: bytes
+    """``saga`` as a JSON string, or ``null``."""
+
+
+def prepare(entry: Entry) -> Prepared:
+    """Encode ``entry``'s parts, drawing the salts of its committed values.
+
+    Raises:
+        CodecError: the entry's data, kind or saga has no canonical form.
+    """
+    hashed_bytes, data_bytes, salts = seal_forms(entry.data)
+    saga = entry.saga
+    saga_json = b"null" if saga is None else json_string(saga)
+    return Prepared(entry, hashed_bytes, data_bytes, salts, json_string(entry.kind), saga_json)
 
 
 class ChainBreak(NamedTuple):
@@ -391,9 +430,11 @@ __all__ = [
     "Chain",
     "ChainBreak",
     "Masked",
+    "Prepared",
     "check_line_fast",
     "check_object",
     "check_object_encoded",
     "parse_line",
+    "prepare",
     "stored_line",
 ]

@@ -52,6 +52,7 @@ from .owners import FleetOwner, OwnerExpired, PostgresLease
 from .read import check_tail, checked_records, paged_rows
 from .sagas import fill_unindexed, open_saga_ids, saga_rows
 from .schema import ensure_schema
+from .serverseal import ServerSealWriter
 from .sql import crash_model, queries
 from .write import BatchWriter
 
@@ -121,7 +122,11 @@ class PostgresLogStore:
         except BaseException:
             self._close_sessions()
             raise
-        writer = BatchWriter(self._q, schema, self._chain, tail)
+        writer: BatchWriter | ServerSealWriter
+        if self._chain.keyed:
+            writer = BatchWriter(self._q, schema, self._chain, tail)
+        else:
+            writer = ServerSealWriter(self._q, schema, self._chain, tail)
         self._commit = GroupCommit(self._main, self._owner, writer, self.where, self.fork_guard)
         self._beat = Heartbeat(self._commit, owner_ttl)
 

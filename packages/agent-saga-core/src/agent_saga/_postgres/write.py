@@ -57,10 +57,11 @@ class Unknown(Exception):
     """The connection broke after a message holding the commit was sent: it may have committed.
 
     Attributes:
-        sealed: the batch as sealed in that message (see :meth:`BatchWriter.read_tail`).
+        sealed: the batch as sent in that message (a :class:`Sealed` here, see
+            :meth:`BatchWriter.read_tail`; a ``serverseal.PreparedBatch`` there).
     """
 
-    def __init__(self, message: str, sealed: Sealed) -> None:
+    def __init__(self, message: str, sealed: object) -> None:
         super().__init__(message)
         self.sealed = sealed
 
@@ -252,6 +253,21 @@ class BatchWriter:
         self._mine = sealed.last
         return sealed.outcomes, _flushed(cursor, flush)
 
+    def retry(
+        self,
+        conn: PgConnection,
+        groups: Sequence[Sequence[Entry]],
+        flush: bool,
+        unknown: Unknown | None,
+        fence: Composed | None = None,
+    ) -> tuple[list[Outcome], bool]:
+        """Write ``groups`` on a new connection after the last one broke (``unknown``: its
+        message held a commit); see :meth:`read_tail`."""
+        sealed = unknown.sealed if unknown is not None else None
+        if sealed is not None and not isinstance(sealed, Sealed):
+            raise TypeError("not a batch of this writer")
+        return self.read_tail(conn, groups, flush, sealed, fence)
+
     def _insert(self, sealed: Sealed, flush: bool, fence: Composed | None) -> Composed:
         from psycopg import sql
 
@@ -261,7 +277,7 @@ class BatchWriter:
         return statement + self._q["flush"] if flush else statement
 
 
-def _send(conn: PgConnection, message: Composed, commits: Sealed | None) -> Cursor[TupleRow]:
+def _send(conn: PgConnection, message: Composed, commits: object | None) -> Cursor[TupleRow]:
     """Run one message; ``commits`` is the batch whose commit the message holds, if any."""
     import psycopg
 
