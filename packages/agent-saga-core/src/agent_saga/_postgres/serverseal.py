@@ -32,7 +32,7 @@ from .._log.chain import MAX_RECORD_BYTES, Chain, Prepared, prepare
 from .._log.codec import CodecError
 from .._log.records import GENESIS, Entry, Record
 from .schema import SEAL
-from .write import Outcome, Tail, Unknown, _flushed, _send, _text
+from .write import BatchWriter, Outcome, Tail, Unknown, _flushed, _send, _text
 
 if TYPE_CHECKING:
     from psycopg import Cursor
@@ -151,8 +151,9 @@ class ServerSealWriter:
         self._q, self._chain = q, chain
         self._s = sql.Identifier(schema)
         self._call = sql.SQL("SELECT * FROM {s}.{f}(").format(s=self._s, f=sql.Identifier(SEAL))
-        self._mine = tail
-        """The tail after this writer's last batch: its next batch is stored after it."""
+        self._known = BatchWriter(q, schema, chain, tail)
+        """Seals here after the tail it left, while no other writer moves it (one message whose
+        commit waits for the flush: the lock is held across it only while nobody else waits)."""
 
     def write(
         self,
@@ -166,6 +167,9 @@ class ServerSealWriter:
         Raises: as ``BatchWriter.write``, and :class:`SealMismatch` (the batch committed, but
             not as this writer sealed it).
         """
+        done = self._known.try_known_tail(conn, groups, flush, fence)
+        if done is not None:
+            return done
         return self._send_batch(conn, PreparedBatch(groups), flush, fence, None)
 
     def retry(
@@ -189,14 +193,14 @@ class ServerSealWriter:
         if unknown is None:
             return self.write(conn, groups, flush, fence)
         batch = unknown.sealed
-        if not isinstance(batch, PreparedBatch):
-            raise TypeError("not a batch of this writer")
+        if not isinstance(batch, PreparedBatch):  # sent on the one-message path
+            return self._known.retry(conn, groups, flush, unknown, fence)
         conn.execute(
             "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
             " WHERE pid = %s AND usename = current_user AND application_name = 'agent-saga'",
             (batch.pid,),
         )
-        return self._send_batch(conn, batch, flush, fence, self._mine)
+        return self._send_batch(conn, batch, flush, fence, self._known.mine)
 
     def _send_batch(
         self,
@@ -225,10 +229,11 @@ class ServerSealWriter:
         batch.pid = conn.info.backend_pid
         cursor = _send(conn, message, batch)
         row = _seal_row(cursor)
-        outcomes, lines, last = batch.place(self._chain, (int(row[0]), str(row[1])))
+        before = (int(row[0]), str(row[1]))
+        outcomes, lines, last = batch.place(self._chain, before)
         if last[1] != row[2] or hashlib.sha256(b"\n".join(lines)).hexdigest() != row[3]:
             raise SealMismatch(f"the server sealed records {row[0] + 1}-{last[0]} otherwise")
-        self._mine = last
+        self._known.note_batch(before, last)
         return outcomes, _flushed(cursor, flush)
 
     def _find(self, conn: PgConnection, batch: PreparedBatch, after: Tail) -> list[Outcome] | None:
@@ -257,7 +262,7 @@ class ServerSealWriter:
             if line.startswith(head):
                 outcomes, lines, last = batch.place(self._chain, (seq - 1, prev))
                 if [row[2] for row in stored[i : i + len(lines)]] == lines:
-                    self._mine = last
+                    self._known.note_batch((seq - 1, prev), last)
                     return outcomes
             prev = digest
         return None

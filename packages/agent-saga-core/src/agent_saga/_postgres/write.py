@@ -169,12 +169,41 @@ class BatchWriter:
             LeaseLostError: the fence failed; nothing was written.
             psycopg.Error: anything else (the transaction is rolled back when the connection lives).
         """
-        if self.tail is not None:
-            try:
-                return self._known_tail(conn, groups, self.tail, flush, fence)
-            except _TailMoved:
-                self.tail = None
-        return self.read_tail(conn, groups, flush, None, fence)
+        done = self.try_known_tail(conn, groups, flush, fence)
+        return self.read_tail(conn, groups, flush, None, fence) if done is None else done
+
+    def try_known_tail(
+        self,
+        conn: PgConnection,
+        groups: Sequence[Sequence[Entry]],
+        flush: bool,
+        fence: Composed | None = None,
+    ) -> tuple[list[Outcome], bool] | None:
+        """Commit ``groups`` in one message after the tail this writer left, if it knows one;
+        ``None`` (nothing written) when it does not or another writer moved the tail since.
+
+        Raises: as :meth:`write`.
+        """
+        if self.tail is None:
+            return None
+        try:
+            return self._known_tail(conn, groups, self.tail, flush, fence)
+        except _TailMoved:
+            self.tail = None
+            return None
+
+    @property
+    def mine(self) -> Tail:
+        """The stored tail after this writer's last batch (its next batch is stored after it)."""
+        return self._mine
+
+    def note_batch(self, before: Tail, after: Tail) -> None:
+        """A batch of this writer continued the stored tail ``before`` and left ``after``: the
+        one-message path is tried again once :data:`CALM_BATCHES` in a row found the tail where
+        this writer had left it."""
+        self._calm = self._calm + 1 if before == self._mine else 0
+        self.tail = after if self._calm >= CALM_BATCHES else None
+        self._mine = after
 
     def _known_tail(
         self,
@@ -248,9 +277,7 @@ class BatchWriter:
             _send(conn, self._q["rollback"], None)
             return sealed.outcomes, False
         cursor = _send(conn, self._insert(sealed, flush, fence), sealed)
-        self._calm = self._calm + 1 if stored == self._mine else 0
-        self.tail = sealed.last if self._calm >= CALM_BATCHES else None
-        self._mine = sealed.last
+        self.note_batch(stored, sealed.last)
         return sealed.outcomes, _flushed(cursor, flush)
 
     def retry(
