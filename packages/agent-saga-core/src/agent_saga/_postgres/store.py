@@ -11,11 +11,12 @@ Durability protocol (what is true when a call returns):
   share lock on this owner's row, so once another host has declared the owner dead (deleted its
   expired row) no append of that owner can commit. When no other process appended since this
   store's last batch, the batch is one round trip and the lock is held only while the server
-  runs it; otherwise the tail is read under the lock first (``write``).
+  runs it; otherwise an unkeyed chain's batch is sealed by the server in one message
+  (``serverseal``) and a keyed chain's reads the tail under the lock first (``write``).
 * ``append(..., sync=True)`` returns once the server has flushed its WAL past the record: the
   batch commits synchronously, or (while other processes append too, so that the lock is not
   held across a flush) commits without waiting and its message ends with a synchronous commit
-  of this owner's heartbeat. ``sync()`` commits
+  of this owner's heartbeat, whose commit record follows the batch's in the WAL. ``sync()`` commits
   the heartbeat on a second connection and checks that the last record this store appended is
   still there (it would be gone after a server crash that lost it). Flushes of different writers
   share the server's fsync.
