@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 from .codec import CodecError, canonical
 from .commit import COMMITTED, masked_leaves
-from .forms import json_string, open_forms_fast, seal_forms
+from .forms import Prepared, open_forms_fast, prepare
 from .lineforms import hashed_data
 from .records import GENESIS, RECORD_VERSION, Entry, Record
 
@@ -163,64 +163,15 @@ class Chain:
             digest = hashlib.sha256(message).hexdigest()
         else:
             digest = hmac.digest(self.key, message, "sha256").hex()
-        line = b"".join(
-            (
-                b'{"data":',
-                data_bytes,
-                b',"hash":"',
-                digest.encode(),
-                b'"',
-                middle,
-                b"" if salts is None else b',"salts":"' + salts.encode() + b'"',
-                end,
-                b"\n",
-            )
-        )
+        salted = b"" if salts is None else b',"salts":"' + salts.encode() + b'"'
+        head = b'{"data":' + data_bytes + b',"hash":"' + digest.encode() + b'"'
+        line = b"".join((head, middle, salted, end, b"\n"))
         if len(line) > MAX_RECORD_BYTES:
             raise CodecError(f"record of {len(line) - 1} bytes exceeds {MAX_RECORD_BYTES}")
-        record = tuple.__new__(
-            Record,
-            (
-                seq,
-                entry.ts,
-                entry.kind,
-                entry.saga,
-                entry.data,
-                prev,
-                digest,
-                salts,
-                RECORD_VERSION,
-            ),
-        )
+        ts, kind, saga = entry.ts, entry.kind, entry.saga
+        fields = (seq, ts, kind, saga, entry.data, prev, digest, salts, RECORD_VERSION)
+        record = tuple.__new__(Record, fields)
         return record, line
-
-
-class Prepared(NamedTuple):
-    """An entry's encoded parts that do not depend on its place in the chain (its salts are
-    drawn here, once)."""
-
-    entry: Entry
-    hashed: bytes
-    """The canonical bytes of its data as hashed (committed values replaced)."""
-    data: bytes
-    """The canonical bytes of its data as stored (the same object as ``hashed`` without salts)."""
-    salts: str | None
-    kind: bytes
-    """``kind`` as a JSON string."""
-    saga: bytes
-    """``saga`` as a JSON string, or ``null``."""
-
-
-def prepare(entry: Entry) -> Prepared:
-    """Encode ``entry``'s parts, drawing the salts of its committed values.
-
-    Raises:
-        CodecError: the entry's data, kind or saga has no canonical form.
-    """
-    hashed_bytes, data_bytes, salts = seal_forms(entry.data)
-    saga = entry.saga
-    saga_json = b"null" if saga is None else json_string(saga)
-    return Prepared(entry, hashed_bytes, data_bytes, salts, json_string(entry.kind), saga_json)
 
 
 class ChainBreak(NamedTuple):
@@ -430,11 +381,9 @@ __all__ = [
     "Chain",
     "ChainBreak",
     "Masked",
-    "Prepared",
     "check_line_fast",
     "check_object",
     "check_object_encoded",
     "parse_line",
-    "prepare",
     "stored_line",
 ]

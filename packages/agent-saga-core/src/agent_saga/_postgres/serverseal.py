@@ -28,8 +28,9 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .._log.chain import MAX_RECORD_BYTES, Chain, Prepared, prepare
+from .._log.chain import MAX_RECORD_BYTES, Chain
 from .._log.codec import CodecError
+from .._log.forms import Prepared, prepare
 from .._log.records import GENESIS, Entry, Record
 from .schema import SEAL
 from .write import BatchWriter, Outcome, Tail, Unknown, _flushed, _send, _text
