@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 from .codec import CodecError, canonical
 from .commit import COMMITTED, masked_leaves
-from .forms import json_string, open_forms_fast, seal_forms
+from .forms import Prepared, open_forms_fast, prepare
 from .lineforms import hashed_data
 from .records import GENESIS, RECORD_VERSION, Entry, Record
 
@@ -145,42 +145,32 @@ class Chain:
         Raises:
             CodecError: the entry's data has no canonical form or the record is too large.
         """
-        data, kind, saga, ts = entry.data, entry.kind, entry.saga, entry.ts
-        hashed_bytes, data_bytes, salts = seal_forms(data)
+        return self.place(prepare(entry), seq, prev)
+
+    def place(self, parts: Prepared, seq: int, prev: str) -> tuple[Record, bytes]:
+        """Seal an entry prepared by :func:`prepare` as record ``seq`` after ``prev``.
+
+        Raises:
+            CodecError: the record is too large.
+        """
+        entry, hashed_bytes, data_bytes, salts, kind_json, saga_json = parts
         middle = b"".join(
-            (
-                b',"kind":',
-                json_string(kind),
-                b',"prev":"',
-                prev.encode("ascii"),
-                b'","saga":',
-                b"null" if saga is None else json_string(saga),
-            )
+            (b',"kind":', kind_json, b',"prev":"', prev.encode("ascii"), b'","saga":', saga_json)
         )
-        end = f',"seq":{seq},"ts":{ts},"v":{RECORD_VERSION}}}'.encode()
+        end = f',"seq":{seq},"ts":{entry.ts},"v":{RECORD_VERSION}}}'.encode()
         message = b"".join((bytes.fromhex(prev), b'{"data":', hashed_bytes, middle, end))
         if self.key is None:
             digest = hashlib.sha256(message).hexdigest()
         else:
             digest = hmac.digest(self.key, message, "sha256").hex()
-        line = b"".join(
-            (
-                b'{"data":',
-                data_bytes,
-                b',"hash":"',
-                digest.encode(),
-                b'"',
-                middle,
-                b"" if salts is None else b',"salts":"' + salts.encode() + b'"',
-                end,
-                b"\n",
-            )
-        )
+        salted = b"" if salts is None else b',"salts":"' + salts.encode() + b'"'
+        head = b'{"data":' + data_bytes + b',"hash":"' + digest.encode() + b'"'
+        line = b"".join((head, middle, salted, end, b"\n"))
         if len(line) > MAX_RECORD_BYTES:
             raise CodecError(f"record of {len(line) - 1} bytes exceeds {MAX_RECORD_BYTES}")
-        record = tuple.__new__(
-            Record, (seq, ts, kind, saga, data, prev, digest, salts, RECORD_VERSION)
-        )
+        ts, kind, saga = entry.ts, entry.kind, entry.saga
+        fields = (seq, ts, kind, saga, entry.data, prev, digest, salts, RECORD_VERSION)
+        record = tuple.__new__(Record, fields)
         return record, line
 
 

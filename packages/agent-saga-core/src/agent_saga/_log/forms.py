@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterator
 from hashlib import blake2s
 from json.encoder import encode_basestring as _quote  # C-accelerated; keeps non-ASCII
-from typing import Any
+from typing import Any, NamedTuple
 
 from .codec import CodecError, JSONValue, canonical
 from .commit import (
@@ -32,8 +32,9 @@ from .commit import (
     swapped,
     take_salt,
 )
+from .records import Entry
 
-__all__ = ["json_string", "open_forms_fast", "seal_forms"]
+__all__ = ["Prepared", "json_string", "open_forms_fast", "prepare", "seal_forms"]
 
 _COMMITTED_SET = frozenset(COMMITTED)
 _UNMASKED_SALTS = re.compile(rb"(?:[A-Za-z0-9_-]{22})+")
@@ -161,3 +162,31 @@ def open_forms_fast(data: dict[str, Any], salts: Any) -> tuple[bytes, bytes]:
                 return forms
     hashed, stored, _ = open_forms(data, salts)
     return hashed, stored
+
+
+class Prepared(NamedTuple):
+    """An entry's encoded parts that do not depend on its place in the chain (its salts are
+    drawn here, once)."""
+
+    entry: Entry
+    hashed: bytes
+    """The canonical bytes of its data as hashed (committed values replaced)."""
+    data: bytes
+    """The canonical bytes of its data as stored (the same object as ``hashed`` without salts)."""
+    salts: str | None
+    kind: bytes
+    """``kind`` as a JSON string."""
+    saga: bytes
+    """``saga`` as a JSON string, or ``null``."""
+
+
+def prepare(entry: Entry) -> Prepared:
+    """Encode ``entry``'s parts, drawing the salts of its committed values.
+
+    Raises:
+        CodecError: the entry's data, kind or saga has no canonical form.
+    """
+    hashed_bytes, data_bytes, salts = seal_forms(entry.data)
+    saga = entry.saga
+    saga_json = b"null" if saga is None else json_string(saga)
+    return Prepared(entry, hashed_bytes, data_bytes, salts, json_string(entry.kind), saga_json)

@@ -23,6 +23,7 @@ from .._errors import LeaseLostError, StoreFailedError
 from .._log.forks import ForkGuard
 from .._log.records import GENESIS, Entry, Record
 from .owners import OwnerExpired
+from .serverseal import SealMismatch
 from .write import NotSent, Outcome, Unknown
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
     from .connection import PgSession
     from .owners import FleetOwner
+    from .serverseal import ServerSealWriter
     from .write import BatchWriter
 
 MAX_GROUPS = 512
@@ -62,7 +64,7 @@ class GroupCommit:
         self,
         main: PgSession,
         owner: FleetOwner,
-        writer: BatchWriter,
+        writer: BatchWriter | ServerSealWriter,
         where: str,
         fork_guard: ForkGuard,
     ) -> None:
@@ -168,7 +170,7 @@ class GroupCommit:
             for waiter in batch:
                 waiter.outcome = StoreFailedError(str(exc))
             return
-        except (OwnerExpired, NotSent, Unknown, psycopg.Error) as exc:
+        except (OwnerExpired, NotSent, Unknown, SealMismatch, psycopg.Error) as exc:
             self.fail(exc)
             for waiter in batch:
                 waiter.outcome = StoreFailedError(f"{self.where}: append failed: {exc}")
@@ -197,9 +199,9 @@ class GroupCommit:
         try:
             return writer.write(self._main.connection(), groups, flush, fence)
         except NotSent:
-            return writer.read_tail(self._main.connection(), groups, flush, None, fence)
+            return writer.retry(self._main.connection(), groups, flush, None, fence)
         except Unknown as exc:
-            return writer.read_tail(self._main.connection(), groups, flush, exc.sealed, fence)
+            return writer.retry(self._main.connection(), groups, flush, exc, fence)
 
     def sync_to(self, target: int) -> None:
         """Return once every record up to ``target`` this store appended is durable.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._log.records import GENESIS, RECORD_VERSION
 from .connection import lock_key
 
 if TYPE_CHECKING:
@@ -85,6 +86,39 @@ _EXPECT = (
     " END IF; END $$"
 )
 
+SEAL = f"agent_saga_seal_v{RECORD_VERSION}"
+"""The function that seals and inserts a batch on the server (named for the record version)."""
+_SEAL = (  # constants only: the schema is an identifier bound by format
+    f"CREATE OR REPLACE FUNCTION {{s}}.{SEAL}("  # noqa: S608
+    "h bytea[], d bytea[], k bytea[], g bytea[], x bytea[], t bigint[], sagas text[], kinds text[])"
+    " RETURNS TABLE (tail_seq bigint, tail_hash text, last_hash text, lines_digest text)"
+    " LANGUAGE plpgsql AS $$ DECLARE"
+    " s bigint; p text; m bytea; ln bytea; dg text; end_ bytea;"
+    " seqs bigint[] := '{{}}'; hashes text[] := '{{}}'; lines bytea[] := '{{}}';"
+    " BEGIN"
+    " SELECT r.seq, r.hash INTO s, p FROM {s}.records r ORDER BY r.seq DESC LIMIT 1;"
+    f" IF NOT FOUND THEN s := 0; p := '{GENESIS}'; END IF;"
+    " tail_seq := s; tail_hash := p;"
+    " FOR i IN 1 .. coalesce(cardinality(h), 0) LOOP"
+    " s := s + 1;"
+    " end_ := convert_to(',\"seq\":' || s || ',\"ts\":' || t[i]"
+    f" || ',\"v\":{RECORD_VERSION}}}}}', 'UTF8');"
+    " m := '\\x7b2264617461223a'::bytea || h[i] || ',\"kind\":'::bytea || k[i]"
+    " || ',\"prev\":\"'::bytea || convert_to(p, 'UTF8') || '\",\"saga\":'::bytea || g[i];"
+    " dg := encode(sha256(decode(p, 'hex') || m || end_), 'hex');"
+    " ln := '\\x7b2264617461223a'::bytea || coalesce(d[i], h[i])"
+    " || ',\"hash\":\"'::bytea || convert_to(dg, 'UTF8') || '\"'::bytea"
+    " || substr(m, octet_length(h[i]) + 9) || coalesce(x[i], ''::bytea) || end_;"
+    " seqs[i] := s; hashes[i] := dg; lines[i] := ln; p := dg;"
+    " END LOOP;"
+    " INSERT INTO {s}.records (seq, hash, line, saga, kind)"
+    " SELECT * FROM unnest(seqs, hashes, lines, sagas, kinds);"
+    " last_hash := p;"
+    " SELECT encode(sha256(coalesce(string_agg(u.l, '\\x0a'::bytea ORDER BY u.o), '')), 'hex')"
+    " INTO lines_digest FROM unnest(lines) WITH ORDINALITY AS u(l, o);"
+    " RETURN NEXT; END $$"
+)
+
 
 def ensure_schema(conn: PgConnection, schema: str) -> None:
     """Create the schema's tables and function if any is missing (idempotent; safe to race)."""
@@ -94,12 +128,14 @@ def ensure_schema(conn: PgConnection, schema: str) -> None:
         "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s)),"
         " EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
         " WHERE n.nspname = %s AND p.proname = 'agent_saga_expect'),"
+        " EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname = %s),"
         " EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = %s AND c.relname = 'records' AND t.tgname = %s)",
-        (schema, _TABLES, schema, schema, TRIGGER),
+        (schema, _TABLES, schema, schema, SEAL, schema, TRIGGER),
     ).fetchone()
-    if present is not None and present[0] == len(_TABLES) and present[1] and present[2]:
+    if present is not None and present[0] == len(_TABLES) and all(present[1:]):
         return
     ident = sql.Identifier(schema)
     with conn.transaction():
@@ -108,8 +144,9 @@ def ensure_schema(conn: PgConnection, schema: str) -> None:
             conn.execute(sql.SQL(statement.strip()).format(s=ident))
         conn.execute(sql.SQL(_EXPECT).format(s=ident))
         conn.execute(sql.SQL(_OPEN_SAGAS).format(s=ident))
+        conn.execute(sql.SQL(_SEAL).format(s=ident))
         for statement in _TRIGGER.split(";"):
             conn.execute(sql.SQL(statement.strip()).format(s=ident))
 
 
-__all__ = ["EXPECT_FAILED", "TRIGGER", "ensure_schema"]
+__all__ = ["EXPECT_FAILED", "SEAL", "TRIGGER", "ensure_schema"]

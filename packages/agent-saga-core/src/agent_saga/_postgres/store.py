@@ -11,11 +11,12 @@ Durability protocol (what is true when a call returns):
   share lock on this owner's row, so once another host has declared the owner dead (deleted its
   expired row) no append of that owner can commit. When no other process appended since this
   store's last batch, the batch is one round trip and the lock is held only while the server
-  runs it; otherwise the tail is read under the lock first (``write``).
+  runs it; otherwise an unkeyed chain's batch is sealed by the server in one message
+  (``serverseal``) and a keyed chain's reads the tail under the lock first (``write``).
 * ``append(..., sync=True)`` returns once the server has flushed its WAL past the record: the
   batch commits synchronously, or (while other processes append too, so that the lock is not
   held across a flush) commits without waiting and its message ends with a synchronous commit
-  of this owner's heartbeat. ``sync()`` commits
+  of this owner's heartbeat, whose commit record follows the batch's in the WAL. ``sync()`` commits
   the heartbeat on a second connection and checks that the last record this store appended is
   still there (it would be gone after a server crash that lost it). Flushes of different writers
   share the server's fsync.
@@ -52,6 +53,7 @@ from .owners import FleetOwner, OwnerExpired, PostgresLease
 from .read import check_tail, checked_records, paged_rows
 from .sagas import fill_unindexed, open_saga_ids, saga_rows
 from .schema import ensure_schema
+from .serverseal import ServerSealWriter
 from .sql import crash_model, queries
 from .write import BatchWriter
 
@@ -121,7 +123,11 @@ class PostgresLogStore:
         except BaseException:
             self._close_sessions()
             raise
-        writer = BatchWriter(self._q, schema, self._chain, tail)
+        writer: BatchWriter | ServerSealWriter
+        if self._chain.keyed:
+            writer = BatchWriter(self._q, schema, self._chain, tail)
+        else:
+            writer = ServerSealWriter(self._q, schema, self._chain, tail)
         self._commit = GroupCommit(self._main, self._owner, writer, self.where, self.fork_guard)
         self._beat = Heartbeat(self._commit, owner_ttl)
 

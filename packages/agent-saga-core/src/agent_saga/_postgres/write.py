@@ -57,10 +57,11 @@ class Unknown(Exception):
     """The connection broke after a message holding the commit was sent: it may have committed.
 
     Attributes:
-        sealed: the batch as sealed in that message (see :meth:`BatchWriter.read_tail`).
+        sealed: the batch as sent in that message (a :class:`Sealed` here, see
+            :meth:`BatchWriter.read_tail`; a ``serverseal.PreparedBatch`` there).
     """
 
-    def __init__(self, message: str, sealed: Sealed) -> None:
+    def __init__(self, message: str, sealed: object) -> None:
         super().__init__(message)
         self.sealed = sealed
 
@@ -168,12 +169,41 @@ class BatchWriter:
             LeaseLostError: the fence failed; nothing was written.
             psycopg.Error: anything else (the transaction is rolled back when the connection lives).
         """
-        if self.tail is not None:
-            try:
-                return self._known_tail(conn, groups, self.tail, flush, fence)
-            except _TailMoved:
-                self.tail = None
-        return self.read_tail(conn, groups, flush, None, fence)
+        done = self.try_known_tail(conn, groups, flush, fence)
+        return self.read_tail(conn, groups, flush, None, fence) if done is None else done
+
+    def try_known_tail(
+        self,
+        conn: PgConnection,
+        groups: Sequence[Sequence[Entry]],
+        flush: bool,
+        fence: Composed | None = None,
+    ) -> tuple[list[Outcome], bool] | None:
+        """Commit ``groups`` in one message after the tail this writer left, if it knows one;
+        ``None`` (nothing written) when it does not or another writer moved the tail since.
+
+        Raises: as :meth:`write`.
+        """
+        if self.tail is None:
+            return None
+        try:
+            return self._known_tail(conn, groups, self.tail, flush, fence)
+        except _TailMoved:
+            self.tail = None
+            return None
+
+    @property
+    def mine(self) -> Tail:
+        """The stored tail after this writer's last batch (its next batch is stored after it)."""
+        return self._mine
+
+    def note_batch(self, before: Tail, after: Tail) -> None:
+        """A batch of this writer continued the stored tail ``before`` and left ``after``: the
+        one-message path is tried again once :data:`CALM_BATCHES` in a row found the tail where
+        this writer had left it."""
+        self._calm = self._calm + 1 if before == self._mine else 0
+        self.tail = after if self._calm >= CALM_BATCHES else None
+        self._mine = after
 
     def _known_tail(
         self,
@@ -247,10 +277,23 @@ class BatchWriter:
             _send(conn, self._q["rollback"], None)
             return sealed.outcomes, False
         cursor = _send(conn, self._insert(sealed, flush, fence), sealed)
-        self._calm = self._calm + 1 if stored == self._mine else 0
-        self.tail = sealed.last if self._calm >= CALM_BATCHES else None
-        self._mine = sealed.last
+        self.note_batch(stored, sealed.last)
         return sealed.outcomes, _flushed(cursor, flush)
+
+    def retry(
+        self,
+        conn: PgConnection,
+        groups: Sequence[Sequence[Entry]],
+        flush: bool,
+        unknown: Unknown | None,
+        fence: Composed | None = None,
+    ) -> tuple[list[Outcome], bool]:
+        """Write ``groups`` on a new connection after the last one broke (``unknown``: its
+        message held a commit); see :meth:`read_tail`."""
+        sealed = unknown.sealed if unknown is not None else None
+        if sealed is not None and not isinstance(sealed, Sealed):
+            raise TypeError("not a batch of this writer")
+        return self.read_tail(conn, groups, flush, sealed, fence)
 
     def _insert(self, sealed: Sealed, flush: bool, fence: Composed | None) -> Composed:
         from psycopg import sql
@@ -261,7 +304,7 @@ class BatchWriter:
         return statement + self._q["flush"] if flush else statement
 
 
-def _send(conn: PgConnection, message: Composed, commits: Sealed | None) -> Cursor[TupleRow]:
+def _send(conn: PgConnection, message: Composed, commits: object | None) -> Cursor[TupleRow]:
     """Run one message; ``commits`` is the batch whose commit the message holds, if any."""
     import psycopg
 
