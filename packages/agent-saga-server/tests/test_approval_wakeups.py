@@ -66,3 +66,7 @@ def test_an_agent_waiting_on_another_origins_request_is_refused_before_any_wait(
         answer = client.get(f"/v1/approvals/{body['id']}", params={"wait": 5})
     assert answer.status_code == 403
     assert time.monotonic() - start < 4
+    # the session's server is shared: leave no pending request in other tests' queues
+    with server.client(server.token("approver", "wakeups-d")) as deciding:
+        closed = deciding.post(f"/v1/approvals/{body['id']}/votes", json={"decision": "deny"})
+    assert closed.json()["status"] == "denied"
