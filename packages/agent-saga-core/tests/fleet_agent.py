@@ -70,10 +70,14 @@ def agent_main(argv: list[str]) -> None:  # pragma: no cover - runs in the agent
     calls = os.open(ledger / f"refunds-{os.getpid()}", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
 
     def once(action: str, key: str, amount: str = "") -> None:
+        """The effect's file appears whole or not at all (a SIGKILL between creating it and
+        writing the amount left an empty charge file): written aside, then linked in place,
+        which fails if the effect already happened."""
+        aside = ledger / f".{action}-{os.getpid()}-{threading.get_ident()}"
+        aside.write_text(amount)
         with contextlib.suppress(FileExistsError):
-            fd = os.open(ledger / f"{action}@{key}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            os.write(fd, amount.encode())
-            os.close(fd)
+            os.link(aside, ledger / f"{action}@{key}")
+        aside.unlink()
 
     @kit.compensator("fleet.refund")
     def refund(idempotency_key: str) -> None:
