@@ -52,7 +52,9 @@ PRELOAD = (
     "tomllib",
 )
 """What the fork server imports once, so that no child imports it again."""
-PRELOAD_POSTGRES = ("agent_saga._postgres.store",)  # and psycopg
+PRELOAD_POSTGRES = ("agent_saga._postgres.store", "psycopg", "psycopg.sql", "psycopg.conninfo")
+"""psycopg itself is imported on first use (``require_psycopg``): without it here, every
+PostgreSQL child imported it again (most of that harness's CPU)."""
 MESSAGE_BYTES = 4096
 
 
