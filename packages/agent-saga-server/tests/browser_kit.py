@@ -144,6 +144,20 @@ def issue_token(home: Path, scope: str, subject: str) -> str:
         db.close()
 
 
+def enrolment_code(home: Path, subject: str, ttl: float = 900.0) -> str:
+    """A passkey enrolment code for ``subject``, issued straight into the dashboard's database
+    (as ``agent-saga cloud-server passkeys enrol`` does)."""
+    from agent_saga_server.dashboard.enrolment import issue_code
+    from agent_saga_server.store.db import open_database
+
+    db = open_database(None, home)
+    try:
+        with db.transaction() as tx:
+            return issue_code(tx, subject, "test", ttl).code
+    finally:
+        db.close()
+
+
 CARD = "4111-0000-7777-9999"
 MARKUP = "<img src=x onerror=alert(1)>"
 

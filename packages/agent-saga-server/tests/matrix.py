@@ -41,6 +41,9 @@ ALLOWED: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/audit/certify/{origin}"): frozenset({ADMIN, AUDITOR}),
     ("GET", "/v1/audit/checkpoints"): frozenset({ADMIN, AUDITOR}),
     ("GET", "/v1/audit/conflicts"): frozenset({ADMIN, AUDITOR}),
+    ("POST", "/v1/passkeys/enrolments"): frozenset({ADMIN}),
+    ("GET", "/v1/passkeys"): frozenset({ADMIN}),
+    ("DELETE", "/v1/passkeys/{credential_id}"): frozenset({ADMIN}),
 }
 
 

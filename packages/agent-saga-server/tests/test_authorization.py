@@ -28,6 +28,7 @@ FILL = {
     "{request_id}": "apr-00000000000000ff",
     "{budget}": "matrix-budget",
     "{hold_id}": "0" * 24,
+    "{credential_id}": "00ff",
 }
 ORIGIN_BOUND = {
     ("GET", "/v1/origins/{origin}"),

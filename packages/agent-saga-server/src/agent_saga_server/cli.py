@@ -7,7 +7,10 @@
   keeps everything in PostgreSQL, schema ``--store-schema``: start as many processes as you
   like on one database;
 * ``agent-saga cloud-server token create|list|revoke`` manages tokens directly in the store
-  (for whoever can reach the database; over HTTP an admin token does the same).
+  (for whoever can reach the database; over HTTP an admin token does the same);
+* ``agent-saga cloud-server passkeys enrol SUBJECT`` prints a one-time enrolment code that lets
+  SUBJECT register a passkey on the dashboard; ``passkeys list`` and ``passkeys revoke`` list
+  and revoke approvers' passkeys (the same store, also ``agent-saga ui``'s home).
 """
 
 from __future__ import annotations
@@ -210,6 +213,86 @@ def token_revoke(obj: tuple[str | None, str], token_id: str) -> None:
     finally:
         db.close()
     click.echo(f"revoked {token_id}")
+
+
+@cloud_server.group()
+def passkeys() -> None:
+    """Enrolment codes for approvers' passkeys; list and revoke passkeys."""
+
+
+@passkeys.command("enrol")
+@click.argument("subject")
+@click.option("--expires-in", type=click.IntRange(60, 7 * 86400), default=900,
+              show_default=True, help="Seconds until the code expires.")  # fmt: skip
+@click.pass_obj
+def passkeys_enrol(obj: tuple[str | None, str], subject: str, expires_in: int) -> None:
+    """Print a one-time code that lets SUBJECT register a passkey on the dashboard (shown
+    once; only its hash is kept; spent by the first passkey registered with it)."""
+    import datetime
+
+    from .dashboard.enrolment import issue_code
+    from .dashboard.passkeys import create_tables
+    from .store.control import audit
+
+    db = _open(*obj)
+    try:
+        create_tables(db)
+        with db.transaction() as tx:
+            try:
+                issued = issue_code(tx, subject, "cli", float(expires_in))
+            except ValueError as exc:
+                raise click.ClickException(str(exc)) from None
+            audit(tx, None, "passkey.enrolment", {
+                "id": issued.id, "subject": subject, "expires_at": issued.expires_at,
+            })  # fmt: skip
+    finally:
+        db.close()
+    until = datetime.datetime.fromtimestamp(issued.expires_at).isoformat(timespec="seconds")
+    click.echo(issued.code)
+    click.echo(f"enrolment code for {subject}, valid until {until}, once", err=True)
+
+
+@passkeys.command("list")
+@click.option("--subject", default=None, help="Only this approver's passkeys.")
+@click.pass_obj
+def passkeys_list(obj: tuple[str | None, str], subject: str | None) -> None:
+    """Registered passkeys: credential id, subject, when, signature count."""
+    import datetime
+
+    from .dashboard.enrolment import list_passkeys
+    from .dashboard.passkeys import create_tables
+
+    db = _open(*obj)
+    try:
+        create_tables(db)
+        rows = list_passkeys(db, subject)
+    finally:
+        db.close()
+    for row in rows:
+        when = datetime.datetime.fromtimestamp(row.created_at).isoformat(timespec="seconds")
+        click.echo(f"{row.credential_id}  {row.subject}  {when}  used {row.sign_count}")
+
+
+@passkeys.command("revoke")
+@click.argument("credential_id")
+@click.pass_obj
+def passkeys_revoke(obj: tuple[str | None, str], credential_id: str) -> None:
+    """Revoke a passkey by its credential id: its votes no longer verify."""
+    from .dashboard.enrolment import revoke_passkey
+    from .dashboard.passkeys import create_tables
+    from .store.control import audit
+
+    db = _open(*obj)
+    try:
+        create_tables(db)
+        with db.transaction() as tx:
+            subject = revoke_passkey(tx, credential_id)
+            if subject is None:
+                raise click.ClickException(f"no passkey {credential_id[:64]}")
+            audit(tx, None, "passkey.revoke", {"credential": credential_id, "subject": subject})
+    finally:
+        db.close()
+    click.echo(f"revoked passkey {credential_id[:16]}… of {subject}")
 
 
 __all__ = ["cloud_server"]

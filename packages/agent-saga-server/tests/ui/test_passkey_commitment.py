@@ -43,7 +43,9 @@ def test_registration_offers_es256_and_ed25519(tmp_path: Path) -> None:
     db = open_database(None, tmp_path)
     try:
         create_tables(db)
-        offer = registration_options(db, Where("http://localhost:1", "localhost"), "ann")
+        offer = registration_options(
+            db, Where("http://localhost:1", "localhost"), "ann", "code:0123456789abcdef"
+        )
     finally:
         db.close()
     algorithms = {p["alg"] for p in offer["options"]["pubKeyCredParams"]}

@@ -9,7 +9,10 @@ Each algorithm is exercised in the browser: chromium's virtual authenticator has
 its algorithms and takes the first one offered that it supports, so the test's init script
 narrows the offer the page passes to ``navigator.credentials.create`` to one algorithm (as an
 authenticator that supports only that one would choose it): ES256 (-7) or Ed25519 (-8). The
-server offers both (``test_passkey_commitment.py``) and records the one registered."""
+server offers both (``test_passkey_commitment.py``) and records the one registered.
+
+Each approver registers with an admin's enrolment code (``test_passkey_enrolment.py`` holds the
+enrolment rules)."""
 
 from __future__ import annotations
 
@@ -22,9 +25,16 @@ from typing import Any
 import httpx
 import pytest
 from agent_saga import AgentKit
-from browser_kit import Dashboard, Guard, issue_token, start_agent, wait_for_request
+from browser_kit import (
+    Dashboard,
+    Guard,
+    enrolment_code,
+    issue_token,
+    start_agent,
+    wait_for_request,
+)
 from plane_testkit import AGENT_SAGA, server_environment
-from playwright.sync_api import Page, expect
+from playwright.sync_api import CDPSession, Page, expect
 
 SIGN = """async ([base, csrf, decision]) => {
   const post = async (url, body) => {
@@ -59,22 +69,27 @@ def only_algorithm(alg: int) -> str:
 }}"""
 
 
-def add_authenticator(page: Page, alg: int) -> None:
+AUTHENTICATOR = {
+    "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
+    "hasUserVerification": True, "isUserVerified": True, "automaticPresenceSimulation": True,
+}  # fmt: skip
+
+
+def add_authenticator(page: Page, alg: int) -> tuple[CDPSession, str]:
+    """A virtual authenticator in ``page``'s browser: its DevTools session and id."""
     page.add_init_script(only_algorithm(alg))  # for the pages loaded from now on
     cdp = page.context.new_cdp_session(page)
     cdp.send("WebAuthn.enable", {"enableUI": False})
-    options = {
-        "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
-        "hasUserVerification": True, "isUserVerified": True,
-        "automaticPresenceSimulation": True,
-    }  # fmt: skip
-    cdp.send("WebAuthn.addVirtualAuthenticator", {"options": options})
+    added = cdp.send("WebAuthn.addVirtualAuthenticator", {"options": AUTHENTICATOR})
+    return cdp, str(added["authenticatorId"])
 
 
 def register_passkey(page: Page, dashboard: Dashboard, subject: str, alg: int) -> None:
+    """Log in with an approver token, and register a passkey with an admin's enrolment code."""
     dashboard.login_as_approver(page, subject, base=dashboard.named_url)
     add_authenticator(page, alg)
     page.get_by_role("link", name="Passkeys").click()
+    page.get_by_label("Enrolment code").fill(enrolment_code(dashboard.home, subject))
     page.get_by_role("button", name="Register a passkey").click()
     expect(page.locator("#passkeys li")).to_contain_text("used", timeout=15_000)
 

@@ -23,6 +23,7 @@ from . import (
     routes_budgets,
     routes_control,
     routes_ingest,
+    routes_passkeys,
     routes_sagas,
 )
 from .context import ServerContext
@@ -41,8 +42,9 @@ DESCRIPTION = """The agent-saga control plane for a fleet of agents.
 
 Every call presents a bearer token (`Authorization: Bearer asg_...`) of one scope: **agent**
 (ships its own origin's log, asks for approvals, reserves budget), **approver** (decides
-approvals as the token's subject), **admin** (tokens, caps, the kill switch) or **auditor**
-(reads everything). Errors are `{"detail": "..."}`.
+approvals as the token's subject), **admin** (tokens, caps, the kill switch, approvers'
+passkeys and their enrolment codes) or **auditor** (reads everything). Errors are
+`{"detail": "..."}`.
 """
 
 
@@ -91,7 +93,7 @@ def create_app(db: Database, settings: ServerSettings | None = None) -> FastAPI:
     add_docs_page(app)
     for module in (
         routes_control, routes_ingest, routes_sagas, routes_approvals, routes_budgets,
-        routes_audit,
+        routes_audit, routes_passkeys,
     ):  # fmt: skip
         app.include_router(module.api)
     mount_dashboard(app, db)

@@ -66,6 +66,31 @@ class TokenCreated(TokenOut):
     token: str
 
 
+class EnrolmentCreate(StrictModel):
+    subject: Name
+    expires_in: Annotated[int, Field(ge=60, le=7 * 86400)] = 900
+    """Seconds the code is valid (15 minutes unless given)."""
+
+
+class EnrolmentCreated(BaseModel):
+    code: str
+    """``ase_<id>_<secret>``: in this answer only (the server keeps a hash)."""
+    id: str
+    subject: str
+    expires_at: float
+
+
+class PasskeyOut(BaseModel):
+    credential_id: str
+    subject: str
+    created_at: float
+    sign_count: int
+
+
+class PasskeyList(BaseModel):
+    passkeys: list[PasskeyOut]
+
+
 class TokenList(BaseModel):
     tokens: list[TokenOut]
 

@@ -1,5 +1,11 @@
 """The passkey routes: registering an approver's passkey, and approving or denying with one.
 
+Registering takes an enrolment code from an admin, or (for another passkey) an assertion by one
+of the subject's passkeys, checked before the browser makes the credential
+(``POST /passkeys/options``) and again when it is stored (:mod:`.enrolment`). Every
+registration and every refused step is in the audit trail (``passkey.register``,
+``passkey.refused``).
+
 They answer JSON to the dashboard's script (``dashboard.js``), which passes the options to
 ``navigator.credentials`` and posts the result back. Each POST carries the session's CSRF token
 in an ``X-CSRF-Token`` header and must come from the dashboard's own origin. Passkeys need the
@@ -10,19 +16,24 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..api.strict import BadJSON, strict_json
 from ..store import approvals as approval_store
+from ..store.control import audit
+from ..store.tokens import Caller, Scope
+from .enrolment import EnrolmentRefused, check_code
 from .passkeys import (
     PasskeyRefused,
     Where,
     credentials,
+    enrol_options,
     register,
     registration_options,
+    verify_enrolment,
     verify_vote,
     vote_options,
 )
@@ -93,21 +104,74 @@ def passkeys_page(viewer: PageViewer, config: Config) -> Response:
     return render("passkeys.html", viewer, keys=credentials(config.db, viewer.subject))
 
 
+def _actor(viewer: Viewer) -> Caller:
+    return Caller(f"ui:{viewer.session_id}", cast(Scope, viewer.role), viewer.subject, None)
+
+
+def _refused(config: Config, viewer: Viewer, stage: str, reason: str, status: int) -> Response:
+    """A refused registration step: audited (``passkey.refused``), answered in one line."""
+    with config.db.transaction() as tx:
+        audit(tx, _actor(viewer), "passkey.refused", {
+            "subject": viewer.subject, "stage": stage, "reason": reason,
+        })  # fmt: skip
+    return _answer({"detail": reason}, status)
+
+
+def _grant(config: Config, request: Request, viewer: Viewer, body: dict[str, Any]) -> str:
+    """What allows this session's subject to register a passkey: an enrolment code, or an
+    assertion by one of its passkeys (see :mod:`.enrolment`).
+
+    Raises:
+        PasskeyRefused: neither is given, or the one given does not hold.
+    """
+    code, assertion = body.get("code"), body.get("assertion")
+    if isinstance(code, str) and code.strip():
+        try:
+            return "code:" + check_code(config.db, code[:200], viewer.subject)
+        except EnrolmentRefused as exc:
+            raise PasskeyRefused(str(exc)) from None
+    if isinstance(assertion, dict):
+        made_by = verify_enrolment(
+            config.db, where(request), viewer.subject,
+            str(assertion.get("challenge_id", ""))[:100], assertion.get("credential"),
+        )  # fmt: skip
+        return "passkey:" + made_by
+    raise PasskeyRefused(
+        "registering a passkey needs an enrolment code from an admin"
+        + (" or one of your passkeys" if credentials(config.db, viewer.subject) else "")
+    )
+
+
+@pages.post("/passkeys/enrol-options")
+def passkey_enrol_options(request: Request, viewer: ScriptViewer, config: Config) -> Response:
+    """Options for an assertion by one of the subject's passkeys (to register another)."""
+    try:
+        return _answer(enrol_options(config.db, where(request), viewer.subject))
+    except PasskeyRefused as exc:
+        return _refused(config, viewer, "enrol-options", str(exc), 409)
+
+
 @pages.post("/passkeys/options")
-def passkey_options(request: Request, viewer: ScriptViewer, config: Config) -> Response:
-    return _answer(registration_options(config.db, where(request), viewer.subject))
+async def passkey_options(request: Request, viewer: ScriptViewer, config: Config) -> Response:
+    """Options for a new credential, once the body's code or assertion is checked."""
+    body = await _body(request)
+    try:
+        grant = _grant(config, request, viewer, body)
+    except PasskeyRefused as exc:
+        return _refused(config, viewer, "options", str(exc), 403)
+    return _answer(registration_options(config.db, where(request), viewer.subject, grant))
 
 
 @pages.post("/passkeys")
 async def passkey_register(request: Request, viewer: ScriptViewer, config: Config) -> Response:
     body = await _body(request)
     try:
-        found = register(
-            config.db, where(request), viewer.subject, str(body.get("challenge_id", "")),
+        found, _ = register(
+            config.db, where(request), _actor(viewer), str(body.get("challenge_id", ""))[:100],
             body.get("credential"),
         )  # fmt: skip
     except PasskeyRefused as exc:
-        return _answer({"detail": str(exc)}, 400)
+        return _refused(config, viewer, "register", str(exc), 400)
     return _answer({"registered": found})
 
 

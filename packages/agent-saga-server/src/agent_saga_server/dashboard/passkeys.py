@@ -1,8 +1,12 @@
 """Approvers' passkeys (WebAuthn, py_webauthn): registration, and approvals signed by them.
 
-* **Registration**: the server hands out a one-time challenge, the browser's authenticator
-  makes a credential (ES256 or Ed25519), and :func:`register` verifies it (origin, RP id,
-  challenge) and keeps its public key under the session's subject.
+* **Registration** needs a grant (:mod:`.enrolment`): an admin's one-time enrolment code, or
+  an assertion by one of the subject's passkeys (:func:`enrol_options`,
+  :func:`verify_enrolment`); a session alone (a pasted approver token) is not enough. Then the
+  server hands out a one-time challenge carrying that grant, the browser's authenticator makes
+  a credential (ES256 or Ed25519), and :func:`register` verifies it (origin, RP id,
+  challenge), spends the grant and keeps its public key under the session's subject, audited
+  (``passkey.register``) in the same transaction.
 * **A passkey vote**: the challenge *commits to the decision*: ``SHA-256`` of the canonical
   JSON of (request id, saga, step, action digest, decision, nonce). :func:`verify_vote`
   recomputes it from the request as the server holds it *now*, so an assertion made for other
@@ -45,7 +49,11 @@ from webauthn.helpers.structs import (
 )
 
 from ..store.approvals import ApprovalRow
+from ..store.control import audit
 from ..store.db import Database, create_missing_tables
+from ..store.tokens import Caller
+from .enrolment import EnrolmentRefused, spend_grant
+from .enrolment import create_tables as create_enrolment_tables
 
 CHALLENGE_TTL = 300.0
 RP_NAME = "agent-saga dashboard"
@@ -74,7 +82,9 @@ class Where:
 
 
 def create_tables(db: Database) -> None:
+    """Create the passkey tables (and the enrolment codes') if they are missing."""
     create_missing_tables(db, TABLES)
+    create_enrolment_tables(db)
 
 
 def commitment(request: ApprovalRow, decision: str, nonce: str) -> bytes:
@@ -142,7 +152,10 @@ def _descriptors(db: Database, subject: str) -> list[PublicKeyCredentialDescript
     ]
 
 
-def registration_options(db: Database, where: Where, subject: str) -> dict[str, Any]:
+def registration_options(db: Database, where: Where, subject: str, grant: str) -> dict[str, Any]:
+    """Options for a new credential of ``subject``; ``grant`` (``code:<id>`` or
+    ``passkey:<credential id>``, checked by the caller, see :mod:`.enrolment`) is kept with the
+    challenge (in its ``nonce`` column) and checked again when the passkey is stored."""
     options = generate_registration_options(
         rp_id=where.rp_id, rp_name=RP_NAME, user_name=subject,
         user_id=hashlib.sha256(subject.encode()).digest(),
@@ -152,17 +165,26 @@ def registration_options(db: Database, where: Where, subject: str) -> dict[str, 
             user_verification=UserVerificationRequirement.REQUIRED,
         ),
     )  # fmt: skip
-    ident = _challenge(db, subject, "register", options.challenge, (None, None, None))
+    ident = _challenge(db, subject, "register", options.challenge, (None, None, grant))
     return {"challenge_id": ident, "options": json.loads(options_to_json(options))}
 
 
-def register(db: Database, where: Where, subject: str, ident: str, credential: Any) -> str:
-    """Verify a new credential against its challenge and keep it; its id (hex).
+def register(
+    db: Database, where: Where, actor: Caller, ident: str, credential: Any
+) -> tuple[str, str]:
+    """Verify a new credential of ``actor.subject`` against its challenge, spend the grant the
+    challenge carries and keep the passkey: its id (hex) and that grant.
+
+    The passkey, the spent grant and the ``passkey.register`` audit event are written in one
+    transaction: all durable when this returns, none after an exception. A registration that
+    fails does not spend an enrolment code (the challenge is spent either way).
 
     Raises:
-        PasskeyRefused: the challenge or the credential does not verify.
+        PasskeyRefused: the challenge, the credential or the grant does not verify.
     """
+    subject = actor.subject
     row = _spend(db, ident, subject, "register")
+    grant = None if row[5] is None else str(row[5])
     try:
         verified = verify_registration_response(
             credential=credential, expected_challenge=bytes.fromhex(row[2]),
@@ -172,13 +194,51 @@ def register(db: Database, where: Where, subject: str, ident: str, credential: A
     except (WebAuthnException, ValueError, KeyError, TypeError) as exc:  # any malformed part
         raise PasskeyRefused(f"the passkey did not verify: {exc}"[:300]) from None
     credential_id = verified.credential_id.hex()
-    with db.transaction() as tx:
-        tx.execute(
-            "INSERT INTO ui_passkeys (credential_id, subject, public_key, sign_count, "
-            "created_at) VALUES (?, ?, ?, ?, ?)",
-            (credential_id, subject, verified.credential_public_key.hex(),
-             verified.sign_count, time.time()),
-        )  # fmt: skip
+    try:
+        with db.transaction() as tx:
+            spend_grant(tx, grant, subject, credential_id)
+            tx.execute(
+                "INSERT INTO ui_passkeys (credential_id, subject, public_key, sign_count, "
+                "created_at) VALUES (?, ?, ?, ?, ?)",
+                (credential_id, subject, verified.credential_public_key.hex(),
+                 verified.sign_count, time.time()),
+            )  # fmt: skip
+            details = {"subject": subject, "credential": credential_id, "grant": grant}
+            audit(tx, actor, "passkey.register", details)
+    except EnrolmentRefused as exc:
+        raise PasskeyRefused(str(exc)) from None
+    return credential_id, str(grant)
+
+
+def enrol_options(db: Database, where: Where, subject: str) -> dict[str, Any]:
+    """Options for an assertion by one of ``subject``'s passkeys that allows registering
+    another (a challenge of purpose ``enrol``: random, one-time, five minutes).
+
+    Raises:
+        PasskeyRefused: the subject has no passkey (the first needs an enrolment code).
+    """
+    allowed = _descriptors(db, subject)
+    if not allowed:
+        raise PasskeyRefused(f"{subject} has no passkey yet: the first needs an enrolment code")
+    challenge = secrets.token_bytes(32)
+    options = generate_authentication_options(
+        rp_id=where.rp_id, challenge=challenge, allow_credentials=allowed,
+        user_verification=UserVerificationRequirement.REQUIRED,
+    )  # fmt: skip
+    ident = _challenge(db, subject, "enrol", challenge, (None, None, None))
+    return {"challenge_id": ident, "options": json.loads(options_to_json(options))}
+
+
+def verify_enrolment(db: Database, where: Where, subject: str, ident: str, credential: Any) -> str:
+    """Verify an assertion made for :func:`enrol_options`; the id (hex) of the passkey that
+    made it, which becomes the grant of the next registration.
+
+    Raises:
+        PasskeyRefused: a spent, expired or other subject's challenge, a credential that is not
+            the subject's, or a signature that does not verify.
+    """
+    row = _spend(db, ident, subject, "enrol")
+    credential_id, _ = _assertion(db, where, subject, str(row[2]), credential)
     return credential_id
 
 
@@ -219,6 +279,31 @@ def verify_vote(
         raise PasskeyRefused("the assertion was made for another approval request")
     if commitment(request, str(decision), str(nonce)).hex() != signed:
         raise PasskeyRefused("the request changed since the passkey was asked (other arguments)")
+    _, verified = _assertion(db, where, subject, str(signed), credential)
+    with db.transaction() as tx:
+        tx.execute(
+            "UPDATE ui_challenges SET assertion = ? WHERE id = ?",
+            (json.dumps(credential, sort_keys=True), ident),
+        )
+    inputs = {
+        "request": request.id, "saga": request.saga, "step": request.ordinal,
+        "digest": request.digest, "decision": str(decision), "nonce": str(nonce),
+    }  # fmt: skip
+    key = _key(where, subject, verified.credential_id, bytes.fromhex(verified.public_key))
+    return PasskeyVote(str(decision), _proof(credential, inputs, key))
+
+
+@dataclass(frozen=True)
+class _Verified:
+    credential_id: bytes
+    public_key: str
+
+
+def _assertion(
+    db: Database, where: Where, subject: str, signed: str, credential: Any
+) -> tuple[str, _Verified]:
+    """Verify an assertion of one of ``subject``'s passkeys over the challenge ``signed``
+    (hex) and store its new sign count; the credential's id (hex) and key."""
     raw_id = credential.get("rawId") if isinstance(credential, dict) else None
     known = {c: (k, n) for c, k, n in credentials(db, subject)}
     try:
@@ -242,16 +327,7 @@ def verify_vote(
             "UPDATE ui_passkeys SET sign_count = ? WHERE credential_id = ?",
             (verified.new_sign_count, credential_id),
         )
-        tx.execute(
-            "UPDATE ui_challenges SET assertion = ? WHERE id = ?",
-            (json.dumps(credential, sort_keys=True), ident),
-        )
-    inputs = {
-        "request": request.id, "saga": request.saga, "step": request.ordinal,
-        "digest": request.digest, "decision": str(decision), "nonce": str(nonce),
-    }  # fmt: skip
-    key = _key(where, subject, verified.credential_id, bytes.fromhex(public_key))
-    return PasskeyVote(str(decision), _proof(credential, inputs, key))
+    return credential_id, _Verified(verified.credential_id, public_key)
 
 
 def _key(where: Where, subject: str, credential_id: bytes, public_key: bytes) -> dict[str, Any]:
@@ -294,8 +370,10 @@ __all__ = [
     "commitment",
     "create_tables",
     "credentials",
+    "enrol_options",
     "register",
     "registration_options",
+    "verify_enrolment",
     "verify_vote",
     "vote_options",
 ]

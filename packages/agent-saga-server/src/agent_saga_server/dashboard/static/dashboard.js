@@ -118,19 +118,36 @@ async function postJSON(url, csrf, body) {
   return data;
 }
 
-async function registerPasskey(button, state) {
+// What allows a new passkey: the enrolment code typed in, else (for a subject that has one)
+// an assertion by an existing passkey, made before the new credential is.
+async function enrolmentGrant(button, code) {
+  if (code) {
+    return { code };
+  }
+  if (button.dataset.hasPasskey !== "yes") {
+    throw new Error("enter the enrolment code an admin gave you");
+  }
+  const offer = await postJSON(button.dataset.enrol, button.dataset.csrf, {});
+  const options = PublicKeyCredential.parseRequestOptionsFromJSON(offer.options);
+  const proof = await navigator.credentials.get({ publicKey: options });
+  return { assertion: { challenge_id: offer.challenge_id, credential: proof.toJSON() } };
+}
+
+async function registerPasskey(button, state, code) {
   const csrf = button.dataset.csrf;
   try {
-    const offer = await postJSON(button.dataset.options, csrf, {});
+    const grant = await enrolmentGrant(button, code.value.trim());
+    const offer = await postJSON(button.dataset.options, csrf, grant);
     const options = PublicKeyCredential.parseCreationOptionsFromJSON(offer.options);
     const credential = await navigator.credentials.create({ publicKey: options });
     await postJSON(button.dataset.submit, csrf, {
       challenge_id: offer.challenge_id, credential: credential.toJSON(),
     });
+    code.value = "";
     state.textContent = "Passkey registered.";
     window.location.reload();
   } catch (error) {
-    state.textContent = `No passkey registered: ${error.message}`;
+    state.textContent = `No passkey registered: ${String(error.message).split("\n")[0]}`;
   }
 }
 
@@ -158,7 +175,8 @@ document.addEventListener("DOMContentLoaded", () => {
   const register = document.getElementById("register-passkey");
   if (register) {
     const state = document.getElementById("passkey-state");
-    register.addEventListener("click", () => registerPasskey(register, state));
+    const code = document.getElementById("enrolment-code");
+    register.addEventListener("click", () => registerPasskey(register, state, code));
   }
   for (const button of document.querySelectorAll("button.passkey-vote")) {
     button.addEventListener("click", () => voteWithPasskey(button));
