@@ -1,0 +1,151 @@
+"""Passkey enrolment codes and passkeys for admins: ``agent-saga cloud-server passkeys``, the
+``/v1/passkeys`` routes (FastAPI's TestClient over the real app), and the codes' rules in the
+store on SQLite and on PostgreSQL (one-time, bound to a subject, expiring, bounded tries)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from agent_saga.cli import main
+from agent_saga.testing.postgres import scratch_schema, server_for_tests
+from agent_saga_server.api.app import create_app
+from agent_saga_server.dashboard.enrolment import (
+    MAX_FAILURES,
+    EnrolmentRefused,
+    check_code,
+    issue_code,
+    list_passkeys,
+    spend_grant,
+)
+from agent_saga_server.dashboard.passkeys import create_tables
+from agent_saga_server.store.db import Database, open_database
+from agent_saga_server.store.tokens import issue
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+CODE = re.compile(r"ase_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _store_passkey(db: Database, subject: str, credential_id: str) -> None:
+    with db.transaction() as tx:
+        tx.execute(
+            "INSERT INTO ui_passkeys (credential_id, subject, public_key, sign_count, "
+            "created_at) VALUES (?, ?, ?, 0, ?)",
+            (credential_id, subject, "00", time.time()),
+        )
+
+
+def test_the_cli_prints_a_code_once_lists_and_revokes_passkeys(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    code, out, err = run("--home", home, "cloud-server", "passkeys", "enrol", "unix:ann")
+    assert code == 0, err
+    found = CODE.fullmatch(out.strip())
+    assert found is not None, out
+    assert "enrolment code for unix:ann, valid until" in err
+    stored = (tmp_path / "home" / "control-plane.sqlite3").read_bytes()
+    assert found.group(2).encode() not in stored  # only the secret's SHA-256
+    db = open_database(None, Path(home))
+    try:
+        assert check_code(db, out.strip(), "unix:ann") == found.group(1)
+        _store_passkey(db, "unix:ann", "c0ffee")
+    finally:
+        db.close()
+    code, out, _ = run("--home", home, "cloud-server", "passkeys", "list")
+    assert code == 0
+    assert out.startswith("c0ffee  unix:ann  ")
+    assert run("--home", home, "cloud-server", "passkeys", "revoke", "c0ffee")[0] == 0
+    assert run("--home", home, "cloud-server", "passkeys", "list", "--subject", "unix:ann")[1] == ""
+    code, _, err = run("--home", home, "cloud-server", "passkeys", "revoke", "c0ffee")
+    assert (code, err.strip()) == (1, "Error: no passkey c0ffee")
+    code, _, err = run(
+        "--home", home, "cloud-server", "passkeys", "enrol", "x", "--expires-in", "5"
+    )
+    assert code == 2
+    assert "5 is not in the range 60<=x<=604800" in err
+
+
+def test_the_api_issues_codes_to_admins_only_and_revokes_passkeys(tmp_path: Path) -> None:
+    db = open_database(None, tmp_path)
+    try:
+        admin, _ = issue(db, "admin", "root")
+        approver, _ = issue(db, "approver", "ann")
+        with TestClient(create_app(db), base_url="http://127.0.0.1") as client:
+            as_admin = {"Authorization": f"Bearer {admin}"}
+            body = {"subject": "ann", "expires_in": 120}
+            refused = client.post("/v1/passkeys/enrolments", json=body,
+                                  headers={"Authorization": f"Bearer {approver}"})  # fmt: skip
+            assert refused.status_code == 403
+            issued = client.post("/v1/passkeys/enrolments", json=body, headers=as_admin)
+            assert issued.status_code == 201, issued.text
+            assert 110 < issued.json()["expires_at"] - time.time() <= 120
+            assert check_code(db, issued.json()["code"], "ann") == issued.json()["id"]
+            short = client.post(
+                "/v1/passkeys/enrolments", json={"subject": "ann", "expires_in": 1},
+                headers=as_admin,
+            )  # fmt: skip
+            assert short.status_code == 400
+            _store_passkey(db, "ann", "beef")
+            listed = client.get("/v1/passkeys", params={"subject": "ann"}, headers=as_admin)
+            assert [p["credential_id"] for p in listed.json()["passkeys"]] == ["beef"]
+            assert client.delete("/v1/passkeys/beef", headers=as_admin).status_code == 204
+            assert client.delete("/v1/passkeys/beef", headers=as_admin).status_code == 404
+            events = client.get("/v1/audit/events", headers=as_admin).json()["events"]
+        assert [e["action"] for e in events] == ["passkey.enrolment", "passkey.revoke"]
+        assert events[1]["actor"] == "root"
+        assert list_passkeys(db, "ann") == []
+    finally:
+        db.close()
+
+
+def _codes_follow_their_rules(db: Database) -> None:
+    try:
+        create_tables(db)
+        with db.transaction() as tx:
+            code = issue_code(tx, "ann", "test")
+            other = issue_code(tx, "bob", "test")
+            short = issue_code(tx, "ann", "test", ttl=0.05)
+        time.sleep(0.1)
+        refusals = {
+            (code.code[:-1] + ("A" if code.code[-1] != "A" else "B"), "ann"): "wrong",
+            (other.code, "ann"): "another subject",
+            (short.code, "ann"): "expired",
+            ("asl_" + code.code[4:], "ann"): "not an enrolment code",
+        }
+        for (presented, subject), reason in refusals.items():
+            with pytest.raises(EnrolmentRefused, match=reason):
+                check_code(db, presented, subject)
+        grant = f"code:{check_code(db, code.code, 'ann')}"
+        with pytest.raises(EnrolmentRefused, match="revoked"), db.transaction() as tx:
+            spend_grant(tx, "passkey:feed", "ann", "c1")
+        with pytest.raises(EnrolmentRefused, match="used meanwhile"), db.transaction() as tx:
+            spend_grant(tx, grant, "bob", "c1")
+        with db.transaction() as tx:
+            spend_grant(tx, grant, "ann", "c1")
+        with pytest.raises(EnrolmentRefused, match="already used"):
+            check_code(db, code.code, "ann")
+        with pytest.raises(EnrolmentRefused, match="used meanwhile"), db.transaction() as tx:
+            spend_grant(tx, grant, "ann", "c2")  # a second registration racing the first
+        for _ in range(MAX_FAILURES - 1):  # bob's code: one failure from "another subject"
+            with pytest.raises(EnrolmentRefused, match="wrong"):
+                check_code(db, other.code[:-1] + ("A" if other.code[-1] != "A" else "B"), "bob")
+        with pytest.raises(EnrolmentRefused, match="too many wrong tries"):
+            check_code(db, other.code, "bob")
+    finally:
+        db.close()
+
+
+def test_codes_are_one_time_bound_expiring_and_bounded_on_sqlite(tmp_path: Path) -> None:
+    _codes_follow_their_rules(open_database(None, tmp_path))
+
+
+def test_the_same_on_postgresql(tmp_path: Path) -> None:
+    with server_for_tests() as url, scratch_schema(url) as schema:
+        _codes_follow_their_rules(open_database(url, tmp_path, schema=schema))
