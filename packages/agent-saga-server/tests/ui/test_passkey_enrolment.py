@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 from browser_kit import Dashboard, Guard, enrolment_code, issue_token
-from passkey_kit import AUTHENTICATOR, ES256, POST, SIGN, add_authenticator, pending_request
+from passkey_browser import AUTHENTICATOR, ES256, POST, SIGN, add_authenticator, pending_request
 from playwright.sync_api import Page, expect
 
 ENROL = """async ([csrf]) => {

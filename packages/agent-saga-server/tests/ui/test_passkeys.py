@@ -31,7 +31,7 @@ from browser_kit import (
     start_agent,
     wait_for_request,
 )
-from passkey_kit import ED25519, ES256, POST, SIGN, add_authenticator, pending_request
+from passkey_browser import ED25519, ES256, POST, SIGN, add_authenticator, pending_request
 from plane_testkit import AGENT_SAGA, server_environment
 from playwright.sync_api import Page, expect
 

@@ -55,9 +55,11 @@ _CHALLENGE_FIELDS = ("request", "saga", "step", "digest", "decision", "nonce")
 PASSKEY_LIMIT = (
     "passkey approvals rest on the passkey.registered records of the log: a passkey vote "
     "proves that the holder of a registered passkey signed this decision on these exact "
-    "arguments, but whoever can write the log (or the control plane that relays "
-    "registrations, or today whoever holds the approver's control-plane token) can register "
-    "a passkey for any approver; an auditor compares the registered keys with the approvers' own"
+    "arguments; the control plane registers a passkey only with an administrator's one-time "
+    "enrolment code or an assertion by one of the approver's passkeys (an approver's token "
+    "alone is not enough), but whoever can write the log or the control plane's database, or "
+    "holds an administrator's token, can register a passkey for any approver; an auditor "
+    "compares the registered keys with the approvers' own"
 )
 """What a verified passkey vote rests on (the manifest's limit, and a certify warning)."""
 
