@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from browser_kit import Dashboard, Guard, enrolment_code, issue_token
 from passkey_browser import AUTHENTICATOR, ES256, POST, SIGN, add_authenticator, pending_request
-from playwright.sync_api import Page, expect
+from playwright.sync_api import CDPSession, Page, expect
 
 ENROL = """async ([csrf]) => {
   const post = async (url, body) => {
@@ -76,6 +76,16 @@ def register_with_code(page: Page, code: str) -> None:
     page.get_by_label("Enrolment code").fill(code)
     page.get_by_role("button", name="Register a passkey").click()
     expect(page.locator("#passkeys li", has_text="used")).to_have_count(1, timeout=15_000)
+
+
+def enrolled(page: Page, dashboard: Dashboard, subject: str) -> tuple[str, CDPSession, str]:
+    """``subject`` signed in with a first passkey (an enrolment code): the page's CSRF token,
+    and the authenticator holding the passkey (DevTools session, id)."""
+    csrf = signed_in(page, dashboard, subject)
+    cdp, authenticator = add_authenticator(page, ES256)
+    page.reload()
+    register_with_code(page, enrolment_code(dashboard.home, subject))
+    return csrf, cdp, authenticator
 
 
 def test_a_session_opened_with_a_stolen_approver_token_cannot_register_a_passkey(
@@ -184,10 +194,7 @@ def test_a_second_passkey_needs_an_assertion_by_the_first(
     authenticator makes the second; the assertion is one-time and bound to its subject."""
     page, guard = guarded
     guard.expected.append("status of 4")
-    csrf = signed_in(page, dashboard, "vic")
-    cdp, first = add_authenticator(page, ES256)
-    page.reload()
-    register_with_code(page, enrolment_code(dashboard.home, "vic"))
+    csrf, cdp, first = enrolled(page, dashboard, "vic")
     status, answer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {}])
     assert (status, answer["detail"]) == (
         403, "registering a passkey needs an enrolment code from an admin or one of your passkeys",
@@ -222,10 +229,7 @@ def test_an_enrol_assertion_is_one_time_and_bound_to_its_subject(
 ) -> None:
     page, guard = guarded
     guard.expected.append("status of 40")
-    csrf = signed_in(page, dashboard, "wes")
-    add_authenticator(page, ES256)
-    page.reload()
-    register_with_code(page, enrolment_code(dashboard.home, "wes"))
+    csrf, _, _ = enrolled(page, dashboard, "wes")
     proof: dict[str, Any] = page.evaluate(ENROL, [csrf])
     other = page.context.browser.new_context()  # type: ignore[union-attr]
     try:
@@ -250,10 +254,7 @@ def test_a_revoked_passkeys_assertions_no_longer_count(
 ) -> None:
     page, guard = guarded
     guard.expected.append("status of 403")
-    signed_in(page, dashboard, "rita")
-    add_authenticator(page, ES256)
-    page.reload()
-    register_with_code(page, enrolment_code(dashboard.home, "rita"))
+    enrolled(page, dashboard, "rita")
     pending = pending_request(dashboard, "passkey-revoked", 77)
     page.goto(f"{dashboard.named_url}/ui/approvals")
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")
