@@ -1,5 +1,5 @@
 """Passkey enrolment codes and passkeys for admins: ``agent-saga cloud-server passkeys``, the
-``/v1/passkeys`` routes (FastAPI's TestClient over the real app), and the codes' rules in the
+``/v1/passkeys`` routes (a real server process on 127.0.0.1), and the codes' rules in the
 store on SQLite and on PostgreSQL (one-time, bound to a subject, expiring, bounded tries)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from agent_saga.cli import main
 from agent_saga.testing.postgres import scratch_schema, server_for_tests
-from agent_saga_server.api.app import create_app
 from agent_saga_server.dashboard.enrolment import (
     MAX_FAILURES,
     EnrolmentRefused,
@@ -22,9 +21,8 @@ from agent_saga_server.dashboard.enrolment import (
 )
 from agent_saga_server.dashboard.passkeys import create_tables
 from agent_saga_server.store.db import Database, open_database
-from agent_saga_server.store.tokens import issue
 from click.testing import CliRunner
-from fastapi.testclient import TestClient
+from plane_testkit import RunningServer
 
 CODE = re.compile(r"ase_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 
@@ -72,35 +70,37 @@ def test_the_cli_prints_a_code_once_lists_and_revokes_passkeys(tmp_path: Path) -
     assert "5 is not in the range 60<=x<=604800" in err
 
 
-def test_the_api_issues_codes_to_admins_only_and_revokes_passkeys(tmp_path: Path) -> None:
-    db = open_database(None, tmp_path)
+def test_the_api_issues_codes_to_admins_only_and_revokes_passkeys(server: RunningServer) -> None:
+    admin, approver = server.admin, server.token("approver", "ann-api")
+    assert admin is not None
+    body = {"subject": "ann-api", "expires_in": 120}
+    with server.client(approver) as client:
+        assert client.post("/v1/passkeys/enrolments", json=body).status_code == 403
+    db = open_database(None, server.home)
     try:
-        admin, _ = issue(db, "admin", "root")
-        approver, _ = issue(db, "approver", "ann")
-        with TestClient(create_app(db), base_url="http://127.0.0.1") as client:
-            as_admin = {"Authorization": f"Bearer {admin}"}
-            body = {"subject": "ann", "expires_in": 120}
-            refused = client.post("/v1/passkeys/enrolments", json=body,
-                                  headers={"Authorization": f"Bearer {approver}"})  # fmt: skip
-            assert refused.status_code == 403
-            issued = client.post("/v1/passkeys/enrolments", json=body, headers=as_admin)
+        with server.client(admin) as client:
+            issued = client.post("/v1/passkeys/enrolments", json=body)
             assert issued.status_code == 201, issued.text
             assert 110 < issued.json()["expires_at"] - time.time() <= 120
-            assert check_code(db, issued.json()["code"], "ann") == issued.json()["id"]
+            assert check_code(db, issued.json()["code"], "ann-api") == issued.json()["id"]
             short = client.post(
-                "/v1/passkeys/enrolments", json={"subject": "ann", "expires_in": 1},
-                headers=as_admin,
-            )  # fmt: skip
+                "/v1/passkeys/enrolments", json={"subject": "ann-api", "expires_in": 1}
+            )
             assert short.status_code == 400
-            _store_passkey(db, "ann", "beef")
-            listed = client.get("/v1/passkeys", params={"subject": "ann"}, headers=as_admin)
+            _store_passkey(db, "ann-api", "beef")
+            listed = client.get("/v1/passkeys", params={"subject": "ann-api"})
             assert [p["credential_id"] for p in listed.json()["passkeys"]] == ["beef"]
-            assert client.delete("/v1/passkeys/beef", headers=as_admin).status_code == 204
-            assert client.delete("/v1/passkeys/beef", headers=as_admin).status_code == 404
-            events = client.get("/v1/audit/events", headers=as_admin).json()["events"]
-        assert [e["action"] for e in events] == ["passkey.enrolment", "passkey.revoke"]
-        assert events[1]["actor"] == "root"
-        assert list_passkeys(db, "ann") == []
+            assert client.delete("/v1/passkeys/beef").status_code == 204
+            assert client.delete("/v1/passkeys/beef").status_code == 404
+            events = client.get("/v1/audit/events", params={"limit": 500}).json()["events"]
+        mine = [
+            e
+            for e in events
+            if e["action"].startswith("passkey.") and e["details"].get("subject") == "ann-api"
+        ]
+        assert [e["action"] for e in mine] == ["passkey.enrolment", "passkey.revoke"]
+        assert mine[1]["scope"] == "admin"
+        assert list_passkeys(db, "ann-api") == []
     finally:
         db.close()
 
