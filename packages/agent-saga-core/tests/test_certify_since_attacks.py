@@ -11,6 +11,7 @@ from pathlib import Path
 
 from agent_saga import Entry, FileLogStore
 from agent_saga._log.sagaindex import INDEX_DIR, INDEX_NAME
+from agent_saga._log.segments import segment
 from agent_saga.cli import main
 from click.testing import CliRunner, Result
 
@@ -75,19 +76,17 @@ def test_a_saga_whose_end_in_the_range_the_index_hides_is_read_whole(tmp_path: P
 def forge_record(home: Path, seq: int, old: bytes, new: bytes) -> None:
     """Rewrite record ``seq`` of an unkeyed log (``old`` -> ``new``, same length), with the hash
     it then has, in the log and in the saga index: a forgery that needs no key."""
-    log = home / "log.jsonl"
     with index(home) as db:
         seg, off, length = db.execute(
             "SELECT seg, off, len FROM records WHERE seq = ?", (seq,)
         ).fetchone()
-    path = home / "segments" / f"{seg:020d}.jsonl" if seg > 1 or not log.exists() else log
-    if not path.exists():
-        path = next((home / "segments").glob(f"{seg:020d}*.jsonl"))
+    path = Path(segment(home, seg).path)
     raw = path.read_bytes()
     line = raw[off : off + length]
     obj = json.loads(line)
     body = line.replace(old, new)
-    assert body != line and len(body) == len(line)
+    assert body != line
+    assert len(body) == len(line)
     hashed = {k: v for k, v in json.loads(body).items() if k not in ("hash", "salts")}
     hashed_bytes = json.dumps(hashed, sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(bytes.fromhex(obj["prev"]) + hashed_bytes).hexdigest()
