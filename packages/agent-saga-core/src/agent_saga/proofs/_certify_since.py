@@ -13,14 +13,17 @@ What is certified, besides the chain and the checkpoints:
 * every saga with a record in the range, and every saga unfinished now (so one left hanging
   before the range is still reported). Their records, earlier ones included, are read one
   saga at a time through the saga index (each verified as read, see
-  :mod:`agent_saga._log.sagaindex`) and checked as a full certify checks a saga;
+  :mod:`agent_saga._log.sagaindex`), each with every record of the range the pass saw it with
+  (else the index is rebuilt), and checked as a full certify checks a saga;
 * the redaction records of the range (as WARNINGs, as a full certify lists them).
 
 What it does not check (a full ``certify`` does): records before the resume point; sagas that
 ended before the range and have no record in it; passkey votes, whose check needs every
 registration and nonce since the first record (a vote in the range is a WARNING saying so).
 The list of sagas unfinished before the range comes from the saga index, which the log's seal
-summaries check only for sealed segments.
+summaries check only for sealed segments. A saga's records before the resume point are verified
+by no pass of this run: with a chain key each proves itself; without one only the index vouches
+for them (a WARNING counts them).
 
 Memory holds the frontier, the ids of the sagas the range touches and one saga's records at a
 time, whatever the log's age.
