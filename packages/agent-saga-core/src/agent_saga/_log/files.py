@@ -77,6 +77,21 @@ def ensure_dir(path: Path, fs: FileSystem = OS) -> None:
         fs.fsync_dir(str(directory.parent))
 
 
+def unlink_planted_links(database: Path) -> None:
+    """Make ``database``'s directory, removing symbolic links found where it, the database or
+    its SQLite journals belong (derived data, rebuilt from the log): a process that can write
+    the home must not make whoever reads it next write another user's files through them. A
+    link planted between this check and SQLite's open is not caught."""
+    directory = database.parent
+    if directory.is_symlink():
+        directory.unlink()
+    directory.mkdir(exist_ok=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        planted = Path(f"{database}{suffix}")
+        if planted.is_symlink():
+            planted.unlink()
+
+
 def encode_watermark(offset: int) -> bytes:
     check = hashlib.sha256(b"agent-saga watermark %d" % offset).hexdigest()[:16]
     return b"%016x %s\n" % (offset, check.encode())

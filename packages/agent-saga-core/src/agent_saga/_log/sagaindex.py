@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .chain import Chain, Masked, parse_line
-from .files import LOG_NAME, OS, open_read
+from .files import LOG_NAME, OS, open_read, unlink_planted_links
 from .indexer import BURST, BehindWriter
 from .indexwalk import walk_for_index
 from .records import GENESIS, Record
@@ -127,7 +127,7 @@ class SagaIndex:
     def _connect(self) -> sqlite3.Connection:
         if self._db is not None and self._pid == os.getpid():
             return self._db
-        self.path.parent.mkdir(exist_ok=True)
+        unlink_planted_links(self.path)
         db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from .._errors import LeaseLostError, StoreFailedError
 from .._log.forks import ForkGuard
 from .._log.records import GENESIS, Entry, Record
+from .connection import one_line
 from .owners import OwnerExpired
 from .serverseal import SealMismatch
 from .write import NotSent, Outcome, Unknown
@@ -90,7 +91,9 @@ class GroupCommit:
         if self.closed:
             raise StoreFailedError(f"{self.where}: store is closed")
         if self.failed is not None:
-            raise StoreFailedError(f"{self.where}: store failed ({self.failed}); reopen it")
+            raise StoreFailedError(
+                f"{self.where}: store failed ({one_line(self.failed)}); reopen it"
+            )
 
     def fail(self, exc: BaseException) -> None:
         """Put the store in the failed state (the first cause is kept)."""
@@ -173,7 +176,7 @@ class GroupCommit:
         except (OwnerExpired, NotSent, Unknown, SealMismatch, psycopg.Error) as exc:
             self.fail(exc)
             for waiter in batch:
-                waiter.outcome = StoreFailedError(f"{self.where}: append failed: {exc}")
+                waiter.outcome = StoreFailedError(f"{self.where}: append failed: {one_line(exc)}")
             return
         except BaseException as exc:  # interrupted: the batch's fate is unknown
             self.fail(exc)

@@ -4,7 +4,9 @@ The writer stores each record's ``saga`` and ``kind`` beside its line; ``open_sa
 the sagas begun and not ended (kept by a trigger, see :mod:`.schema`). A read through them
 touches the saga's rows only (index ``(saga, seq)``), never the whole table, and trusts none of
 it: each row's line must be a well-formed record whose own hash and ``hash`` column agree and
-whose ``saga`` is the one asked for, else the read fails naming the row.
+whose ``saga`` is the one asked for, and each record that states its place in the saga must
+stand there (a row kept out of the ``saga`` column mid-saga is caught), else the read fails
+naming the row.
 
 Rows written by an earlier version have no ``kind``: before the first such read they are
 filled in from their lines, a page at a time, found through the partial index of rows without
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import CorruptLogError
 from .._log.chain import Chain, ChainBreak, parse_line
-from .._log.records import Record
+from .._log.records import IN_SAGA, Record
+from .._log.sagarows import check_places
 from .read import _prev_field
 
 if TYPE_CHECKING:
@@ -56,6 +59,17 @@ def saga_rows(
             )
             raise CorruptLogError(where, int(seq) - 1, reason, seq=int(seq))
         records.append(result)
+    if check_places(saga_id, records) is not None:  # a row kept out of the saga column
+        place, moved = next(
+            (place, r)
+            for place, r in enumerate(records)
+            if r.data.get(IN_SAGA) not in (None, place)
+        )
+        reason = (
+            f"record {moved.seq} is saga {saga_id}'s record {moved.data[IN_SAGA]} but the saga "
+            f"column gives it as its record {place}: a record of the saga is not marked as one"
+        )
+        raise CorruptLogError(where, moved.seq - 1, reason, seq=moved.seq)
     return records
 
 

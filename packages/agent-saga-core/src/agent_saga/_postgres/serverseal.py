@@ -16,7 +16,12 @@ commit record follows the batch's in the WAL, so it returns only once the WAL is
 the batch). The flush waits of every process run side by side, so the server's group commit
 shares one fsync among them. The function returns the tail it continued and the last hash; the
 writer re-seals the records locally from that tail (the records it acknowledges) and fails the
-store unless the server's last hash and lines match its own.
+store unless the server's last hash and lines match its own, or when the tail the server
+continued is this writer's last record with another hash (records stored otherwise than it
+acknowledged them). These checks catch a function that seals otherwise (another version, a
+bug) and one that stores other records than it reports, from the writer's next batch when no
+other writer came between; they cannot stop a schema writer who rewrites an unkeyed log and
+lies consistently: a chain key (sealed by the process) and signed checkpoints do.
 
 A keyed chain (HMAC) cannot be sealed there without sending the key, so it keeps ``write``'s
 paths.
@@ -231,6 +236,12 @@ class ServerSealWriter:
         cursor = _send(conn, message, batch)
         row = _seal_row(cursor)
         before = (int(row[0]), str(row[1]))
+        mine = self._known.mine
+        if settle_after is None and before[0] == mine[0] and before[1] != mine[1]:
+            raise SealMismatch(
+                f"record {mine[0]} is stored otherwise than this writer acknowledged it "
+                f"(hash {before[1][:16]}..., not {mine[1][:16]}...)"
+            )
         outcomes, lines, last = batch.place(self._chain, before)
         if last[1] != row[2] or hashlib.sha256(b"\n".join(lines)).hexdigest() != row[3]:
             raise SealMismatch(f"the server sealed records {row[0] + 1}-{last[0]} otherwise")

@@ -13,14 +13,17 @@ What is certified, besides the chain and the checkpoints:
 * every saga with a record in the range, and every saga unfinished now (so one left hanging
   before the range is still reported). Their records, earlier ones included, are read one
   saga at a time through the saga index (each verified as read, see
-  :mod:`agent_saga._log.sagaindex`) and checked as a full certify checks a saga;
+  :mod:`agent_saga._log.sagaindex`), each with every record of the range the pass saw it with
+  (else the index is rebuilt), and checked as a full certify checks a saga;
 * the redaction records of the range (as WARNINGs, as a full certify lists them).
 
 What it does not check (a full ``certify`` does): records before the resume point; sagas that
 ended before the range and have no record in it; passkey votes, whose check needs every
 registration and nonce since the first record (a vote in the range is a WARNING saying so).
 The list of sagas unfinished before the range comes from the saga index, which the log's seal
-summaries check only for sealed segments.
+summaries check only for sealed segments. A saga's records before the resume point are verified
+by no pass of this run: with a chain key each proves itself; without one only the index vouches
+for them (a WARNING counts them).
 
 Memory holds the frontier, the ids of the sagas the range touches and one saga's records at a
 time, whatever the log's age.
@@ -39,7 +42,7 @@ from .._history.build import build_history
 from .._log.chain import Chain
 from .._log.codec import CodecError, decode
 from .._log.indexwalk import line_fields
-from .._log.records import SagaStatus
+from .._log.records import Record, SagaStatus
 from .._log.sagaindex import IndexMismatch, SagaIndex
 from .._log.sagarows import belongs_to
 from .._log.source import FileLogSource
@@ -95,8 +98,9 @@ class _RangeWatch:
 
     after: int
     records: int = 0
-    sagas: dict[str, None] = field(default_factory=dict)
-    """Touched saga ids in order of first appearance (a dict: ordered, no duplicates)."""
+    sagas: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Touched saga ids in order of first appearance, each with how many records of the range
+    it is read with and the last one's ``seq`` (what a read through the index must match)."""
     passkey_votes: int = 0
     problems: list[str] = field(default_factory=list)
 
@@ -111,7 +115,8 @@ class _RangeWatch:
             return
         target, _ = belongs_to(record)
         if target is not None:
-            self.sagas.setdefault(target)
+            count, _ = self.sagas.get(target, (0, 0))
+            self.sagas[target] = (count + 1, seq)
         if record.kind == _VOTE and b'"passkey"' in line:
             try:
                 data = decode(line).get("data")
@@ -152,6 +157,9 @@ def certify_since(
         problem = check_checkpoint(log, checkpoint)
         if problem is not None:
             findings.append(Finding(CRITICAL, "since", f"against the checkpoint named: {problem}"))
+    elif after > log.size:
+        message = f"--since {after}: the log has {log.size} records (a range beyond its end)"
+        findings.append(Finding(CRITICAL, "since", message))
     latest, latest_finding = latest_problem(home, log, verifiers)
     if latest_finding is not None:
         findings.append(latest_finding)
@@ -168,7 +176,7 @@ def certify_since(
             )
         )
     now = time.time()
-    statuses = _certify_sagas(home, source, watch, findings, int(now * 1000))
+    statuses = _certify_sagas(home, source, watch, findings, int(now * 1000), (read_from, log.size))
     covered = latest
     if log.chain.ok and not any(f.severity == CRITICAL for f in findings):
         covered = publish(home, log)
@@ -191,22 +199,37 @@ def certify_since(
 
 
 def _certify_sagas(
-    home: Path, source: FileLogSource, watch: _RangeWatch, findings: list[Finding], now_ms: int
+    home: Path,
+    source: FileLogSource,
+    watch: _RangeWatch,
+    findings: list[Finding],
+    now_ms: int,
+    passed: tuple[int, int],
 ) -> dict[SagaStatus, int]:
     """Check each saga the range touches and each unfinished one, reading one saga at a time
-    through the index; returns how many sagas of each status were checked."""
+    through the index; returns how many sagas of each status were checked.
+
+    A saga read through the index must hold every record of the range the pass saw it with
+    (an index that hides a saga of the range, or its last records, is rebuilt from the log).
+    ``passed`` is the pass's first record less one and its last: records before it were
+    verified by no pass of this run, and on an unkeyed log only the index vouches for them,
+    which a WARNING says.
+    """
+    read_from, to = passed
     index = SagaIndex(home, Chain(source.key))
     statuses: dict[SagaStatus, int] = {}
+    unvouched = 0
     try:
         index.refresh()
-        ids = dict(watch.sagas)
-        ids.update(dict.fromkeys(index.unfinished()))
-        for saga_id in ids:
+        ids: dict[str, tuple[int, int]] = dict.fromkeys(index.unfinished(), (0, 0))
+        ids = {**watch.sagas, **{k: v for k, v in ids.items() if k not in watch.sagas}}
+        for saga_id, seen in ids.items():
             try:
-                records = index.saga_records(saga_id)
+                records = _saga_records(index, saga_id, (watch.after, to), seen)
             except IndexMismatch:
                 index.rebuild()
-                records = index.saga_records(saga_id)
+                records = _saga_records(index, saga_id, (watch.after, to), seen)
+            unvouched += sum(1 for r in records if r.seq <= read_from)
             approved = approved_steps(records).get(saga_id, set())
             for view in build_history(records).sagas:
                 if view.id != saga_id:
@@ -221,4 +244,29 @@ def _certify_sagas(
         findings.append(Finding(CRITICAL, "sagas", message))
     finally:
         index.close()
+    if unvouched and source.key is None:
+        message = (
+            f"{unvouched} record(s) of the sagas checked lie before record {read_from + 1}, "
+            "where this pass began: read through the saga index, and the log has no chain key, "
+            "so nothing here shows they are the records the signed checkpoint covers; a full "
+            "certify checks them"
+        )
+        findings.append(Finding(WARNING, "before_range", message))
     return statuses
+
+
+def _saga_records(
+    index: SagaIndex, saga_id: str, span: tuple[int, int], seen: tuple[int, int]
+) -> list[Record]:
+    """The records of ``saga_id`` read through ``index``, which must include the ``seen``
+    records of the range ``span`` (after record ``span[0]`` up to ``span[1]``, the pass's
+    end; a writer may have added more since): their count and the last one's ``seq``.
+
+    Raises:
+        IndexMismatch: the index does not give them all.
+    """
+    records = index.saga_records(saga_id)
+    in_range = [r.seq for r in records if span[0] < r.seq <= span[1]]
+    if (len(in_range), in_range[-1] if in_range else 0) != seen:
+        raise IndexMismatch(f"the index does not hold the records of saga {saga_id} in the range")
+    return records

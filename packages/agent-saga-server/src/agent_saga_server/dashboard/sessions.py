@@ -7,7 +7,8 @@
 * A **session** is a cookie ``<id>.<secret>`` (HttpOnly, SameSite=Strict, set by the routes);
   again only the secret's digest is stored. Sessions expire (12 hours) and end at logout. A
   session opened with a pasted control-plane token is bound to it (``ui_session_tokens``): it
-  ends when that token is revoked or expires, checked on every request.
+  ends when that token is revoked or expires, or when its row no longer has the scope and
+  subject the session acts with, checked on every request.
 * The **CSRF token** of a session is ``HMAC-SHA256(secret, "csrf")``: computed from the cookie
   on each request, so nothing more is stored, and useless without the cookie it came from.
 
@@ -145,7 +146,8 @@ def csrf_token(secret: str) -> str:
 
 def viewer(db: Database, cookie: str | None) -> Viewer | None:
     """The session a cookie names, or ``None`` (missing, malformed, unknown, expired, ended,
-    or opened with a token that is now revoked, expired or gone)."""
+    or opened with a token that is now revoked, expired, gone, or of another scope or
+    subject)."""
     found = _SESSION.fullmatch(cookie) if cookie and cookie.isascii() else None
     if found is None:
         return None
@@ -153,7 +155,7 @@ def viewer(db: Database, cookie: str | None) -> Viewer | None:
     with db.transaction(write=False) as tx:
         row = tx.one(
             "SELECT s.digest, s.subject, s.role, s.expires_at, b.token_id, t.id, t.revoked_at, "
-            "t.expires_at FROM ui_sessions s "
+            "t.expires_at, t.scope, t.subject FROM ui_sessions s "
             "LEFT JOIN ui_session_tokens b ON b.session_id = s.id "
             "LEFT JOIN tokens t ON t.id = b.token_id WHERE s.id = ?",
             (session_id,),
@@ -161,11 +163,12 @@ def viewer(db: Database, cookie: str | None) -> Viewer | None:
     now = time.time()
     if row is None or not _same(str(row[0]), secret) or now >= float(row[3]):
         return None
-    bound, token, revoked_at, token_expires = row[4:8]
+    bound, token, revoked_at, token_expires, scope, subject = row[4:10]
     if bound is not None and (
         token is None
         or revoked_at is not None
         or (token_expires is not None and now >= token_expires)
+        or (scope, subject) != (row[2], row[1])
     ):
         return None
     return Viewer(session_id, str(row[1]), str(row[2]), csrf_token(secret))
