@@ -4,7 +4,8 @@
 processes starting together on a new schema take turns. Besides the tables it creates
 ``<schema>.agent_saga_expect(ok, reason)``, a function that raises ``reason`` (SQLSTATE
 ``AS001``) unless ``ok`` is true: an append sent as one message uses it to abort itself when
-its owner was fenced or the tail it continues has moved.
+its owner was fenced or the tail it continues has moved. ``PUT`` and ``SEAL_FENCED`` (below)
+fence, lock and write a batch in one statement whose plans the session keeps.
 
 A saga's records are found through the ``saga`` and ``kind`` columns the writer fills beside
 each line (index ``(saga, seq)``), and the unfinished sagas through ``open_sagas``, kept by a
@@ -130,13 +131,13 @@ PUT = f"agent_saga_put_v{RECORD_VERSION}"
 """Fences the owner, takes the log's lock, checks the tail and inserts rows sealed by the
 writer: a known-tail batch as one statement (its plans are kept by the session)."""
 _PUT = (  # constants only: the schema is an identifier bound by format
-    f"CREATE OR REPLACE FUNCTION {{s}}.{PUT}(p_owner text, p_lock bigint, p_durable boolean,"
+    f"CREATE OR REPLACE FUNCTION {{s}}.{PUT}(p_owner text, p_lock bigint, p_durable boolean,"  # noqa: S608
     " p_seq bigint, p_hash text,"
     " seqs bigint[], hashes text[], lines bytea[], sagas text[], kinds text[])"
     " RETURNS void LANGUAGE plpgsql AS $$ DECLARE s bigint; p text; BEGIN"
     " IF NOT p_durable THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;"
-    + _FENCE_LOCK_BODY
-    + " SELECT r.seq, r.hash INTO s, p FROM {s}.records r ORDER BY r.seq DESC LIMIT 1;"
+    f"{_FENCE_LOCK_BODY}"
+    " SELECT r.seq, r.hash INTO s, p FROM {s}.records r ORDER BY r.seq DESC LIMIT 1;"
     " IF (FOUND AND (s <> p_seq OR p <> p_hash)) OR (NOT FOUND AND p_seq <> 0) THEN"
     f" RAISE EXCEPTION USING MESSAGE = 'tail moved', ERRCODE = '{EXPECT_FAILED}'; END IF;"
     " INSERT INTO {s}.records (seq, hash, line, saga, kind)"
@@ -147,14 +148,14 @@ SEAL_FENCED = f"agent_saga_seal_fenced_v{RECORD_VERSION}"
 """``SEAL`` after fencing the owner and taking the log's lock, committed without waiting for
 the flush: a batch sealed on the server as one statement."""
 _SEAL_FENCED = (  # constants only: the schema is an identifier bound by format
-    f"CREATE OR REPLACE FUNCTION {{s}}.{SEAL_FENCED}(p_owner text, p_lock bigint,"
+    f"CREATE OR REPLACE FUNCTION {{s}}.{SEAL_FENCED}(p_owner text, p_lock bigint,"  # noqa: S608
     " h bytea[], d bytea[], k bytea[], g bytea[], x bytea[], t bigint[], sagas text[],"
     " kinds text[])"
     " RETURNS TABLE (tail_seq bigint, tail_hash text, last_hash text, lines_digest text)"
     " LANGUAGE plpgsql AS $$ BEGIN"
     " PERFORM set_config('synchronous_commit', 'off', true);"
-    + _FENCE_LOCK_BODY
-    + f" RETURN QUERY SELECT * FROM {{s}}.{SEAL}(h, d, k, g, x, t, sagas, kinds);"
+    f"{_FENCE_LOCK_BODY}"
+    f" RETURN QUERY SELECT * FROM {{s}}.{SEAL}(h, d, k, g, x, t, sagas, kinds);"
     " END $$"
 )
 _FUNCTIONS = ["agent_saga_expect", SEAL, PUT, SEAL_FENCED]

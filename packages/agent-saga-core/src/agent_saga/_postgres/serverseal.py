@@ -4,10 +4,15 @@ For a plain (unkeyed) chain the hash of a record is SHA-256 over bytes the serve
 together itself, so the writer sends each entry's encoded parts (``Chain.prepare``: the data as
 hashed and as stored, its salts, its kind and saga as JSON) and the server function
 ``agent_saga_seal_v2`` (``schema``) reads the tail under the lock, seals and inserts them. One
-message per batch::
+message per batch; ``agent_saga_seal_fenced_v2`` turns the commit's flush off, fences the owner
+and takes the log's lock, then calls it::
 
-    BEGIN; SET LOCAL synchronous_commit = off; <owner fence>; <log lock>; [<lease fence>;]
-    SELECT * FROM agent_saga_seal_v2(...); COMMIT; [UPDATE <this owner's row> ...]
+    BEGIN; SELECT * FROM agent_saga_seal_fenced_v2(<owner>, <lock>, ...); COMMIT;
+    [UPDATE <this owner's row> ...]
+
+A batch fenced by a lease, or settled after a broken connection, sends the same steps as
+separate statements (``BEGIN; SET LOCAL synchronous_commit = off; <owner fence>; <log lock>;
+<lease fence>; SELECT * FROM agent_saga_seal_v2(...); COMMIT; ...``).
 
 The lock is granted and released while the server runs it, never across a round trip to the
 client or a WAL flush: the batch commits without waiting for the flush, and a durable batch's

@@ -68,8 +68,8 @@ def queries(schema: str, owner_id: str, ttl: float = 0.0) -> dict[str, Composed]
         "flush": "; UPDATE {s}.owners"
         " SET expires_at = clock_timestamp() + make_interval(secs => {t})"
         " WHERE owner_id = {o} AND expires_at > clock_timestamp() RETURNING 1",
-        "put": "SELECT {s}." + PUT + "({o}, {k}, ",
-        "seal_fenced": "BEGIN; SELECT * FROM {s}." + SEAL_FENCED + "({o}, {k}, ",
+        "put": f"SELECT {{s}}.{PUT}({{o}}, {{k}}, ",
+        "seal_fenced": f"BEGIN; SELECT * FROM {{s}}.{SEAL_FENCED}({{o}}, {{k}}, ",  # noqa: S608
         "rollback": "ROLLBACK",
         "last": "SELECT seq, hash, line FROM {s}.records ORDER BY seq DESC LIMIT 1",
         "page": "SELECT seq, hash, line FROM {s}.records WHERE seq > %s ORDER BY seq LIMIT %s",

@@ -114,7 +114,8 @@ class Sealed:
         columns = zip(*self.rows, strict=True)
         types = ("bigint", "text", "bytea", "text", "text")
         return ",".join(
-            f"ARRAY[{','.join(column)}]::{kind}[]" for column, kind in zip(columns, types)
+            f"ARRAY[{','.join(column)}]::{kind}[]"
+            for column, kind in zip(columns, types, strict=True)
         )
 
 
