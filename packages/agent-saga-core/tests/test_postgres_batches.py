@@ -7,11 +7,12 @@ transactions a set of appends took. The server is the conftest's ``pg_url``.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import psycopg
 import pytest
-from agent_saga import Entry, StoreFailedError
+from agent_saga import ConfigurationError, Entry, StoreFailedError
 from agent_saga._log.codec import CodecError
 from agent_saga._postgres.store import PostgresLogStore
 from psycopg import sql
@@ -99,3 +100,68 @@ def test_an_owner_declared_dead_cannot_append_on_the_one_message_path(
         with pytest.raises(StoreFailedError):
             store.append([Entry("t.step", "x", {"i": 3}, 3)], sync=True)
     assert rows(pg_url, schema, "SELECT count(*) FROM {s}.records") == [(1,)]
+
+
+def test_an_owner_declared_dead_cannot_append_on_the_server_sealed_path(
+    pg_url: str, schema: str
+) -> None:
+    with (
+        PostgresLogStore(pg_url, schema=schema) as a,
+        PostgresLogStore(pg_url, schema=schema) as b,
+    ):
+        a.append([Entry("t.step", "a", {"i": 1}, 1)], sync=True)
+        b.append([Entry("t.step", "b", {"i": 1}, 1)], sync=True)  # a's known tail moved
+        a.append([Entry("t.step", "a", {"i": 2}, 2)], sync=True)  # sealed on the server
+        rows(
+            pg_url,
+            schema,
+            "DELETE FROM {s}.owners WHERE owner_id = '" + a.owner_id + "' RETURNING 1",
+        )
+        with pytest.raises(StoreFailedError, match="owner fenced"):
+            a.append([Entry("t.step", "a", {"i": 3}, 3)], sync=True)
+        b.append([Entry("t.step", "b", {"i": 2}, 2)], sync=True)
+        assert b.verify().ok
+    assert rows(pg_url, schema, "SELECT count(*) FROM {s}.records") == [(4,)]
+
+
+def test_a_schema_without_the_append_functions_gets_them_when_a_store_opens(
+    pg_url: str, schema: str
+) -> None:
+    with PostgresLogStore(pg_url, schema=schema) as store:
+        store.append([Entry("t.step", "x", {"i": 1}, 1)], sync=True)
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as an earlier version left it
+        conn.execute(
+            sql.SQL("DROP FUNCTION {s}.agent_saga_put_v2, {s}.agent_saga_seal_fenced_v2").format(
+                s=sql.Identifier(schema)
+            )
+        )
+    with PostgresLogStore(pg_url, schema=schema) as store:
+        store.append([Entry("t.step", "x", {"i": 2}, 2)], sync=True)
+        assert store.verify().ok
+    assert rows(pg_url, schema, "SELECT count(*) FROM {s}.records") == [(2,)]
+
+
+def test_one_connection_per_store_commits_its_flushes_and_heartbeats_on_it(
+    pg_url: str, schema: str
+) -> None:
+    def sessions() -> int:  # the backends whose last statement touched this schema
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'agent-saga'"
+                " AND position(%s in query) > 0",
+                (schema,),
+            ).fetchone()
+            return int(row[0]) if row else -1
+
+    seen = []
+    for connections in (2, 1):
+        with PostgresLogStore(pg_url, schema=schema, connections=connections, owner_ttl=0.6) as s:
+            s.append([Entry("t.step", "x", {"n": connections}, 1)], sync=False)
+            s.sync()  # a flush on the flusher's connection
+            time.sleep(0.8)  # heartbeats every 0.2 s keep the owner alive past its ttl
+            count = sessions()
+            with PostgresLogStore(pg_url, schema=schema) as other:
+                seen.append((count, other.owner_alive(s.owner_id)))
+    assert seen == [(2, True), (1, True)]
+    with pytest.raises(ConfigurationError, match="connections must be 1 or 2"):
+        PostgresLogStore(pg_url, schema=schema, connections=3)

@@ -4,7 +4,8 @@
 processes starting together on a new schema take turns. Besides the tables it creates
 ``<schema>.agent_saga_expect(ok, reason)``, a function that raises ``reason`` (SQLSTATE
 ``AS001``) unless ``ok`` is true: an append sent as one message uses it to abort itself when
-its owner was fenced or the tail it continues has moved.
+its owner was fenced or the tail it continues has moved. ``PUT`` and ``SEAL_FENCED`` (below)
+fence, lock and write a batch in one statement whose plans the session keeps.
 
 A saga's records are found through the ``saga`` and ``kind`` columns the writer fills beside
 each line (index ``(saga, seq)``), and the unfinished sagas through ``open_sagas``, kept by a
@@ -119,6 +120,46 @@ _SEAL = (  # constants only: the schema is an identifier bound by format
     " RETURN NEXT; END $$"
 )
 
+_FENCE_LOCK_BODY = (
+    " PERFORM 1 FROM {s}.owners WHERE owner_id = p_owner AND expires_at > clock_timestamp()"
+    " FOR KEY SHARE;"
+    " IF NOT FOUND THEN"
+    f" RAISE EXCEPTION USING MESSAGE = 'owner fenced', ERRCODE = '{EXPECT_FAILED}'; END IF;"
+    " PERFORM pg_advisory_xact_lock(p_lock);"
+)
+PUT = f"agent_saga_put_v{RECORD_VERSION}"
+"""Fences the owner, takes the log's lock, checks the tail and inserts rows sealed by the
+writer: a known-tail batch as one statement (its plans are kept by the session)."""
+_PUT = (  # constants only: the schema is an identifier bound by format
+    f"CREATE OR REPLACE FUNCTION {{s}}.{PUT}(p_owner text, p_lock bigint, p_durable boolean,"  # noqa: S608
+    " p_seq bigint, p_hash text,"
+    " seqs bigint[], hashes text[], lines bytea[], sagas text[], kinds text[])"
+    " RETURNS void LANGUAGE plpgsql AS $$ DECLARE s bigint; p text; BEGIN"
+    " IF NOT p_durable THEN PERFORM set_config('synchronous_commit', 'off', true); END IF;"
+    f"{_FENCE_LOCK_BODY}"
+    " SELECT r.seq, r.hash INTO s, p FROM {s}.records r ORDER BY r.seq DESC LIMIT 1;"
+    " IF (FOUND AND (s <> p_seq OR p <> p_hash)) OR (NOT FOUND AND p_seq <> 0) THEN"
+    f" RAISE EXCEPTION USING MESSAGE = 'tail moved', ERRCODE = '{EXPECT_FAILED}'; END IF;"
+    " INSERT INTO {s}.records (seq, hash, line, saga, kind)"
+    " SELECT * FROM unnest(seqs, hashes, lines, sagas, kinds);"
+    " END $$"
+)
+SEAL_FENCED = f"agent_saga_seal_fenced_v{RECORD_VERSION}"
+"""``SEAL`` after fencing the owner and taking the log's lock, committed without waiting for
+the flush: a batch sealed on the server as one statement."""
+_SEAL_FENCED = (  # constants only: the schema is an identifier bound by format
+    f"CREATE OR REPLACE FUNCTION {{s}}.{SEAL_FENCED}(p_owner text, p_lock bigint,"  # noqa: S608
+    " h bytea[], d bytea[], k bytea[], g bytea[], x bytea[], t bigint[], sagas text[],"
+    " kinds text[])"
+    " RETURNS TABLE (tail_seq bigint, tail_hash text, last_hash text, lines_digest text)"
+    " LANGUAGE plpgsql AS $$ BEGIN"
+    " PERFORM set_config('synchronous_commit', 'off', true);"
+    f"{_FENCE_LOCK_BODY}"
+    f" RETURN QUERY SELECT * FROM {{s}}.{SEAL}(h, d, k, g, x, t, sagas, kinds);"
+    " END $$"
+)
+_FUNCTIONS = ["agent_saga_expect", SEAL, PUT, SEAL_FENCED]
+
 
 def ensure_schema(conn: PgConnection, schema: str) -> None:
     """Create the schema's tables and function if any is missing (idempotent; safe to race)."""
@@ -126,14 +167,13 @@ def ensure_schema(conn: PgConnection, schema: str) -> None:
 
     present = conn.execute(
         "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s)),"
-        " EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-        " WHERE n.nspname = %s AND p.proname = 'agent_saga_expect'),"
-        " EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-        " WHERE n.nspname = %s AND p.proname = %s),"
+        " (SELECT count(DISTINCT p.proname) = %s FROM pg_proc p"
+        " JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname = ANY(%s)),"
         " EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = %s AND c.relname = 'records' AND t.tgname = %s)",
-        (schema, _TABLES, schema, schema, SEAL, schema, TRIGGER),
+        (schema, _TABLES, len(_FUNCTIONS), schema, _FUNCTIONS, schema, TRIGGER),
     ).fetchone()
     if present is not None and present[0] == len(_TABLES) and all(present[1:]):
         return
@@ -145,8 +185,10 @@ def ensure_schema(conn: PgConnection, schema: str) -> None:
         conn.execute(sql.SQL(_EXPECT).format(s=ident))
         conn.execute(sql.SQL(_OPEN_SAGAS).format(s=ident))
         conn.execute(sql.SQL(_SEAL).format(s=ident))
+        conn.execute(sql.SQL(_PUT).format(s=ident))
+        conn.execute(sql.SQL(_SEAL_FENCED).format(s=ident))
         for statement in _TRIGGER.split(";"):
             conn.execute(sql.SQL(statement.strip()).format(s=ident))
 
 
-__all__ = ["EXPECT_FAILED", "SEAL", "TRIGGER", "ensure_schema"]
+__all__ = ["EXPECT_FAILED", "PUT", "SEAL", "SEAL_FENCED", "TRIGGER", "ensure_schema"]

@@ -4,10 +4,15 @@ For a plain (unkeyed) chain the hash of a record is SHA-256 over bytes the serve
 together itself, so the writer sends each entry's encoded parts (``Chain.prepare``: the data as
 hashed and as stored, its salts, its kind and saga as JSON) and the server function
 ``agent_saga_seal_v2`` (``schema``) reads the tail under the lock, seals and inserts them. One
-message per batch::
+message per batch; ``agent_saga_seal_fenced_v2`` turns the commit's flush off, fences the owner
+and takes the log's lock, then calls it::
 
-    BEGIN; SET LOCAL synchronous_commit = off; <owner fence>; <log lock>; [<lease fence>;]
-    SELECT * FROM agent_saga_seal_v2(...); COMMIT; [UPDATE <this owner's row> ...]
+    BEGIN; SELECT * FROM agent_saga_seal_fenced_v2(<owner>, <lock>, ...); COMMIT;
+    [UPDATE <this owner's row> ...]
+
+A batch fenced by a lease, or settled after a broken connection, sends the same steps as
+separate statements (``BEGIN; SET LOCAL synchronous_commit = off; <owner fence>; <log lock>;
+<lease fence>; SELECT * FROM agent_saga_seal_v2(...); COMMIT; ...``).
 
 The lock is granted and released while the server runs it, never across a round trip to the
 client or a WAL flush: the batch commits without waiting for the flush, and a durable batch's
@@ -80,6 +85,10 @@ class PreparedBatch:
         """``SELECT * FROM <function>(...)`` with this batch's parts as literals."""
         from psycopg import sql
 
+        return function + sql.SQL(self.arrays() + ")")
+
+    def arrays(self) -> str:
+        """This batch's parts as literal arrays, the arguments of ``schema.SEAL``."""
         parts = self.parts
         arrays = [
             _bytea(p.hashed for p in parts),
@@ -93,7 +102,7 @@ class PreparedBatch:
             _texts(p.entry.saga for p in parts),
             _texts(p.entry.kind for p in parts),
         ]
-        return function + sql.SQL(", ".join(arrays) + ")")
+        return ", ".join(arrays)
 
     def place(self, chain: Chain, tail: Tail) -> tuple[list[Outcome], list[bytes], Tail]:
         """Seal the batch after ``tail`` here: each group's outcome, the stored lines (without
@@ -157,6 +166,8 @@ class ServerSealWriter:
         self._q, self._chain = q, chain
         self._s = sql.Identifier(schema)
         self._call = sql.SQL("SELECT * FROM {s}.{f}(").format(s=self._s, f=sql.Identifier(SEAL))
+        self._fenced: tuple[bytes, bytes] | None = None
+        """The start of a ``schema.SEAL_FENCED`` call and the flush, rendered once."""
         self._known = BatchWriter(q, schema, chain, tail)
         """Seals here after the tail it left, while no other writer moves it (one message whose
         commit waits for the flush: the lock is held across it only while nobody else waits)."""
@@ -220,18 +231,33 @@ class ServerSealWriter:
 
         if not batch.parts:
             return [g if isinstance(g, CodecError) else [] for g in batch.groups], False
-        opening: list[Composed | sql.SQL] = [self._q["open"]]
-        if settle_after is not None:
-            found = self._find(conn, batch, settle_after)
-            if found is not None:
-                _send(conn, self._q["rollback"], None)
-                return found, False
-            opening = []
-        if fence is not None:
-            opening.append(fence)
-        message = sql.SQL("; ").join([*opening, batch.call(self._call), sql.SQL("COMMIT")])
-        if flush:
-            message += self._q["flush"]
+        message: Composed | bytes
+        if settle_after is None and fence is None:
+            # One statement fences, locks, seals and inserts (committed without waiting for
+            # the flush), then the heartbeat's synchronous commit flushes past it.
+            if self._fenced is None:
+                self._fenced = (
+                    self._q["seal_fenced"].as_bytes(conn),
+                    self._q["flush"].as_bytes(conn),
+                )
+            start, heartbeat = self._fenced
+            message = start + (batch.arrays() + "); COMMIT").encode()
+            if flush:
+                message += heartbeat
+        else:
+            opening: list[Composed | sql.SQL] = [self._q["open"]]
+            if settle_after is not None:
+                found = self._find(conn, batch, settle_after)
+                if found is not None:
+                    _send(conn, self._q["rollback"], None)
+                    return found, False
+                opening = []
+            if fence is not None:
+                opening.append(fence)
+            parts = [*opening, batch.call(self._call), sql.SQL("COMMIT")]
+            message = sql.SQL("; ").join(parts)
+            if flush:
+                message += self._q["flush"]
         batch.pid = conn.info.backend_pid
         cursor = _send(conn, message, batch)
         row = _seal_row(cursor)

@@ -76,9 +76,14 @@ class PostgresLogStore:
         owner_ttl: seconds an owner stays alive without a heartbeat; a background thread
             refreshes it every third of that, and so does every flush.
         connect_timeout: seconds to wait for a connection.
+        connections: 2 (the default) commits heartbeats and ``sync`` flushes on a connection of
+            their own; 1 sends them on the append connection, between batches (a heartbeat then
+            waits for the batch in flight): for many processes on a server with few
+            connections to spare.
 
     Raises:
-        ConfigurationError: psycopg is missing, or ``schema`` is not a plain identifier.
+        ConfigurationError: psycopg is missing, ``schema`` is not a plain identifier, or
+            ``connections`` is neither 1 nor 2.
         StoreFailedError: the server cannot be reached or the schema cannot be created.
         CorruptLogError: the stored tail is not a well-formed record.
     """
@@ -93,17 +98,22 @@ class PostgresLogStore:
         schema: str = DEFAULT_SCHEMA,
         owner_ttl: float = DEFAULT_OWNER_TTL,
         connect_timeout: float = 5.0,
+        connections: int = 2,
     ) -> None:
         require_psycopg()
         import psycopg
 
         if owner_ttl <= 0:
             raise ConfigurationError("owner_ttl must be positive")
+        if connections not in (1, 2):
+            raise ConfigurationError(f"connections must be 1 or 2, got {connections!r}")
         self.schema = check_schema_name(schema)
         self.where = f"{display_url(url)} schema {schema}"
         self._chain = Chain(key)
         self._main = PgSession(url, connect_timeout)  # appends, reads, leases
-        self._flusher = PgSession(url, connect_timeout)  # flushes and heartbeats
+        # Flushes and heartbeats; with one connection they take the append session's lock,
+        # which no caller holds while it flushes (``commit``), so sharing cannot deadlock.
+        self._flusher = PgSession(url, connect_timeout) if connections == 2 else self._main
         self._owner = FleetOwner(self._main, self._flusher, schema, owner_ttl)
         self.owner_id = self._owner.id
         self.fork_guard = ForkGuard(f"the PostgreSQL log store at {self.where}")

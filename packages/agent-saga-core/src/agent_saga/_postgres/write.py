@@ -6,12 +6,13 @@ continues the chain from the stored tail. Statements travel as literals in the s
 several to a message, each with its own snapshot (so the tail is read after the lock is granted).
 Two ways to send it:
 
-* **known tail** (one round trip): the records are sealed after the tail this writer left, and
-  the message checks under the lock that it is still the stored tail (``agent_saga_expect``
-  aborts the transaction otherwise) before inserting and committing. The lock is held only
-  while the server runs the message; when the batch must be durable its commit waits for the
-  WAL flush (one flush, the lock held across it: taken only while no other process has appended
-  lately, so nobody else is usually waiting).
+* **known tail** (one round trip, one statement): the records are sealed after the tail this
+  writer left, and the server function ``schema.PUT`` fences the owner, takes the lock, checks
+  that the tail is still the stored one (it aborts the transaction otherwise) and inserts; the
+  statement's implicit transaction commits. The lock is held only while the server runs it;
+  when the batch must be durable its commit waits for the WAL flush (one flush, the lock held
+  across it: taken only while no other process has appended lately, so nobody else is usually
+  waiting). A batch fenced by a lease sends the same steps as separate statements.
 * **read tail** (two round trips): the first message locks and reads the tail, the second
   inserts the sealed batch and commits with ``synchronous_commit = off``, so the lock is never
   held across a flush; a durable batch's message then commits the owner's heartbeat
@@ -79,7 +80,8 @@ class Sealed:
 
     def __init__(self, chain: Chain, groups: Sequence[Sequence[Entry]], tail: Tail) -> None:
         self.outcomes: list[Outcome] = []
-        self.rows: list[str] = []
+        self.rows: list[tuple[str, str, str, str, str]] = []
+        """Each record's ``(seq, hash, line, saga, kind)`` as SQL literals (see :func:`_row`)."""
         self.first: Record | None = None
         seq, prev = tail
         for group in groups:
@@ -103,21 +105,41 @@ class Sealed:
                 seq = records[-1].seq
         self.last: Tail = (seq, prev)
 
+    def values(self) -> str:
+        """The rows as ``(seq, hash, line, saga, kind), ...`` for an ``INSERT``."""
+        return ", ".join(f"({','.join(row)})" for row in self.rows)
+
+    def arrays(self) -> str:
+        """The rows as five arrays, one per column (the arguments of ``schema.PUT``)."""
+        columns = zip(*self.rows, strict=True)
+        types = ("bigint", "text", "bytea", "text", "text")
+        return ",".join(
+            f"ARRAY[{','.join(column)}]::{kind}[]"
+            for column, kind in zip(columns, types, strict=True)
+        )
+
 
 _HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def _row(record: Record, line: bytes) -> str:
+def _row(record: Record, line: bytes) -> tuple[str, str, str, str, str]:
     """``(seq, hash, line, saga, kind)`` as SQL literals: digits, a checked hex digest, the
     line in hex, and the saga and kind (hints for the indexes, checked against the line when
     read) in hex."""
-    if not _HEX.fullmatch(record.hash):
-        raise ValueError(f"record {record.seq} has a malformed hash")
-    saga = "NULL" if record.saga is None else _text(record.saga)
     return (
-        f"({record.seq},'{record.hash}',decode('{line[:-1].hex()}','hex'),{saga},"
-        f"{_text(record.kind)})"
+        str(record.seq),
+        _digest(record.hash),
+        f"decode('{line[:-1].hex()}','hex')",
+        "NULL" if record.saga is None else _text(record.saga),
+        _text(record.kind),
     )
+
+
+def _digest(value: str) -> str:
+    """A hex digest as a literal (checked: it is put in the statement as it is)."""
+    if not _HEX.fullmatch(value):
+        raise ValueError(f"malformed hash {value[:80]!r}")
+    return f"'{value}'"
 
 
 def _text(value: str) -> str:
@@ -149,6 +171,7 @@ class BatchWriter:
         broke."""
         self._mine = tail
         self._calm = 0
+        self._put: bytes | None = None
 
     def write(
         self,
@@ -218,17 +241,25 @@ class BatchWriter:
         sealed = Sealed(self._chain, groups, tail)
         if not sealed.rows:
             return sealed.outcomes, False
+        if fence is None:
+            # One statement: the server function fences, locks, checks the tail and inserts;
+            # the implicit transaction's commit waits for the flush when ``flush`` (the lock is
+            # held across it, which costs only writers that arrive meanwhile).
+            if self._put is None:
+                self._put = self._q["put"].as_bytes(conn)
+            call = f"{'true' if flush else 'false'},{tail[0]},{_digest(tail[1])},{sealed.arrays()})"
+            _send(conn, self._put + call.encode(), sealed)
+            self.tail = self._mine = sealed.last
+            return sealed.outcomes, flush
         check: Composed | sql.SQL = sql.SQL(
             "SELECT {s}.agent_saga_expect(coalesce((SELECT seq = {n} AND hash = {h}"
             " FROM {s}.records ORDER BY seq DESC LIMIT 1), {n} = 0), {moved})"
         ).format(
             s=self._s, n=sql.Literal(tail[0]), h=sql.Literal(tail[1]), moved=sql.Literal(_MOVED)
         )
-        # No other writer moved the tail lately: the commit itself waits for the flush (one WAL
-        # flush; the lock is held across it, which costs only writers that arrive meanwhile).
         opening = self._q["open_durable" if flush else "open"]
-        insert = self._q["insert"] + sql.SQL(", ".join(sealed.rows) + "; COMMIT")
-        parts = [opening, check, insert] if fence is None else [opening, check, fence, insert]
+        insert = self._q["insert"] + sql.SQL(sealed.values() + "; COMMIT")
+        parts = [opening, check, fence, insert]
         _send(conn, sql.SQL("; ").join(parts), sealed)
         self.tail = self._mine = sealed.last
         return sealed.outcomes, flush
@@ -298,13 +329,15 @@ class BatchWriter:
     def _insert(self, sealed: Sealed, flush: bool, fence: Composed | None) -> Composed:
         from psycopg import sql
 
-        statement = self._q["insert"] + sql.SQL(", ".join(sealed.rows) + "; COMMIT")
+        statement = self._q["insert"] + sql.SQL(sealed.values() + "; COMMIT")
         if fence is not None:
             statement = fence + sql.SQL("; ") + statement
         return statement + self._q["flush"] if flush else statement
 
 
-def _send(conn: PgConnection, message: Composed, commits: object | None) -> Cursor[TupleRow]:
+def _send(
+    conn: PgConnection, message: Composed | bytes, commits: object | None
+) -> Cursor[TupleRow]:
     """Run one message; ``commits`` is the batch whose commit the message holds, if any."""
     import psycopg
 
