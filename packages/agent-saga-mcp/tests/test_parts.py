@@ -342,3 +342,43 @@ def test_a_sink_that_pauses_gets_no_more_lines_until_it_resumes() -> None:
     assert first == [b"0\n"]
     assert second == [b"0\n", b"1\n", b"2\n", b"3\n"]
     assert everything == [b"%d\n" % n for n in range(10)] + [None]
+
+
+RESULTS: list[dict[str, Any]] = [
+    {"content": [{"type": "text", "text": "a"}], "isError": False, "structuredContent": {"k": 1}},
+    {"content": [{"type": "text", "text": "a", "annotations": {"priority": 0.5}, "_meta": {}}]},
+    {"content": [{"type": "text", "text": "a"}, {"type": "image", "data": "", "mimeType": "x"}]},
+    {"content": [], "_meta": {"m": 1}},
+    {"content": [{"type": "text", "text": "a", "extra": 1}], "isError": True},
+]
+RESULTS_REFUSED: list[dict[str, Any]] = [
+    {"content": [{"type": "text"}]},
+    {"content": [{"type": "text", "text": 5}]},
+    {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": None}]},
+    {"content": [{"type": "text", "text": "a"}], "isError": "maybe"},
+    {"content": "text"},
+]
+
+
+@pytest.mark.parametrize("raw", RESULTS)
+def test_a_relayed_result_is_the_model_the_sdk_validates(raw: dict[str, Any]) -> None:
+    from agent_saga_mcp._link import RelayedResult
+
+    expected = types.CallToolResult.model_validate(raw, by_name=False)
+    got = RelayedResult.of(raw, "v")
+    assert got.model_dump() == expected.model_dump()
+    assert got.model_fields_set == expected.model_fields_set
+    assert [type(block) for block in got.content] == [type(block) for block in expected.content]
+    assert got.raw is raw and got.version == "v"
+
+
+@pytest.mark.parametrize("raw", RESULTS_REFUSED)
+def test_a_malformed_result_is_refused_with_the_sdks_error(raw: dict[str, Any]) -> None:
+    from agent_saga_mcp._link import RelayedResult
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as expected:
+        types.CallToolResult.model_validate(raw, by_name=False)
+    with pytest.raises(ValidationError) as got:
+        RelayedResult.of(raw, "v")
+    assert got.value.errors() == expected.value.errors()
