@@ -224,6 +224,8 @@ WIRE_LINES = [
     b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}',
     b'{"a":1,"a":2}',
     b'{"big":123456789012345678901234567890,"neg":-9223372036854775809}',
+    b'{"u64":18446744073709551615,"i64":-9223372036854775808,"d18":123456789012345678}',
+    b'{"over":18446744073709551616,"in_text":"12345678901234567890","f":1234567890123456789.5}',
     b'\xef\xbb\xbf{"bom":true}',
     b'{"e":"\\u00e9\\ud83d\\ude00","f":0.1,"g":-0,"h":1E5}',
     b"[" * 5000 + b"]" * 5000,
@@ -340,3 +342,44 @@ def test_a_sink_that_pauses_gets_no_more_lines_until_it_resumes() -> None:
     assert first == [b"0\n"]
     assert second == [b"0\n", b"1\n", b"2\n", b"3\n"]
     assert everything == [b"%d\n" % n for n in range(10)] + [None]
+
+
+RESULTS: list[dict[str, Any]] = [
+    {"content": [{"type": "text", "text": "a"}], "isError": False, "structuredContent": {"k": 1}},
+    {"content": [{"type": "text", "text": "a", "annotations": {"priority": 0.5}, "_meta": {}}]},
+    {"content": [{"type": "text", "text": "a"}, {"type": "image", "data": "", "mimeType": "x"}]},
+    {"content": [], "_meta": {"m": 1}},
+    {"content": [{"type": "text", "text": "a", "extra": 1}], "isError": True},
+]
+RESULTS_REFUSED: list[dict[str, Any]] = [
+    {"content": [{"type": "text"}]},
+    {"content": [{"type": "text", "text": 5}]},
+    {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": None}]},
+    {"content": [{"type": "text", "text": "a"}], "isError": "maybe"},
+    {"content": "text"},
+]
+
+
+@pytest.mark.parametrize("raw", RESULTS)
+def test_a_relayed_result_is_the_model_the_sdk_validates(raw: dict[str, Any]) -> None:
+    from agent_saga_mcp._link import RelayedResult
+
+    expected = types.CallToolResult.model_validate(raw, by_name=False)
+    got = RelayedResult.of(raw, "v")
+    assert got.model_dump() == expected.model_dump()
+    assert got.model_fields_set == expected.model_fields_set
+    assert [type(block) for block in got.content] == [type(block) for block in expected.content]
+    assert got.raw is raw
+    assert got.version == "v"
+
+
+@pytest.mark.parametrize("raw", RESULTS_REFUSED)
+def test_a_malformed_result_is_refused_with_the_sdks_error(raw: dict[str, Any]) -> None:
+    from agent_saga_mcp._link import RelayedResult
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as expected:
+        types.CallToolResult.model_validate(raw, by_name=False)
+    with pytest.raises(ValidationError) as got:
+        RelayedResult.of(raw, "v")
+    assert got.value.errors() == expected.value.errors()

@@ -73,7 +73,7 @@ class RelayedResult(types.CallToolResult):
         Raises:
             pydantic.ValidationError: ``raw`` is not a ``CallToolResult``.
         """
-        result = cls.model_validate(raw, by_name=False)
+        result = cls.model_validate(_text_blocks_validated(raw), by_name=False)
         object.__setattr__(result, "relayed_raw", raw)
         object.__setattr__(result, "relayed_version", version)
         return result
@@ -85,6 +85,32 @@ class RelayedResult(types.CallToolResult):
     @property
     def version(self) -> str:
         return getattr(self, "relayed_version", "")
+
+
+def _text_blocks_validated(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with its text blocks validated as ``TextContent`` one by one, when every block
+    says it is text (else ``raw`` itself).
+
+    The result's validation then finds each block already a ``TextContent`` and keeps it, where
+    a plain object is tried against every member of the SDK's content-block union (image,
+    audio, resource, ...). The outcome is the same model. A block that fails here is left as
+    it came, so the result's own validation refuses it with the error it always gave.
+    """
+    blocks = raw.get("content")
+    if type(blocks) is not list or not blocks:
+        return raw
+    validated: list[Any] = []
+    for block in blocks:
+        if type(block) is not dict or block.get("type") != "text":
+            return raw
+        try:
+            validated.append(_validate_text(block, by_name=False))
+        except ValidationError:
+            return raw
+    return {**raw, "content": validated}
+
+
+_validate_text = types.TextContent.model_validate
 
 
 class StdioLink:

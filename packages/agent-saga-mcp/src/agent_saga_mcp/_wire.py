@@ -141,8 +141,20 @@ class LineSplitter:
         return tail or None
 
 
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-"""A run of digits that may be an integer beyond 64 bits, which orjson reads as a float."""
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+"""A ``bytes.translate`` table: every ASCII digit becomes ``0``, every other byte a space."""
+
+_LONG_DIGITS = b"0" * 19
+"""In a line translated by :data:`_DIGITS_AS_ZEROS`: a run of digits that may be an integer
+beyond 64 bits, which orjson reads as a float. (Two C passes over the line; the regular
+expression ``[0-9]{19}`` they replace tried a match at every byte, about a tenth of the
+gateway's instructions per call.)"""
+
+
+def _has_long_digits(line: bytes) -> bool:
+    """Whether ``line`` holds a run of 19 digits or more."""
+    return _LONG_DIGITS in line.translate(_DIGITS_AS_ZEROS)
+
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 """A ``\\u`` escape of a UTF-16 surrogate: alone (not one of a pair) it is no character."""
@@ -176,7 +188,7 @@ def decode(line: bytes) -> Any:
     ``RecursionError`` when nested too deep), as before; except NaN, Infinity, a number that
     overflows a float and a lone surrogate, refused as :class:`NotJSONValue` (a ``ValueError``).
     """
-    if _LONG_DIGITS.search(line) is None:
+    if not _has_long_digits(line):
         try:
             return orjson.loads(line)
         except orjson.JSONDecodeError:
