@@ -56,7 +56,8 @@ class BehindWriter:
             thread.name = "agent-saga-index"
             self.thread = thread
             thread.start()
-        self.wake.set()
+        if not self.wake.is_set():  # set until the thread starts indexing: one set per wake-up
+            self.wake.set()
 
     def stop(self) -> bool:
         """Stop this process's thread and wait for it (it finishes the chunk it is on); whether
@@ -80,7 +81,6 @@ def _run(
             if ref() is None:
                 return
             continue
-        wake.clear()
         seen = writer.seq
         while not stopping.wait(QUIET):  # the writer is busy: let it run (pokes are not waited on)
             index = ref()
@@ -88,6 +88,10 @@ def _run(
                 break
             seen = writer.seq
             del index
+        # Cleared only now: while it stays set a poke costs one read, not a Condition's
+        # notify. A poke after this line sets it again (its seq is stored before it looks), so
+        # what it reports is indexed now or on the next wake-up.
+        wake.clear()
         index = ref()
         if index is None or stopping.is_set():
             return
