@@ -21,6 +21,8 @@ import threading
 import weakref
 from typing import Protocol
 
+from .forks import process_id
+
 QUIET = 0.05
 """Seconds without a report from the writer after which the thread indexes."""
 BURST = 16_384
@@ -46,8 +48,8 @@ class BehindWriter:
     def poke(self, index: _Indexes, seq: int) -> None:
         """Tell the thread the log now ends at ``seq`` (starting it in this process first)."""
         self.seq = seq
-        if self._pid != os.getpid():  # none yet, or a forked child's first call
-            self._pid = os.getpid()
+        if self._pid != process_id():  # none yet, or a forked child's first call
+            self._pid = process_id()
             self.wake, self.stopping = threading.Event(), threading.Event()
             thread = threading.Thread(
                 target=_run, args=(weakref.ref(index), self, self.wake, self.stopping),
