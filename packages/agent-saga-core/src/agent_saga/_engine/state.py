@@ -20,7 +20,6 @@ from .report import CompensationFailure
 from .runtime import Runtime
 from .steps import PreparedCall, Step, StepHolds
 
-
 _tuple = tuple.__new__
 """Builds the records' :class:`Entry` without its Python-level ``__new__`` (several per step)."""
 
