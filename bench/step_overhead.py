@@ -8,6 +8,8 @@ Prints p50 figures (microseconds) for:
     sealing that step's two records, against sealing the same records hashed as stored;
   * a COMPENSABLE step and a one-step COMPENSABLE transaction on the file store;
   * the raw append+fsync floor (200-byte record, same directory);
+  * the user and system CPU time of the measuring thread per one-step transaction and per
+    floor append;
   * ``import agent_saga`` (fresh interpreter, minus interpreter start-up), and which heavy
     modules it loaded.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -126,6 +129,26 @@ def import_cost(runs: int) -> tuple[float, list[str]]:
     return statistics.median(costs), [m for m in heavy.split(",") if m]
 
 
+class CpuMeter:
+    """User and system CPU time of the calling thread over the measured calls (the saga
+    index's thread, which works while the writer is quiet, during the floor's rounds, is left
+    out: the REVERSIBLE row's process figure counts it)."""
+
+    def __init__(self) -> None:
+        self.user = self.system = 0.0
+
+    def run(self, measure: Callable[[], list[int]]) -> list[int]:
+        before = resource.getrusage(resource.RUSAGE_THREAD)
+        samples = measure()
+        after = resource.getrusage(resource.RUSAGE_THREAD)
+        self.user += after.ru_utime - before.ru_utime
+        self.system += after.ru_stime - before.ru_stime
+        return samples
+
+    def per_call(self, calls: int) -> str:
+        return f"{self.user / calls * 1e6:.1f} + {self.system / calls * 1e6:.1f} us"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
@@ -174,7 +197,7 @@ def main() -> None:
     floor: list[int] = []
     sealed: list[int] = []
     plain: list[int] = []
-    reversible_cpu_ns = 0
+    reversible_cpu_ns, transaction_cpu, floor_cpu = 0, CpuMeter(), CpuMeter()
     rounds = 5
     for _ in range(rounds):
         bare_s.extend(timed(lambda: bare(1), n_fast // rounds))
@@ -186,11 +209,11 @@ def main() -> None:
             with kit.transaction("bench-reversible"):
                 reversible.extend(timed(lambda: read(1), 100))
         reversible_cpu_ns += time.process_time_ns() - cpu_start
-        floor.extend(raw_fsync_floor(base, n_sync // rounds))
+        floor.extend(floor_cpu.run(lambda: raw_fsync_floor(base, n_sync // rounds)))
         for _ in range(n_sync // rounds // 10):
             with kit.transaction("bench-compensable"):
                 compensable.extend(timed(lambda: charge(1), 10))
-        transaction.extend(timed(one_step, n_sync // rounds))
+        transaction.extend(transaction_cpu.run(lambda: timed(one_step, n_sync // rounds)))
     bare_p50, reversible_p50 = p50(bare_s), p50(reversible)
     compensable_p50, transaction_p50, floor_p50 = p50(compensable), p50(transaction), p50(floor)
     kit.close()
@@ -223,7 +246,13 @@ def main() -> None:
             f"{transaction_p50:.1f} us",
             f"{ratio:.2f}x floor, target <= 2.5x: {ok(ratio <= 2.5)}",
         ),
+        (
+            "  thread CPU, user + system",
+            transaction_cpu.per_call(len(transaction)),
+            "per transaction, its thread (the syncs' kernel work is in the system part)",
+        ),
         ("raw append+fsync floor (200 B)", f"{floor_p50:.1f} us", "same disk, same run"),
+        ("  thread CPU, user + system", floor_cpu.per_call(len(floor)), "per floor append"),
         (
             "import agent_saga",
             f"{import_ms:.1f} ms",

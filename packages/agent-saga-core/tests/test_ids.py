@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
@@ -76,3 +77,25 @@ def test_ids_from_several_threads_are_unique_and_increasing_per_thread() -> None
     for out in made:
         assert out == sorted(out)
     assert len({i for out in made for i in out}) == 8_000
+
+
+def test_a_forked_child_draws_other_ids_than_its_parent() -> None:
+    # The random fields come from a pool drawn in bulk: a child forked with the pool half
+    # full must not hand out the ids its parent hands out next.
+    clock = FakeClock(1_800_000_000.0)
+    parent_ids, child_ids = RandomIds(clock), RandomIds(clock)
+    parent_ids.new_id()  # the pool is now filled, and 63 draws remain in it
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, sent to the parent
+        try:
+            os.write(write_end, ",".join(child_ids.new_id() for _ in range(3)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        from_child = pipe.read().decode().split(",")
+    assert os.waitpid(pid, 0)[1] == 0
+    from_parent = [child_ids.new_id() for _ in range(3)]  # same source state as the child's
+    assert len(from_child) == 3
+    assert {i[15:] for i in from_child}.isdisjoint(i[15:] for i in from_parent)

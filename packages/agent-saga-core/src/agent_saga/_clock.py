@@ -67,15 +67,42 @@ class IdSource(Protocol):
     def new_id(self) -> str: ...
 
 
+class _RandomFields:
+    """80-bit random numbers drawn from a pool refilled in bulk (one ``getrandom`` per 64).
+
+    ``list.pop`` is atomic, so no two ids, in any threads, get the same draw; a forked child
+    starts with an empty pool, so parent and child never share one.
+    """
+
+    def __init__(self) -> None:
+        self.pool: list[int] = []
+        self._pop = self.pool.pop
+
+    def reset(self) -> None:
+        self.pool.clear()
+
+    def take(self) -> int:
+        try:
+            return self._pop()
+        except IndexError:
+            raw = os.urandom(10 * 64)
+            self.pool.extend(int.from_bytes(raw[i : i + 10]) for i in range(0, len(raw), 10))
+            return self.take()
+
+
+_FIELDS = _RandomFields()
+os.register_at_fork(after_in_child=_FIELDS.reset)
+
+
 class RandomIds:
     """Saga ids: RFC 9562 UUIDs, version 7 (``0193b5e2-7c1a-7d3e-9f2c-4b8a1e6d0c55``).
 
     The first 48 bits are the Unix time in milliseconds of the kit's clock, so ids sort by
     time as text; then the version (7) and variant (``10``) bits; the other 74 bits come from
-    ``os.urandom``. Ids made by one source are strictly increasing, within a millisecond and
-    when the clock steps back: such an id takes the last one's random field plus a random
-    increment of up to 32 bits (RFC 9562 section 6.2, method 2), moving on to the next
-    millisecond if that field overflows. Thread-safe.
+    ``os.urandom``, drawn in bulk (:class:`_RandomFields`). Ids made by one source are strictly
+    increasing, within a millisecond and when the clock steps back: such an id takes the last
+    one's random field plus a random increment of up to 32 bits (RFC 9562 section 6.2, method
+    2), moving on to the next millisecond if that field overflows. Thread-safe.
     """
 
     def __init__(self, clock: Clock | None = None) -> None:
@@ -86,7 +113,7 @@ class RandomIds:
 
     def new_id(self) -> str:
         now = int(self._clock.now() * 1000)
-        fresh = int.from_bytes(os.urandom(10))
+        fresh = _FIELDS.take()
         with self._lock:
             last_ms, last_field = self._last
             if now > last_ms:

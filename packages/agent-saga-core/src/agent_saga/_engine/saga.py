@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from .._log.codec import JSONValue, is_flat, snapshot, to_jsonable
+from .._log.forks import process_id
 from .._log.records import Entry, Kind, SagaStatus, Semantics
 from .._log.redaction import AT_WRITE, mask
 from .admission import SagaAdmission
@@ -70,7 +71,7 @@ class Saga(SagaAdmission):
             Kind.SAGA_BEGIN,
             {
                 "name": self.name,
-                "pid": os.getpid(),
+                "pid": process_id(),
                 "host": _HOST,
                 "owner": self.runtime.store.owner_id,
             },

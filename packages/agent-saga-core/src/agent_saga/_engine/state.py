@@ -20,6 +20,9 @@ from .report import CompensationFailure
 from .runtime import Runtime
 from .steps import PreparedCall, Step, StepHolds
 
+_tuple = tuple.__new__
+"""Builds the records' :class:`Entry` without its Python-level ``__new__`` (several per step)."""
+
 
 class SagaState:
     """One transaction's state and its log. Created by a transaction, never built directly.
@@ -79,7 +82,7 @@ class SagaState:
                 # a disclosure that leaves one out cannot verify (see proofs/_disclosure.py).
                 data["records"] = before
             # Every record states its place in the saga, so an index hiding one is caught.
-            entry = Entry(kind, self.id, {**data, IN_SAGA: before}, ts)
+            entry = _tuple(Entry, (kind, self.id, {**data, IN_SAGA: before}, ts))
             self.pending.append(entry)
             if not (durable or flush) and self.fast_path:
                 return

@@ -180,6 +180,8 @@ class Doom:
         """The first doom that belongs to ``savepoint`` (``None``: the saga); the dooms that
         belong to it are then cleared."""
         with self._lock:
+            if not self._pending and not self._deferred:  # nearly always: nothing failed
+                return None
             mine = [cause for own, cause in self._pending if in_scope(own, savepoint)]
             self._pending = [(o, c) for o, c in self._pending if not in_scope(o, savepoint)]
             self.cause = self._pending[0][1] if self._pending else None

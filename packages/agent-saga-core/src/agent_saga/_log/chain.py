@@ -28,6 +28,10 @@ from .records import GENESIS, RECORD_VERSION, Entry, Record
 MAX_RECORD_BYTES = 4 * 1024 * 1024
 """Records larger than this are refused on write and treated as corrupt on read."""
 
+_VERSION_END = f',"v":{RECORD_VERSION}}}'
+_fromhex = bytes.fromhex
+_sha256 = hashlib.sha256
+_tuple = tuple.__new__
 _KEYS = frozenset({"data", "hash", "kind", "prev", "saga", "seq", "ts", "v"})
 _SALTED_KEYS = _KEYS | {"salts"}
 _VERSIONS = (1, RECORD_VERSION)
@@ -154,24 +158,26 @@ class Chain:
             CodecError: the record is too large.
         """
         entry, hashed_bytes, data_bytes, salts, kind_json, saga_json = parts
-        middle = b"".join(
-            (b',"kind":', kind_json, b',"prev":"', prev.encode("ascii"), b'","saga":', saga_json)
-        )
-        end = f',"seq":{seq},"ts":{entry.ts},"v":{RECORD_VERSION}}}'.encode()
-        message = b"".join((bytes.fromhex(prev), b'{"data":', hashed_bytes, middle, end))
+        ts = entry.ts
+        # One formatting operation per byte string (the stored line and the hashed message
+        # share the fields after ``data``): the bytes are those of the layout above.
+        middle = b',"kind":%b,"prev":"%b","saga":%b' % (kind_json, prev.encode("ascii"), saga_json)
+        end = f',"seq":{seq},"ts":{ts}{_VERSION_END}'.encode()
+        message = b'%b{"data":%b%b%b' % (_fromhex(prev), hashed_bytes, middle, end)
         if self.key is None:
-            digest = hashlib.sha256(message).hexdigest()
+            digest = _sha256(message).hexdigest()
         else:
             digest = hmac.digest(self.key, message, "sha256").hex()
-        salted = b"" if salts is None else b',"salts":"' + salts.encode() + b'"'
-        head = b'{"data":' + data_bytes + b',"hash":"' + digest.encode() + b'"'
-        line = b"".join((head, middle, salted, end, b"\n"))
+        if salts is None:
+            line = b'{"data":%b,"hash":"%b"%b%b\n' % (data_bytes, digest.encode(), middle, end)
+        else:
+            line = b'{"data":%b,"hash":"%b"%b,"salts":"%b"%b\n' % (
+                data_bytes, digest.encode(), middle, salts.encode(), end,
+            )  # fmt: skip
         if len(line) > MAX_RECORD_BYTES:
             raise CodecError(f"record of {len(line) - 1} bytes exceeds {MAX_RECORD_BYTES}")
-        ts, kind, saga = entry.ts, entry.kind, entry.saga
-        fields = (seq, ts, kind, saga, entry.data, prev, digest, salts, RECORD_VERSION)
-        record = tuple.__new__(Record, fields)
-        return record, line
+        fields = (seq, ts, entry.kind, entry.saga, entry.data, prev, digest, salts, RECORD_VERSION)
+        return _tuple(Record, fields), line
 
 
 class ChainBreak(NamedTuple):

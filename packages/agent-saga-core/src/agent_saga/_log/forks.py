@@ -31,6 +31,11 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def process_id() -> int:
+    """This process's id (``os.getpid()``), kept across forks, without a system call."""
+    return _Process.pid
+
+
 class InheritedStoreError(StoreFailedError):
     """A store (or kit) opened in another process was used in a forked child."""
 

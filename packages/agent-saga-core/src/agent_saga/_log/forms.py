@@ -41,6 +41,7 @@ _UNMASKED_SALTS = re.compile(rb"(?:[A-Za-z0-9_-]{22})+")
 _pop = SALT_POOL.pop
 _STRINGS: dict[str, bytes] = {}
 _STRINGS_MAX = 4096
+_tuple = tuple.__new__
 
 
 def json_string(text: str) -> bytes:
@@ -189,4 +190,5 @@ def prepare(entry: Entry) -> Prepared:
     hashed_bytes, data_bytes, salts = seal_forms(entry.data)
     saga = entry.saga
     saga_json = b"null" if saga is None else json_string(saga)
-    return Prepared(entry, hashed_bytes, data_bytes, salts, json_string(entry.kind), saga_json)
+    parts = (entry, hashed_bytes, data_bytes, salts, json_string(entry.kind), saga_json)
+    return _tuple(Prepared, parts)  # without the Python-level ``__new__``: once per record

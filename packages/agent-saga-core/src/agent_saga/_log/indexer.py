@@ -21,6 +21,8 @@ import threading
 import weakref
 from typing import Protocol
 
+from .forks import process_id
+
 QUIET = 0.05
 """Seconds without a report from the writer after which the thread indexes."""
 BURST = 16_384
@@ -46,8 +48,8 @@ class BehindWriter:
     def poke(self, index: _Indexes, seq: int) -> None:
         """Tell the thread the log now ends at ``seq`` (starting it in this process first)."""
         self.seq = seq
-        if self._pid != os.getpid():  # none yet, or a forked child's first call
-            self._pid = os.getpid()
+        if self._pid != process_id():  # none yet, or a forked child's first call
+            self._pid = process_id()
             self.wake, self.stopping = threading.Event(), threading.Event()
             thread = threading.Thread(
                 target=_run, args=(weakref.ref(index), self, self.wake, self.stopping),
@@ -56,7 +58,8 @@ class BehindWriter:
             thread.name = "agent-saga-index"
             self.thread = thread
             thread.start()
-        self.wake.set()
+        if not self.wake.is_set():  # set until the thread starts indexing: one set per wake-up
+            self.wake.set()
 
     def stop(self) -> bool:
         """Stop this process's thread and wait for it (it finishes the chunk it is on); whether
@@ -80,7 +83,6 @@ def _run(
             if ref() is None:
                 return
             continue
-        wake.clear()
         seen = writer.seq
         while not stopping.wait(QUIET):  # the writer is busy: let it run (pokes are not waited on)
             index = ref()
@@ -88,6 +90,10 @@ def _run(
                 break
             seen = writer.seq
             del index
+        # Cleared only now: while it stays set a poke costs one read, not a Condition's
+        # notify. A poke after this line sets it again (its seq is stored before it looks), so
+        # what it reports is indexed now or on the next wake-up.
+        wake.clear()
         index = ref()
         if index is None or stopping.is_set():
             return

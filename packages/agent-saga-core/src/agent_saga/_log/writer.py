@@ -96,7 +96,10 @@ class SegmentWriter:
             self.check_usable()
             self.queue.append(ticket)
             lead = not self.leader_active
-            self.leader_active = True
+            if lead:
+                self.leader_active = True
+            else:
+                ticket.hold()
         if not lead:
             ticket.wait()
         if not ticket.done:
@@ -117,15 +120,22 @@ class SegmentWriter:
             try:
                 if not solo:
                     self.catch_up()
-                lines = [line for ticket in batch for line in self._seal(ticket)]
+                if len(batch) == 1:  # the usual round: one caller
+                    lines = self._seal(batch[0])
+                else:
+                    lines = [line for ticket in batch for line in self._seal(ticket)]
                 if lines:
-                    self.write_all(b"".join(lines))
+                    self.write_all(lines[0] if len(lines) == 1 else b"".join(lines))
             except BaseException:
                 self.end_round(solo, keep=False)
                 raise
             self.end_round(solo, keep=True)
             self.written = self.end
-            wants_sync = any(t.sync and t.error is None for t in batch)
+            wants_sync = (
+                any(t.sync and t.error is None for t in batch)
+                if len(batch) > 1
+                else (batch[0].sync and batch[0].error is None)
+            )
             if wants_sync and self.synced < self.written:
                 self._fsync()
             self._maybe_roll()
