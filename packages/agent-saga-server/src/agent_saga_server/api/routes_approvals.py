@@ -15,6 +15,7 @@ from ..store.approvals import ApprovalRefused, ApprovalRow
 from ..store.tokens import Caller, approver_subjects
 from .common import CONFLICT, NOT_FOUND, Limit, not_found, router
 from .context import ServerContext, context
+from .hub import ChangeHub
 from .models import ApprovalCreate, ApprovalList, ApprovalOut, ApproverList, VoteIn, VoteOut
 from .security import allow, own_origin
 
@@ -149,8 +150,17 @@ async def post_vote(
         )  # fmt: skip
     except ApprovalRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
+    return as_json(announce_vote(ctx.hub, row))
+
+
+def announce_vote(hub: ChangeHub, row: ApprovalRow) -> ApprovalOut:
+    """Wake this process's long-polls on approvals at once after a vote was committed (from
+    any thread; every path that votes calls it: the API, the dashboard's forms and its passkey
+    votes). A decision is handed to them with it, so the waiting agent's long-poll answers
+    without reading it back. Other replicas learn of it by the vote's ``NOTIFY``. Returns the
+    request as the API answers it."""
     answer = approval_out(row)
     if row.status != "pending":
-        ctx.hub.settle(request_id, answer)
-    ctx.hub.poke(rereads="approvals")
-    return as_json(answer)
+        hub.settle(row.id, answer)
+    hub.poke(rereads="approvals")
+    return answer
