@@ -98,7 +98,8 @@ def slow_looking_plane(tmp_path: Path) -> Iterator[tuple[str, Database]]:
     thread.start()
     deadline = time.monotonic() + 30
     while not served.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        assert thread.is_alive(), "uvicorn stopped"
         time.sleep(0.01)
     port = served.servers[0].sockets[0].getsockname()[1]
     try:
@@ -133,7 +134,8 @@ def test_a_vote_from_the_dashboard_wakes_the_waiting_agent_at_once(
             assert signed_in.status_code == 200
             queue = browser.get("/ui/approvals").text
             csrf = re.search(r'name="csrf" value="([^"]+)"', queue)
-            assert csrf is not None and body["id"] in queue
+            assert csrf is not None
+            assert body["id"] in queue
             time.sleep(0.3)  # the agent's read is waiting on the server
             form = {"csrf": csrf.group(1), "decision": "approve", "note": "ok"}
             voted = browser.post(f"/ui/approvals/{body['id']}", data=form)
@@ -158,7 +160,9 @@ def test_a_request_the_server_lost_is_posted_again_and_decided(
     other, _ = tokens.issue(db, "agent", "wakeups-g", origin="wakeups-g")
     approver, _ = tokens.issue(db, "approver", "gus")
     kit = AgentKit(home=tmp_path / "agent", server=url, token=agent)
-    kit.runtime.approvals.expires_after = 20.0  # a failure ends, refused, within seconds
+    approvals = kit.runtime.approvals
+    assert isinstance(approvals, ServerApprovals)
+    approvals.expires_after = 20.0  # a failure ends, refused, within seconds
     wired: list[int] = []
 
     @kit.tool(name="bank.wire", semantics=IRREVERSIBLE)

@@ -5,12 +5,14 @@ bound to the action's digest and logged durably by the core, and the core's wait
 votes it finds in the local log (allowed approver, once each, quorum, expiry, the digest
 re-checked after the decision). What changes is where the votes come from:
 
-* the request is posted to the server (``POST /v1/approvals``) by a background thread, and
-  posted again if the server later answers that it does not know it (the server commits a
-  request without waiting for its disk; a host crash can lose it until the first vote);
-* the thread then long-polls the request (``GET /v1/approvals/{id}?wait=...``); when the server
-  has decided it (approvers vote there, each as the subject of their own token, and the server
-  decides each request once), the thread writes the server's votes into the local log with
+* the request is posted to the server (``POST /v1/approvals?wait=...``) by a background
+  thread, and posted again if the server later answers that it does not know it (the server
+  commits a request without waiting for its disk; a host crash can lose it until the first
+  vote);
+* the post's answer waits for the decision, and while none comes the thread long-polls the
+  request (``GET /v1/approvals/{id}?wait=...``); when the server has decided it (approvers
+  vote there, each as the subject of their own token, and the server decides each request
+  once), the thread writes the server's votes into the local log with
   :func:`agent_saga.submit_vote` and wakes the waiting step, which finds them there at once.
   The votes are written without a sync of their own: they are durable on the server, and the
   step's ``approval.decided`` record, appended durably before the step acts, makes them durable
@@ -73,40 +75,46 @@ class ServerChannel:
             "approvers": list(request.approvers), "quorum": request.quorum,
             "expires_at": request.expires_at,
         }  # fmt: skip
-        if not self._retry(lambda: self.client.post("/v1/approvals", body), request):
-            return
-        while time.time() < request.expires_at and not self.closed.is_set():
+
+        def post() -> Any:  # the answer waits for the decision, as the long-poll does
+            wait = max(0.0, min(5.0, request.expires_at - time.time()))
+            return self.client.post("/v1/approvals", body, params={"wait": wait})
+
+        row = self._retry(post, request)
+        while row is not None and row["status"] == "pending":
+            if time.time() >= request.expires_at or self.closed.is_set():
+                return
             wait = max(0.0, min(5.0, request.expires_at - time.time()))
             try:
                 row = self.client.get(f"/v1/approvals/{request.id}", params={"wait": wait})
             except ServerRefused as exc:
                 self._note(f"{request.id}: {exc}")
                 if exc.status == 404:  # lost by a host crash before it was flushed: again
-                    if not self._retry(lambda: self.client.post("/v1/approvals", body), request):
-                        return
+                    row = self._retry(post, request)
                     continue
                 self.closed.wait(0.5)
-                continue
             except ServerUnreachable as exc:
                 self._note(f"{request.id}: {exc}")
                 self.closed.wait(0.5)
-                continue
-            if row["status"] != "pending":
-                self._deliver(request, row)
-                return
+        if row is not None:
+            self._deliver(request, row)
 
-    def _retry(self, call: Any, request: ApprovalRequest) -> bool:
+    def _retry(self, call: Any, request: ApprovalRequest) -> dict[str, Any] | None:
+        """``call()``'s answer, retried while the server is unreachable or does not know the
+        request (lost, see the module docstring); ``None`` when it is refused otherwise, or the
+        request expires or the kit closes first."""
         while time.time() < request.expires_at and not self.closed.is_set():
             try:
-                call()
-                return True
+                answer: dict[str, Any] = call()
+                return answer
             except ServerUnreachable as exc:
                 self._note(f"{request.id}: {exc}")
                 self.closed.wait(0.5)
             except ServerRefused as exc:
                 self._note(f"{request.id}: refused by the server: {exc}")
-                return False
-        return False
+                if exc.status != 404:  # 404: the request was lost while the answer waited
+                    return None
+        return None
 
     def _deliver(self, request: ApprovalRequest, row: dict[str, Any]) -> None:
         store = self.store

@@ -236,10 +236,11 @@ def vote(
             "VALUES (?, ?, ?, ?, ?, ?)",
             (request_id, approver, decision, note, now, token_id),
         )
-        if passkey is not None:
+        proof = None if passkey is None else json.dumps(passkey, sort_keys=True)
+        if proof is not None:
             tx.execute(
                 "INSERT INTO approval_vote_proofs (request, approver, passkey) VALUES (?, ?, ?)",
-                (request_id, approver, json.dumps(passkey, sort_keys=True)),
+                (request_id, approver, proof),
             )
         approvals = 1 + sum(1 for v in row.votes if v.decision == "approve")
         status = None
@@ -253,8 +254,9 @@ def vote(
                 (status, now, request_id),
             )
         bump(tx, "approvals")
-    # the row as this transaction left it (no second read under the lock)
-    cast = VoteRow(approver, decision, note, now)
+    # the row as this transaction left it (no second read under the lock), the proof as a
+    # read gives it back
+    cast = VoteRow(approver, decision, note, now, None if proof is None else json.loads(proof))
     if status is None:
         return replace(row, votes=[*row.votes, cast])
     return replace(row, votes=[*row.votes, cast], status=status, decided_at=now)
