@@ -83,8 +83,14 @@ class ChangeHub:
 
     def settle(self, key: str, answer: Any, keep: float = 1.0) -> None:
         """Hand the final ``answer`` for ``key`` (a decided approval, which never changes
-        again but for its ``outcome``) to the waiters the change just woke, so they answer
-        without reading it back; kept ``keep`` seconds. Call on the event loop."""
+        again but for its ``outcome``) to the waiters the next wake-up wakes, so they answer
+        without reading it back; kept ``keep`` seconds. Thread-safe; call it before
+        :meth:`poke` (the two run on the event loop in the order they were called)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._keep, key, answer, keep)
+
+    def _keep(self, key: str, answer: Any, keep: float) -> None:
         self._settled[key] = answer
         asyncio.get_running_loop().call_later(keep, self._settled.pop, key, None)
 

@@ -15,6 +15,7 @@ from ..store.approvals import ApprovalRefused, ApprovalRow
 from ..store.tokens import Caller, approver_subjects
 from .common import CONFLICT, NOT_FOUND, Limit, not_found, router
 from .context import ServerContext, context
+from .hub import ChangeHub
 from .models import ApprovalCreate, ApprovalList, ApprovalOut, ApproverList, VoteIn, VoteOut
 from .security import allow, own_origin
 
@@ -57,9 +58,13 @@ async def create_approval(
     body: ApprovalCreate,
     caller: Annotated[Caller, Depends(allow("agent"))],
     ctx: Annotated[ServerContext, Depends(context)],
+    wait: Wait = 0,
 ) -> Response:
-    """An agent asks for a decision on one step of one of its sagas (idempotent by id)."""
+    """An agent asks for a decision on one step of one of its sagas (idempotent by id).
+    With ``wait``, the answer waits as ``GET /v1/approvals/{id}?wait=`` does: the request
+    once decided (or expired), or after that many seconds as it then stands (pending)."""
     assert caller.origin is not None
+    event = ctx.hub.event("approvals")  # before the request exists: no vote can be missed
     try:
         row, _ = await anyio.to_thread.run_sync(
             store.create, ctx.db, caller.origin, body.model_dump()
@@ -67,7 +72,8 @@ async def create_approval(
     except ApprovalRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
     ctx.hub.poke(rereads="approvals")
-    return as_json(approval_out(row), 201)
+    found = await _once_decided(ctx, caller, row.id, wait, row, event) if wait > 0 else row
+    return as_json(found if isinstance(found, ApprovalOut) else approval_out(found), 201)
 
 
 @api.get("/approvals", response_model=ApprovalList)
@@ -111,23 +117,39 @@ async def get_approval(
 ) -> Response:
     """One request with its votes. With ``wait``, a pending request is answered once it is
     decided (or expires), or after that many seconds: how a waiting agent learns the decision."""
+    found = await _once_decided(ctx, caller, request_id, wait, None, ctx.hub.event("approvals"))
+    return as_json(found if isinstance(found, ApprovalOut) else approval_out(found))
+
+
+async def _once_decided(
+    ctx: ServerContext,
+    caller: Caller,
+    request_id: str,
+    wait: float,
+    row: ApprovalRow | None,
+    event: asyncio.Event,
+) -> ApprovalRow | ApprovalOut:
+    """The request once it is decided or expired, or as it stands after ``wait`` seconds.
+    ``row``: the request as read (or written) after ``event`` was taken (``None``: read it)."""
     deadline = time.monotonic() + min(wait, ctx.settings.max_wait)
     while True:
-        event = ctx.hub.event("approvals")
-        row = await anyio.to_thread.run_sync(store.get, ctx.db, request_id)
         if row is None:
-            raise not_found(f"approval request {request_id}")
-        own_origin(caller, row.origin)
+            row = await anyio.to_thread.run_sync(store.get, ctx.db, request_id)
+            if row is None:
+                raise not_found(f"approval request {request_id}")
+            own_origin(caller, row.origin)
         left = min(deadline - time.monotonic(), row.expires_at - time.time())
         if row.status != "pending" or left <= 0:
-            return as_json(approval_out(row))
+            return row
         try:
             await asyncio.wait_for(event.wait(), left)
         except TimeoutError:
-            continue
-        decided = ctx.hub.settled(request_id)  # decided through this process: no read back
-        if decided is not None:
-            return as_json(decided)
+            pass
+        else:
+            decided = ctx.hub.settled(request_id)  # decided through this process: no read back
+            if isinstance(decided, ApprovalOut):
+                return decided
+        event, row = ctx.hub.event("approvals"), None
 
 
 @api.post(
@@ -149,8 +171,17 @@ async def post_vote(
         )  # fmt: skip
     except ApprovalRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
+    return as_json(announce_vote(ctx.hub, row))
+
+
+def announce_vote(hub: ChangeHub, row: ApprovalRow) -> ApprovalOut:
+    """Wake this process's long-polls on approvals at once after a vote was committed (from
+    any thread; every path that votes calls it: the API, the dashboard's forms and its passkey
+    votes). A decision is handed to them with it, so the waiting agent's long-poll answers
+    without reading it back. Other replicas learn of it by the vote's ``NOTIFY``. Returns the
+    request as the API answers it."""
     answer = approval_out(row)
     if row.status != "pending":
-        ctx.hub.settle(request_id, answer)
-    ctx.hub.poke(rereads="approvals")
-    return as_json(answer)
+        hub.settle(row.id, answer)
+    hub.poke(rereads="approvals")
+    return answer

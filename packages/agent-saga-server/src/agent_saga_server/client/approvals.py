@@ -5,10 +5,14 @@ bound to the action's digest and logged durably by the core, and the core's wait
 votes it finds in the local log (allowed approver, once each, quorum, expiry, the digest
 re-checked after the decision). What changes is where the votes come from:
 
-* the request is posted to the server (``POST /v1/approvals``) by a background thread;
-* the thread then long-polls the request (``GET /v1/approvals/{id}?wait=...``); when the server
-  has decided it (approvers vote there, each as the subject of their own token, and the server
-  decides each request once), the thread writes the server's votes into the local log with
+* the request is posted to the server (``POST /v1/approvals?wait=...``) by a background
+  thread, and posted again if the server later answers that it does not know it (the server
+  commits a request without waiting for its disk; a host crash can lose it until the first
+  vote);
+* the post's answer waits for the decision, and while none comes the thread long-polls the
+  request (``GET /v1/approvals/{id}?wait=...``); when the server has decided it (approvers
+  vote there, each as the subject of their own token, and the server decides each request
+  once), the thread writes the server's votes into the local log with
   :func:`agent_saga.submit_vote` and wakes the waiting step, which finds them there at once.
   The votes are written without a sync of their own: they are durable on the server, and the
   step's ``approval.decided`` record, appended durably before the step acts, makes them durable
@@ -18,8 +22,12 @@ re-checked after the decision). What changes is where the votes come from:
   WebAuthn assertion, which the core checks again before it counts (``require_passkey``).
 
 Who may approve: the approvers given, else every subject that holds a valid approver token on
-the server when the request is made (``GET /v1/approvers``); when that cannot be read the
-request has no approver and the core refuses the call (fail closed).
+the server when the request is made (``GET /v1/approvers``), as the server listed them at most
+``approvers_fresh`` seconds before (5 s by default; 0 asks before every request): an approver
+token made within that time may not vote on the requests of that time (the server refuses the
+vote, 403), and one revoked within it cannot vote at all (the server checks the token). When
+the list cannot be read the request has no approver and the core refuses the call (fail
+closed).
 """
 
 from __future__ import annotations
@@ -67,32 +75,46 @@ class ServerChannel:
             "approvers": list(request.approvers), "quorum": request.quorum,
             "expires_at": request.expires_at,
         }  # fmt: skip
-        if not self._retry(lambda: self.client.post("/v1/approvals", body), request):
-            return
-        while time.time() < request.expires_at and not self.closed.is_set():
+
+        def post() -> Any:  # the answer waits for the decision, as the long-poll does
+            wait = max(0.0, min(5.0, request.expires_at - time.time()))
+            return self.client.post("/v1/approvals", body, params={"wait": wait})
+
+        row = self._retry(post, request)
+        while row is not None and row["status"] == "pending":
+            if time.time() >= request.expires_at or self.closed.is_set():
+                return
             wait = max(0.0, min(5.0, request.expires_at - time.time()))
             try:
                 row = self.client.get(f"/v1/approvals/{request.id}", params={"wait": wait})
-            except (ServerUnreachable, ServerRefused) as exc:
+            except ServerRefused as exc:
+                self._note(f"{request.id}: {exc}")
+                if exc.status == 404:  # lost by a host crash before it was flushed: again
+                    row = self._retry(post, request)
+                    continue
+                self.closed.wait(0.5)
+            except ServerUnreachable as exc:
                 self._note(f"{request.id}: {exc}")
                 self.closed.wait(0.5)
-                continue
-            if row["status"] != "pending":
-                self._deliver(request, row)
-                return
+        if row is not None:
+            self._deliver(request, row)
 
-    def _retry(self, call: Any, request: ApprovalRequest) -> bool:
+    def _retry(self, call: Any, request: ApprovalRequest) -> dict[str, Any] | None:
+        """``call()``'s answer, retried while the server is unreachable or does not know the
+        request (lost, see the module docstring); ``None`` when it is refused otherwise, or the
+        request expires or the kit closes first."""
         while time.time() < request.expires_at and not self.closed.is_set():
             try:
-                call()
-                return True
+                answer: dict[str, Any] = call()
+                return answer
             except ServerUnreachable as exc:
                 self._note(f"{request.id}: {exc}")
                 self.closed.wait(0.5)
             except ServerRefused as exc:
                 self._note(f"{request.id}: refused by the server: {exc}")
-                return False
-        return False
+                if exc.status != 404:  # 404: the request was lost while the answer waited
+                    return None
+        return None
 
     def _deliver(self, request: ApprovalRequest, row: dict[str, Any]) -> None:
         store = self.store
@@ -137,7 +159,9 @@ class ServerApprovals(Approvals):
     The decision reaches the channel's thread as soon as the server has it (a long-poll the
     server answers when the request changes), and the thread wakes the waiting step once it has
     written the votes to the local log; ``poll`` is how often the step also looks at the log
-    for votes written there otherwise (``agent-saga approve`` on this host).
+    for votes written there otherwise (``agent-saga approve`` on this host);
+    ``approvers_fresh`` how long the server's list of approvers is reused when ``approvers`` is
+    empty (see the module docstring).
     """
 
     def __init__(
@@ -148,6 +172,7 @@ class ServerApprovals(Approvals):
         expires_after: float = 600.0,
         poll: float = 0.05,
         require_passkey: bool = False,
+        approvers_fresh: float = 5.0,
     ) -> None:
         self.channel = ServerChannel(client)
         self.client = client
@@ -156,25 +181,41 @@ class ServerApprovals(Approvals):
             require_passkey=require_passkey,
         )  # fmt: skip
         self._fixed = bool(self.approvers)
+        self.approvers_fresh = approvers_fresh
+        self._listed: tuple[float, tuple[str, ...]] | None = None
+        """When the server's approvers were last read (``time.monotonic()``), and who."""
 
     def pause(self, request: ApprovalRequest, clock: Any, seconds: float) -> None:
         self.channel.wait_for(request.id, seconds)
 
     def approve_step(self, step: Any) -> tuple[str, str] | None:
         if not self._fixed:
-            try:
-                found = self.client.get("/v1/approvers")["approvers"]
-                self.approvers = tuple(str(a) for a in found)
-            except (ServerUnreachable, ServerRefused) as exc:
-                self.channel._note(f"approvers unknown: {exc}")
-                self.approvers = ()
+            self.approvers = self._server_approvers()
         return super().approve_step(step)
+
+    def _server_approvers(self) -> tuple[str, ...]:
+        """The server's approvers, read at most ``approvers_fresh`` seconds ago; none when
+        they cannot be read (and the next request asks again)."""
+        listed, now = self._listed, time.monotonic()
+        if listed is not None and now - listed[0] < self.approvers_fresh:
+            return listed[1]
+        try:
+            found = tuple(str(a) for a in self.client.get("/v1/approvers")["approvers"])
+        except (ServerUnreachable, ServerRefused) as exc:
+            self.channel._note(f"approvers unknown: {exc}")
+            self._listed = None
+            return ()
+        self._listed = (now, found)
+        return found
 
     def describe(self) -> dict[str, Any]:
         described = dict(super().describe())
         described["via"] = f"control plane {self.client.url}"
         if not self._fixed:
-            described["approvers"] = "every approver token of the server, asked per request"
+            described["approvers"] = (
+                "every approver token of the server, as listed at most "
+                f"{self.approvers_fresh:g} s before the request"
+            )
         return described
 
 

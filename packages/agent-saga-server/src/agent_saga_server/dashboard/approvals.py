@@ -4,7 +4,8 @@ its action digest, requester and expiry; approve or deny with a note.
 
 The approver is the session's subject, never a form field. A vote goes through the same store
 function as the API's votes (:func:`agent_saga_server.store.approvals.vote`): quorum, expiry,
-the allowed approvers and single use are checked there, in one transaction. Under
+the allowed approvers and single use are checked there, in one transaction; and like them it
+wakes the waiting agent's long-poll at once (:func:`..api.routes_approvals.announce_vote`). Under
 ``agent-saga ui`` the queue also lists the home's own requests, and a vote on one goes to the
 home's log (:mod:`.home`), where the kit waiting on it reads votes.
 """
@@ -15,9 +16,11 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Form, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, Form, HTTPException, Path, Query
 from fastapi.responses import Response
 
+from ..api.context import ServerContext, context
+from ..api.routes_approvals import announce_vote
 from ..store import approvals as approval_store
 from .home import pending as home_pending
 from .passkeys import credentials
@@ -60,6 +63,7 @@ def approvals_page(
 def decide(
     viewer: FormViewer,
     config: Config,
+    ctx: Annotated[ServerContext, Depends(context)],
     request_id: RequestId,
     decision: Annotated[Literal["approve", "deny"], Form()],
     note: Annotated[str, Form(max_length=2000)] = "",
@@ -78,6 +82,7 @@ def decide(
         return _queue(
             config, viewer, refused.status, problem=str(refused), decided="", decided_status=""
         )
+    announce_vote(ctx.hub, row)  # the waiting agent's long-poll answers now
     return redirect(f"/approvals?decided={row.id}&status={row.status}")
 
 

@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal, cast
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse, Response
 
+from ..api.context import ServerContext, context
+from ..api.routes_approvals import announce_vote
 from ..api.strict import BadJSON, strict_json
 from ..store import approvals as approval_store
 from ..store.control import audit
@@ -193,7 +195,11 @@ async def approval_options(
 
 @pages.post("/approvals/{request_id}/passkey")
 async def approval_with_passkey(
-    request: Request, viewer: ScriptViewer, config: Config, request_id: RequestId
+    request: Request,
+    viewer: ScriptViewer,
+    config: Config,
+    ctx: Annotated[ServerContext, Depends(context)],
+    request_id: RequestId,
 ) -> Response:
     """Verify the assertion against the request as held now, then cast the vote it signed."""
     body = await _body(request)
@@ -212,6 +218,7 @@ async def approval_with_passkey(
         return _answer({"detail": str(exc)}, 403)
     except approval_store.ApprovalRefused as exc:
         return _answer({"detail": str(exc)}, exc.status)
+    announce_vote(ctx.hub, voted)  # the waiting agent's long-poll answers now
     next_page = f"{PREFIX}/approvals?decided={voted.id}&status={voted.status}"
     return _answer({"status": voted.status, "next": next_page})
 

@@ -8,6 +8,13 @@ cast the vote, never a name from the request body. Each vote runs in one transac
 request's row locked, so two replicas taking two votes at once see each other, and a decided
 request takes no more votes.
 
+A request is committed without waiting for the disk (``flush=False``, see :mod:`.db`): it is
+on the path of every approval, and what makes it durable comes next anyway: a vote on it is a
+flushed commit, which flushes the request committed before it. Until then a host crash can
+lose it; the agent, which keeps its request in its own durable log, posts it again when the
+server answers that it does not know it (creation is idempotent by id). A request is never
+decided unless the vote that decides it is durable.
+
 The waiting agent reads the decision and the votes (``GET .../approvals/{id}``), writes them to
 its own log and decides there too; the ``approval.decided`` record it ships back is kept as the
 request's ``outcome``.
@@ -97,6 +104,8 @@ def create(db: Database, origin: str, request: dict[str, Any]) -> tuple[Approval
     """Store a request from ``origin``'s agent; ``(row, created)``.
 
     Idempotent by id: the same request again returns the stored one (``created`` false).
+    Committed without waiting for the disk (see the module docstring): visible at once, durable
+    against a host crash with the next flushed commit.
 
     Raises:
         ApprovalRefused: 409 when the id is taken by another request.
@@ -104,7 +113,7 @@ def create(db: Database, origin: str, request: dict[str, Any]) -> tuple[Approval
     now = time.time()
     args_text = json.dumps(request["args"], sort_keys=True, separators=(",", ":"))
     approvers_text = json.dumps(request["approvers"])
-    with db.transaction() as tx:
+    with db.transaction(flush=False) as tx:
         existing = tx.one(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request["id"],))
         if existing is not None:
             row = _row(tx, existing, now)
@@ -227,10 +236,11 @@ def vote(
             "VALUES (?, ?, ?, ?, ?, ?)",
             (request_id, approver, decision, note, now, token_id),
         )
-        if passkey is not None:
+        proof = None if passkey is None else json.dumps(passkey, sort_keys=True)
+        if proof is not None:
             tx.execute(
                 "INSERT INTO approval_vote_proofs (request, approver, passkey) VALUES (?, ?, ?)",
-                (request_id, approver, json.dumps(passkey, sort_keys=True)),
+                (request_id, approver, proof),
             )
         approvals = 1 + sum(1 for v in row.votes if v.decision == "approve")
         status = None
@@ -244,8 +254,9 @@ def vote(
                 (status, now, request_id),
             )
         bump(tx, "approvals")
-    # the row as this transaction left it (no second read under the lock)
-    cast = VoteRow(approver, decision, note, now)
+    # the row as this transaction left it (no second read under the lock), the proof as a
+    # read gives it back
+    cast = VoteRow(approver, decision, note, now, None if proof is None else json.loads(proof))
     if status is None:
         return replace(row, votes=[*row.votes, cast])
     return replace(row, votes=[*row.votes, cast], status=status, decided_at=now)

@@ -16,7 +16,12 @@ Transactions:
 
 When :meth:`Database.transaction` returns normally, the transaction is committed (durably:
 ``synchronous=FULL`` / PostgreSQL's default ``synchronous_commit``); when it raises, nothing of
-it was applied.
+it was applied. With ``flush=False`` the commit does not wait for the disk: it is visible and
+survives the server process's crash at once, and it is durable against the host's crash once
+any later flushed commit to the database has returned (both write-ahead logs are sequential,
+and flushing one commit flushes everything committed before it) or SQLite's next checkpoint /
+PostgreSQL's WAL writer (within a second) has run. Only for writes a client repeats
+idempotently when they are lost (an approval request: see :mod:`.approvals`).
 """
 
 from __future__ import annotations
@@ -66,9 +71,10 @@ class Database(Protocol):
     kind: str
     where: str
 
-    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Any:
+    def transaction(self, *, write: bool = True, wait: float = 30.0, flush: bool = True) -> Any:
         """A transaction (see the module docstring); ``wait`` is the longest to wait for a
-        connection before :class:`DatabaseUnavailable`."""
+        connection before :class:`DatabaseUnavailable`; ``flush=False``: a commit that does not
+        wait for the disk (see the module docstring)."""
         ...
 
     def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
@@ -133,29 +139,37 @@ class SqliteDatabase:
         return conn
 
     @contextmanager
-    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Iterator[Tx]:
+    def transaction(
+        self, *, write: bool = True, wait: float = 30.0, flush: bool = True
+    ) -> Iterator[Tx]:
         if not write:
             with self._open(write=False) as tx:
                 yield tx
             return
         # writers of this process queue here, woken as soon as the one before commits;
         # SQLite's own busy handler would make them sleep and retry (1 ms to 100 ms at a time)
-        with self._writer, self._open(write=True) as tx:
+        with self._writer, self._open(write=True, flush=flush) as tx:
             yield tx
 
     @contextmanager
-    def _open(self, *, write: bool) -> Iterator[Tx]:
+    def _open(self, *, write: bool, flush: bool = True) -> Iterator[Tx]:
         conn = self._connection()
+        if not flush:  # WAL mode: NORMAL syncs the log at checkpoints only (per connection)
+            conn.execute("PRAGMA synchronous=NORMAL")
         try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        except sqlite3.Error as exc:
-            raise DatabaseUnavailable(f"{self.where}: {exc}") from exc
-        try:
-            yield _SqliteTx(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            try:
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            except sqlite3.Error as exc:
+                raise DatabaseUnavailable(f"{self.where}: {exc}") from exc
+            try:
+                yield _SqliteTx(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            if not flush:
+                conn.execute("PRAGMA synchronous=FULL")
 
     def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
         """Nothing to listen to (see :meth:`_SqliteTx.notify`)."""
@@ -246,9 +260,13 @@ class PostgresDatabase:
                 tx.execute(statement)
 
     @contextmanager
-    def transaction(self, *, write: bool = True, wait: float = 30.0) -> Iterator[Tx]:
+    def transaction(
+        self, *, write: bool = True, wait: float = 30.0, flush: bool = True
+    ) -> Iterator[Tx]:
         try:
             with self._pool.connection(timeout=wait) as conn, conn.transaction():
+                if not flush:  # this transaction only
+                    conn.execute("SET LOCAL synchronous_commit TO off")
                 yield _PgTx(conn, self.channel)
         except self._psycopg.OperationalError as exc:  # includes the pool's timeout
             raise DatabaseUnavailable(f"{self.where}: {_one_line(exc)}") from exc

@@ -12,6 +12,13 @@ A batch is all or nothing. Inside one transaction, with the origin's row locked:
 
 A rejected batch changes nothing, and the refused records are kept in ``conflicts`` as
 evidence (in a transaction of their own), with why.
+
+The chain check, most of a batch's cost (about 25 us a record), runs before the writing
+transaction, against the origin's tail as a read saw it, so the database's write lock (every
+writer of a SQLite database, an approval's vote too) is not held meanwhile. Inside the
+transaction the locked tail must still be the one checked against; when another batch of the
+origin moved it meanwhile, the batch is checked again there. What is stored is therefore
+always checked against the tail it continues.
 """
 
 from __future__ import annotations
@@ -108,8 +115,9 @@ def ingest(db: Database, origin: str, batch: Sequence[dict[str, Any]], token: st
             that is not a valid record. Nothing of the batch is stored then.
     """
     try:
+        checked = _check_ahead(db, origin, batch)
         with db.transaction() as tx:
-            return _ingest(tx, origin, batch)
+            return _ingest(tx, origin, batch, checked)
     except IngestRefused as refused:
         body = {"records": list(batch), "expected_seq": refused.expected_seq}
         keep_evidence(db, origin, _first_seq(batch), "records", str(refused), body, token)
@@ -121,7 +129,34 @@ def _first_seq(batch: Sequence[dict[str, Any]]) -> int | None:
     return seq if type(seq) is int else None
 
 
-def _ingest(tx: Tx, origin: str, batch: Sequence[dict[str, Any]]) -> IngestResult:
+@dataclass(frozen=True)
+class _Checked:
+    """The new records of a batch, checked against the tail ``(last_seq, last_hash)``."""
+
+    last_seq: int
+    last_hash: str
+    fresh: list[tuple[Record, bytes]]
+
+
+def _check_ahead(db: Database, origin: str, batch: Sequence[dict[str, Any]]) -> _Checked | None:
+    """The batch's records after the origin's tail as a read sees it now, checked; ``None``
+    when that is not simply so (a bad batch, records already stored, another tail): the
+    writing transaction then decides, and says why, as it always did."""
+    with db.transaction(write=False) as tx:
+        state = origin_state(tx, origin)
+    first = batch[0].get("seq") if batch else None
+    if type(first) is not int or first != state.last_seq + 1:
+        return None
+    try:
+        fresh = check_records(batch, seq=first, prev=state.last_hash)
+    except ChainError:
+        return None
+    return _Checked(state.last_seq, state.last_hash, fresh)
+
+
+def _ingest(
+    tx: Tx, origin: str, batch: Sequence[dict[str, Any]], checked: _Checked | None = None
+) -> IngestResult:
     ensure_origin(tx, origin)
     state = origin_state(tx, origin, lock=True)
     seqs = [obj.get("seq") for obj in batch]
@@ -138,11 +173,15 @@ def _ingest(tx: Tx, origin: str, batch: Sequence[dict[str, Any]]) -> IngestResul
         )
     known = [obj for obj in batch if obj["seq"] <= state.last_seq]
     _check_duplicates(tx, origin, known)
-    try:
-        fresh = check_records(batch[len(known) :], seq=state.last_seq + 1, prev=state.last_hash)
-    except ChainError as exc:
-        status = 409 if "prev does not match" in str(exc) else 422
-        raise IngestRefused(status, str(exc), expected_seq=state.last_seq + 1) from None
+    tail = (state.last_seq, state.last_hash)
+    if checked is not None and (checked.last_seq, checked.last_hash) == tail:
+        fresh = checked.fresh  # checked before the lock, against this same tail
+    else:
+        try:
+            fresh = check_records(batch[len(known) :], seq=tail[0] + 1, prev=tail[1])
+        except ChainError as exc:
+            status = 409 if "prev does not match" in str(exc) else 422
+            raise IngestRefused(status, str(exc), expected_seq=tail[0] + 1) from None
     if fresh:
         _store(tx, origin, fresh)
     last = fresh[-1][0] if fresh else None
