@@ -11,10 +11,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_saga import IRREVERSIBLE, AgentKit, MemoryLogStore, SequentialIds
+from agent_saga import (
+    IRREVERSIBLE,
+    REVERSIBLE,
+    AgentKit,
+    FileLogStore,
+    MemoryLogStore,
+    SequentialIds,
+)
 from agent_saga._approvals.request import ApprovalBook, ApprovalRequest
 from agent_saga._approvals.votes import submit_vote
 from agent_saga._approvals.wait import Approvals
+from agent_saga._log.records import Record
 
 
 def pending_request(kit: AgentKit, timeout: float = 10.0) -> ApprovalRequest:
@@ -112,3 +120,61 @@ def test_a_child_forked_while_a_vote_was_being_written_can_vote() -> None:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     raise AssertionError("the forked child never got to write its vote")
+
+
+def test_the_waiting_engine_reads_only_the_records_after_its_request(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its votes are read from the log's new records; the keys registered before the request
+    come from the process's shared book (which read the log once, for the process's first
+    vote), so a long log is not read again per approval."""
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+
+        @kit.tool(name="notes.add", semantics=REVERSIBLE)
+        def add(n: int) -> int:
+            return n
+
+        for n in range(40):
+            with kit.transaction("warm"):
+                add(n)
+        before = sum(1 for _ in kit.store.records())
+        assert not submit_vote(kit.store, "apr-none", "alice", "approve", channel="t").accepted
+        follows: list[int] = []
+        assert isinstance(kit.store, FileLogStore)
+        follow = kit.store.follow
+
+        def followed(start: int, seq: int, prev: str) -> Iterator[tuple[int, Record]]:
+            follows.append(seq)
+            return follow(start, seq, prev)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(kit.store, "follow", followed)
+            thread, ran = waiting_wire(kit)
+            request = pending_request(kit)
+            deadline = time.monotonic() + 10
+            while len(follows) < 2 and time.monotonic() < deadline:  # the wait has begun
+                time.sleep(0.005)
+            assert submit_vote(kit.store, request.id, "alice", "approve", channel="t").accepted
+            thread.join(timeout=30)
+    assert ran == [900]
+    assert follows
+    assert min(follows) >= before, follows  # never from the log's first record
+
+
+def test_a_request_whose_vote_is_already_read_is_waited_for_from_the_first_record(
+    home: Path,
+) -> None:
+    """The shared book's keys may be newer than a vote it has read: such a wait reads the log
+    from its start, checking each vote with the keys registered before it."""
+    from agent_saga._approvals.votes import _BOOKS
+
+    approvals = Approvals(approvers=["alice"], poll=0.01)
+    with AgentKit(home=home, ids=SequentialIds(), approvals=approvals) as kit:
+        thread, ran = waiting_wire(kit)
+        request = pending_request(kit)
+        assert _BOOKS.seed(kit.store, request.id) is not None  # no vote yet
+        assert submit_vote(kit.store, request.id, "alice", "approve", channel="test").accepted
+        assert _BOOKS.seed(kit.store, request.id) is None
+        thread.join(timeout=30)
+    assert ran == [900]

@@ -94,6 +94,21 @@ class ApproverKeys:
     _nonces: set[str] = field(default_factory=set)
     _trusted: frozenset[bytes] | None = None
 
+    def copy(self) -> ApproverKeys:
+        """An independent copy (verifiers are immutable and shared): taking records into it
+        leaves these keys as they are."""
+        return ApproverKeys(
+            keys=dict(self.keys),
+            owners=dict(self.owners),
+            revoked=set(self.revoked),
+            refused=list(self.refused),
+            admins=self.admins,
+            log=self.log,
+            passkeys=self.passkeys.copy(),
+            _nonces=set(self._nonces),
+            _trusted=self._trusted,
+        )
+
     def add(self, approver: str, key_text: str) -> str | None:
         """Register without any check (for tests and tools that verified it themselves)."""
         try:

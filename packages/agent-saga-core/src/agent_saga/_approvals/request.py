@@ -197,6 +197,12 @@ class ApprovalBook:
         elif kind in (PASSKEY_REGISTERED, PASSKEY_REVOKED):
             self.keys.passkeys.take(record)
 
+    def for_one_request(self) -> ApprovalBook:
+        """A book that goes on from this one for a request made after everything it holds:
+        a copy of its keys and used vote nonces (what checking a later vote needs), none of its
+        requests, votes or decisions."""
+        return ApprovalBook(used_nonces=set(self.used_nonces), keys=self.keys.copy())
+
     def take_all(self, records: Iterable[Record]) -> ApprovalBook:
         for record in records:
             self.take(record)

@@ -73,6 +73,24 @@ class _Books:
         self._kept[store] = (follower, book)
         return book
 
+    def seed(self, store: LogStore, request_id: str) -> tuple[ApprovalBook, LogFollower] | None:
+        """A book and a follower for waiting on ``request_id`` without reading the log again
+        from its first record: the book holds the keys and vote nonces of every record up to
+        the shared book's point, the follower goes on after that point. ``None`` (read from the
+        start) when no shared book follows ``store`` from a known point (not a file store), or
+        when a vote for the request is already behind that point: each vote must be checked
+        with the keys registered before it, and the copy holds the keys of later records."""
+        with self.lock:
+            book = self.current(store)
+            kept = self._kept.get(store)
+            if kept is None or kept[1] is not book or request_id in book.votes:
+                return None
+            shared = kept[0]
+            follower = LogFollower(store)
+            if not follower.start_at(shared.seen, shared.last, shared.offset):
+                return None
+            return book.for_one_request(), follower
+
 
 _BOOKS = _Books()
 os.register_at_fork(after_in_child=_BOOKS.reset)

@@ -21,6 +21,7 @@ from .._log.records import Kind
 from .._log.store import LogStore
 from ..proofs._passkey import EXTRA_MISSING, PASSKEY_LIMIT, webauthn_available
 from .request import VOTE, ApprovalBook, ApprovalRequest, action_digest, check_vote
+from .votes import _BOOKS
 
 if TYPE_CHECKING:
     from .._clock import Clock
@@ -143,12 +144,12 @@ class Approvals:
         )
         step.log(Kind.APPROVAL_REQUESTED, request.to_data(), True)
         step.requested(decision.reason)
+        waiter = Waiter(self, step.store, clock, request)  # before anyone can vote on it
         for channel in self.channels:
             try:
                 channel.request_posted(request)
             except Exception as exc:  # a failing channel must not decide anything
                 step.log(Kind.APPROVAL_REFUSED, _channel_error(request, channel, exc), False)
-        waiter = Waiter(self, step.store, clock, request)
         outcome = waiter.wait(digest)
         if outcome == "approved":
             executed = action_digest(spec.name, spec.semantics_value, to_jsonable(step.args))
@@ -181,8 +182,10 @@ class Waiter:
         self.approvals = approvals
         self.clock = clock
         self.request = request
-        self.book = ApprovalBook()
-        self.follower = LogFollower(store)
+        seeded = _BOOKS.seed(store, request.id)
+        self.book, self.follower = seeded or (ApprovalBook(), LogFollower(store))
+        """Votes are read from the records after the request's (the process's shared book
+        brought the keys up to there), or from the log's first record on other stores."""
         self.counted: dict[str, str] = {}
         self.ignored: list[str] = []
         self.checked = 0

@@ -164,6 +164,10 @@ class PasskeyRegistry:
             if isinstance(credential, str) and credential in self.keys:
                 self.revoked.setdefault(credential, record.seq)
 
+    def copy(self) -> PasskeyRegistry:
+        """An independent copy: taking records into it leaves this registry as it is."""
+        return PasskeyRegistry(dict(self.keys), dict(self.revoked), list(self.refused))
+
     def find(self, credential: str) -> PasskeyKey | None:
         """The registered, unrevoked key of ``credential``."""
         key = self.keys.get(credential)
