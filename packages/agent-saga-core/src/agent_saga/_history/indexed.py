@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from .._log.indexsets import checked_unfinished
 from .._log.records import SagaStatus
 from .._log.sagaindex import IndexMismatch, SagaIndex
 from .build import build_history
@@ -117,7 +118,9 @@ def newest_views(
 
 def unfinished_views(index: SagaIndex) -> list[SagaView]:
     """Every saga with no ``saga.end`` (running or suspended), oldest first: what recovery
-    looks at, read in time proportional to those sagas.
+    looks at, read in time proportional to those sagas and to the records after the latest
+    signed statement of the unfinished sagas (:func:`.checked_unfinished`: an index that
+    leaves a whole unfinished saga out is not believed).
 
     Raises:
         IndexMismatch: the index does not describe the log (see :func:`with_rebuild`).
@@ -125,7 +128,7 @@ def unfinished_views(index: SagaIndex) -> list[SagaView]:
 
     def answer() -> list[SagaView]:
         views = []
-        for saga_id in index.unfinished():
+        for saga_id in checked_unfinished(index):
             view = saga_view(index, saga_id)
             if view is None or view.status not in _OPEN:
                 raise IndexMismatch(f"the index holds saga {saga_id} as unfinished; it is not")
