@@ -69,10 +69,10 @@ def unfinished_through(index: SagaIndex, statement: Statement | None, upto: int)
     unfinished: dict[str, None] = {}
     if statement is not None:
         claimed = unfinished_at(index, size)
-        if commitment(claimed) != (statement.count, statement.digest):
+        if commitment(claimed) != (statement.number, statement.digest):
             raise IndexMismatch(
                 f"the index's unfinished sagas after record {size} are not the "
-                f"{statement.count} the signed checkpoint states"
+                f"{statement.number} the signed checkpoint states"
             )
         unfinished = dict.fromkeys(claimed)
     start = anchor(index, size)

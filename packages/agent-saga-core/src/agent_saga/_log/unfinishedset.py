@@ -34,10 +34,10 @@ _LINE = re.compile(EXTENSION + r" (0|[1-9][0-9]{0,18}) ([0-9a-f]{64})")
 
 class Statement(NamedTuple):
     """What a signed checkpoint states of the unfinished sagas: after record ``size``,
-    ``count`` of them, whose ids have the digest ``digest`` (hex)."""
+    ``number`` of them, whose ids have the digest ``digest`` (hex)."""
 
     size: int
-    count: int
+    number: int
     digest: str
 
 
