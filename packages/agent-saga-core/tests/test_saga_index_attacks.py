@@ -12,7 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from agent_saga import Entry, FileLogStore, read_log
 from agent_saga._history.sagareads import own_records, unfinished_sagas
 from agent_saga._log.chain import Chain
