@@ -168,3 +168,23 @@ def test_a_checkpointer_resuming_after_a_prefix_counts_from_the_statement_or_the
         store.append([end("s-3", 1)], sync=True)
         signed = Checkpointer(tmp_path, store).checkpoint()
     assert signed.extensions == (extension_line(["s-1", "s-2"]),)
+
+
+def test_an_ended_saga_the_index_shows_unfinished_is_not_believed(tmp_path: Path) -> None:
+    """The index's rows of a committed saga's ``saga.end`` are deleted: recovery must not see
+    it as unfinished (it would compensate a committed saga)."""
+    with FileLogStore(tmp_path) as store:
+        store.append([begin("s-1"), begin("s-2"), end("s-1")], sync=True)
+        Checkpointer(tmp_path, store).checkpoint()
+        store.append([begin("s-3"), end("s-3")], sync=True)
+        assert store.saga_index is not None
+        store.saga_index.refresh()
+    with sqlite3.connect(tmp_path / INDEX_DIR / INDEX_NAME) as db:
+        for sid, seq in (("s-1", 3), ("s-3", 5)):
+            db.execute("DELETE FROM records WHERE seq = ?", (seq,))
+            db.execute(
+                "UPDATE sagas SET n = 1, last_seq = first_seq, end_status = NULL, ended = NULL "
+                "WHERE id = ?",
+                (sid,),
+            )
+    assert unfinished_ids(tmp_path) == ["s-2"]

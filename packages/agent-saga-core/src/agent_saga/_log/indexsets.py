@@ -96,9 +96,11 @@ def unfinished_through(index: SagaIndex, statement: Statement | None, upto: int)
     return list(unfinished)
 
 
-def checked_unfinished(index: SagaIndex) -> list[str]:
+def checked_unfinished(index: SagaIndex) -> tuple[list[str], set[str]]:
     """The index's unfinished sagas (:meth:`SagaIndex.unfinished`), once every saga the
-    statement and the log account for is among them (see the module docstring).
+    statement and the log account for is among them (see the module docstring), and those
+    they account for. A saga listed beyond those must show no ``saga.begin`` when read (a
+    saga of records that begin otherwise); the caller checks that as it reads each one.
 
     Raises:
         IndexMismatch: the index leaves out an unfinished saga, or does not hold the set the
@@ -110,7 +112,8 @@ def checked_unfinished(index: SagaIndex) -> list[str]:
     if statement is not None and statement.size > covered:
         statement = None  # the index does not reach it yet: the log is read from its start
     known = set(listed)
-    for saga_id in unfinished_through(index, statement, covered):
+    accounted = unfinished_through(index, statement, covered)
+    for saga_id in accounted:
         if saga_id not in known:
             raise IndexMismatch(f"the index leaves out the unfinished saga {saga_id}")
-    return listed
+    return listed, set(accounted)
