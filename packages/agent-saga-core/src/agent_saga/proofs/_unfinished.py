@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from .._errors import ConfigurationError, CorruptLogError
+from .._errors import CorruptLogError
 from .._log.indexpoint import IndexMismatch
 from .._log.indexsets import unfinished_through
 from .._log.sagaindex import SagaIndex
@@ -26,6 +26,8 @@ from .._log.store import LogStore
 from .._log.unfinishedset import Statement, extension_line, statement_of
 from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._logtree import LogTree
+from ._note import NoteError, NoteVerifier
+from ._notefiles import KEYS_DIR, PUBLIC_NAME
 
 __all__ = ["LatestStatement", "recount", "signed_head"]
 
@@ -46,12 +48,10 @@ class LatestStatement:
         seen = self._seen
         if seen is not None and seen[0] == note:
             return seen[1]
-        from ._signing import home_verifier  # loads cryptography: only once there is a note
-
-        try:
-            verifier = home_verifier(self.home)
-            checkpoint = None if verifier is None else open_checkpoint(note, [verifier])
-        except (ConfigurationError, CheckpointError):
+        try:  # the public key as ``home_verifier`` reads it, without what writing keys needs
+            text = (self.home / KEYS_DIR / PUBLIC_NAME).read_text(encoding="utf-8")
+            checkpoint = open_checkpoint(note, [NoteVerifier.parse(text)])
+        except (OSError, UnicodeDecodeError, NoteError, CheckpointError):
             checkpoint = None
         found = None if checkpoint is None else statement_of(checkpoint.size, checkpoint.extensions)
         self._seen = (note, found)
