@@ -19,7 +19,9 @@ Invariants:
   index gives, of the saga asked for), and a saga read through it must have the record count
   and last ``seq`` the index states, each at the place it states (:func:`.sagarows.check_places`:
   a row deleted mid-saga is caught); any mismatch raises :class:`IndexMismatch`, after which
-  callers rebuild the index and, failing that, read the log in full.
+  callers rebuild the index and, failing that, read the log in full. Its unfinished sagas are
+  believed only as far as a signed checkpoint's statement and the log after it agree with them
+  (:mod:`.indexsets`: a whole unfinished saga left out of the index is caught).
 * No fsync on a transaction's path. Commits use ``synchronous=NORMAL`` in WAL mode: after a
   power loss the index may lose its latest commits, never its consistency, and lagging is
   harmless because every use catches up from the log first. Checkpoints (which fsync) run only
