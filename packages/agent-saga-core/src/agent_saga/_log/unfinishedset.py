@@ -6,7 +6,7 @@ A checkpoint of ``size`` records may carry the extension line
 prefixed by its length (:func:`commitment`). The checkpointer computes it from the log, never
 from the saga index; a reader that takes its unfinished sagas from the index checks the
 index's set at ``size`` against it and reads what came after from the log, so an index edited
-to leave out a whole unfinished saga is caught (:mod:`.sagaindex`).
+to leave out a whole unfinished saga is caught (:mod:`.indexsets`).
 
 Invariants:
 
