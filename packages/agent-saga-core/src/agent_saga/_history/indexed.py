@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from .._log.records import SagaStatus
+from .._log.indexsets import checked_unfinished
+from .._log.records import Kind, SagaStatus
 from .._log.sagaindex import IndexMismatch, SagaIndex
 from .build import build_history
 from .lookup import resolve_saga_id
@@ -117,7 +118,10 @@ def newest_views(
 
 def unfinished_views(index: SagaIndex) -> list[SagaView]:
     """Every saga with no ``saga.end`` (running or suspended), oldest first: what recovery
-    looks at, read in time proportional to those sagas.
+    looks at, read in time proportional to those sagas and to the records after the latest
+    signed statement of the unfinished sagas (:func:`.checked_unfinished`: an index that
+    leaves a whole unfinished saga out is not believed, nor one that shows an ended saga as
+    unfinished by leaving out its ``saga.end``).
 
     Raises:
         IndexMismatch: the index does not describe the log (see :func:`with_rebuild`).
@@ -125,8 +129,14 @@ def unfinished_views(index: SagaIndex) -> list[SagaView]:
 
     def answer() -> list[SagaView]:
         views = []
-        for saga_id in index.unfinished():
-            view = saga_view(index, saga_id)
+        listed, accounted = checked_unfinished(index)
+        for saga_id in listed:
+            records = index.saga_records(saga_id)
+            if saga_id not in accounted and any(
+                r.kind == Kind.SAGA_BEGIN and r.saga == saga_id for r in records
+            ):
+                raise IndexMismatch(f"the index holds saga {saga_id} as unfinished; it ended")
+            view = next((v for v in build_history(records).sagas if v.id == saga_id), None)
             if view is None or view.status not in _OPEN:
                 raise IndexMismatch(f"the index holds saga {saga_id} as unfinished; it is not")
             views.append(view)

@@ -34,6 +34,7 @@ from .stores import (
     open_store,
     passkey_setting,
     refuse_votes_without_passkey,
+    trust_checkpoints,
 )
 from .version import __version__
 
@@ -135,6 +136,7 @@ class AgentKit(SpeculationMethods, MeshMethods):
             if self.connection is not None:
                 self.connection.close()  # its kill switch stream is already running
             raise
+        trust_checkpoints(opened, self.home)
         approver: StepApprover | None = approvals
         if approver is None and self.connection is not None:
             approver = self.connection.approvals

@@ -138,3 +138,15 @@ def default_switch(store: LogStore, home: Path) -> KillSwitch:
 
             return PostgresKillSwitch.beside(store)
     return FileKillSwitch(home)
+
+
+def trust_checkpoints(store: LogStore, home: Path) -> None:
+    """Let ``store``'s saga index (a file store's) check the unfinished sagas it names against
+    the statement signed in ``home``'s latest checkpoint (:mod:`agent_saga._log.indexsets`)."""
+    if not isinstance(store, FileLogStore) or store.saga_index is None:
+        return
+    if store.saga_index.statement is None:
+        from ..proofs._checkpoints import CHECKPOINTS_DIR, LATEST_NAME
+        from ..proofs._unfinished import LatestStatement
+
+        store.saga_index.statement = LatestStatement(home, home / CHECKPOINTS_DIR / LATEST_NAME)

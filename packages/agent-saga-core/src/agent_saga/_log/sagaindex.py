@@ -19,7 +19,9 @@ Invariants:
   index gives, of the saga asked for), and a saga read through it must have the record count
   and last ``seq`` the index states, each at the place it states (:func:`.sagarows.check_places`:
   a row deleted mid-saga is caught); any mismatch raises :class:`IndexMismatch`, after which
-  callers rebuild the index and, failing that, read the log in full.
+  callers rebuild the index and, failing that, read the log in full. Its unfinished sagas are
+  believed only as far as a signed checkpoint's statement and the log after it agree with them
+  (:mod:`.indexsets`: a whole unfinished saga left out of the index is caught).
 * No fsync on a transaction's path. Commits use ``synchronous=NORMAL`` in WAL mode: after a
   power loss the index may lose its latest commits, never its consistency, and lagging is
   harmless because every use catches up from the log first. Checkpoints (which fsync) run only
@@ -35,20 +37,32 @@ import os
 import sqlite3
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any
 
-from .chain import Chain, Masked, parse_line
-from .files import LOG_NAME, OS, open_read, unlink_planted_links
+from .chain import Chain
+from .files import LOG_NAME, OS, unlink_planted_links
 from .indexer import BURST, BehindWriter
+from .indexpoint import START as _START
+from .indexpoint import IndexMismatch, Point, read_at
 from .indexwalk import walk_for_index
-from .records import GENESIS, Record
-from .sagarows import check_places, chunk_rows, id_key, newest_query, settles
-from .segments import segment
+from .records import Record
+from .sagarows import (
+    UNFINISHED_NOW,
+    check_places,
+    chunk_rows,
+    id_key,
+    newest_query,
+    settles,
+)
+from .unfinishedset import Statement
+
+__all__ = ["INDEX_DIR", "INDEX_NAME", "IndexMismatch", "Point", "SagaIndex"]
 
 INDEX_DIR = "index"
 INDEX_NAME = "sagas.sqlite3"
-_VERSION = "1"
+_VERSION = "2"
 _CHUNK = 20_000
 """Records indexed per SQLite transaction while catching up (bounds the journal)."""
 _SCHEMA = """
@@ -61,10 +75,11 @@ CREATE INDEX IF NOT EXISTS records_by_saga ON records (saga, seq);
 CREATE TABLE IF NOT EXISTS sagas (
     id TEXT PRIMARY KEY, key TEXT NOT NULL, first_seq INTEGER NOT NULL,
     last_seq INTEGER NOT NULL, started INTEGER NOT NULL, n INTEGER NOT NULL,
-    end_status TEXT);
+    end_status TEXT, began INTEGER, ended INTEGER);
 CREATE INDEX IF NOT EXISTS sagas_by_age ON sagas (first_seq);
 CREATE INDEX IF NOT EXISTS sagas_by_key ON sagas (key);
 CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (first_seq) WHERE end_status IS NULL;
+CREATE INDEX IF NOT EXISTS sagas_by_end ON sagas (ended) WHERE ended IS NOT NULL;
 """
 
 
@@ -87,25 +102,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class IndexMismatch(Exception):
-    """The index does not describe the log (a record read through it does not verify)."""
-
-
-class Point(NamedTuple):
-    """How far the index covers the log: the last indexed record, where it lies (segment,
-    start and end offsets) and the hashes before and of it."""
-
-    seg: int
-    start: int
-    end: int
-    seq: int
-    prev: str
-    hash: str
-
-
-_START = Point(1, 0, 0, 0, GENESIS, GENESIS)
-
-
 class SagaIndex:
     """The saga index of ``home``'s log (see the module docstring). Thread-safe; a process
     forked after using it opens its own connection."""
@@ -120,6 +116,9 @@ class SagaIndex:
         """``seq`` the index was last seen to cover (spares :meth:`follow` a query)."""
         self.behind = BehindWriter()
         """The thread that indexes behind the writer (:mod:`.indexer`)."""
+        self.statement: Callable[[], Statement | None] | None = None
+        """Where readers get the latest signed statement of the unfinished sagas (set by the
+        kit, which can check signatures; see :mod:`.indexsets`)."""
         _LIVE.add(self)
 
     # -- the connection -----------------------------------------------------------------------
@@ -240,7 +239,7 @@ class SagaIndex:
         db.execute("BEGIN IMMEDIATE")
         try:
             point = self._point(db)
-            if point == _START or not self._continues(point):
+            if point == _START or not self.continues(point):
                 point = self._wipe(db)
             db.execute("COMMIT")
         except BaseException:
@@ -252,7 +251,7 @@ class SagaIndex:
             try:
                 moved = self._point(db)
                 if moved != point:  # another indexer moved it meanwhile: go on from there
-                    point = moved if self._continues(moved) else self._wipe(db)
+                    point = moved if self.continues(moved) else self._wipe(db)
                 point, added = self._index_chunk(db, point)
                 db.execute("COMMIT")
             except BaseException:
@@ -275,11 +274,13 @@ class SagaIndex:
         text = " ".join(map(str, point))
         db.execute("INSERT OR REPLACE INTO meta VALUES ('point', ?)", (text,))
 
-    def _continues(self, point: Point) -> bool:
+    def continues(self, point: Point) -> bool:
         """Whether the log holds the record ``point`` names, where it says, with its hash."""
         try:
             length = point.end - point.start
-            record = self._read(point.seg, point.start, length, point.seq, point.prev)
+            record = read_at(
+                self.home, self.chain, point.seg, point.start, length, point.seq, point.prev
+            )
         except (IndexMismatch, OSError):
             return False
         return record.hash == point.hash
@@ -300,9 +301,10 @@ class SagaIndex:
             )
         db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.executemany(
-            "INSERT INTO sagas VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "INSERT INTO sagas VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
             "last_seq = excluded.last_seq, n = n + excluded.n, "
-            "end_status = coalesce(excluded.end_status, end_status)",
+            "end_status = coalesce(excluded.end_status, end_status), "
+            "began = coalesce(began, excluded.began), ended = coalesce(ended, excluded.ended)",
             [(sid, id_key(sid), *values) for sid, values in sagas.items()],
         )
         self._save(db, point)
@@ -332,7 +334,7 @@ class SagaIndex:
             raise IndexMismatch(f"the index does not hold every record of saga {saga_id}")
         records = []
         for seq, is_own, seg, off, length, prev, digest in rows:
-            record = self._read(seg, off, length, seq, bytes(prev).hex())
+            record = read_at(self.home, self.chain, seg, off, length, seq, bytes(prev).hex())
             if record.hash != bytes(digest).hex():
                 raise IndexMismatch(f"record {seq} is not the one the index was built from")
             if (record.saga if is_own else settles(record)) != saga_id:
@@ -342,22 +344,6 @@ class SagaIndex:
         if problem is not None:
             raise IndexMismatch(problem)
         return records
-
-    def _read(self, seg: int, off: int, length: int, seq: int, prev: str) -> Record:
-        path = segment(self.home, seg).path
-        fd = open_read(OS, path)
-        try:
-            line = OS.pread(fd, length, off)
-        finally:
-            OS.close(fd)
-        if len(line) != length or not line.endswith(b"\n"):
-            raise IndexMismatch(f"no record of {length} bytes at offset {off} of {path}")
-        # A record with masked values is valid only with the signed redaction that accounts for
-        # it, which a full read checks: it is never answered from here.
-        result = parse_line(self.chain, line[:-1], seq, prev, allow_masked=True)
-        if isinstance(result, Masked) or not isinstance(result, Record):
-            raise IndexMismatch(f"the record at offset {off} of {path} is not record {seq}")
-        return result
 
     def newest(
         self,
@@ -377,11 +363,23 @@ class SagaIndex:
 
     def unfinished(self) -> list[str]:
         """Ids of the sagas with no ``saga.end``, oldest first."""
+        return self.unfinished_covered()[0]
+
+    def unfinished_covered(self) -> tuple[list[str], int]:
+        """:meth:`unfinished`, and the ``seq`` of the last record the index covered then."""
         with self._lock:
-            rows = self._connect().execute(
-                "SELECT id FROM sagas WHERE end_status IS NULL ORDER BY first_seq"
-            )
-            return [r[0] for r in rows]
+            db = self._connect()
+            db.execute("BEGIN")  # one snapshot for both
+            try:
+                rows = db.execute(UNFINISHED_NOW)
+                return [r[0] for r in rows], self._point(db).seq
+            finally:
+                db.execute("COMMIT")
+
+    def select(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read-only query of the index."""
+        with self._lock:
+            return self._connect().execute(sql, args).fetchall()
 
     def matching(self, text: str) -> tuple[list[str], int]:
         """The ids equal to ``text`` or whose :func:`id_key` starts with its key, oldest

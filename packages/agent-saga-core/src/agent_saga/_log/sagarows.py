@@ -66,20 +66,28 @@ def settles(record: Indexed) -> str | None:
 
 
 def fold(sagas: dict[str, list[object]], record: Indexed) -> None:
-    """Add ``record`` to its saga's line: first seq, last seq, started, count, end status."""
+    """Add ``record`` to its saga's line: first seq, last seq, started, count, end status, and
+    the ``seq`` of its first ``saga.begin`` and of its first ``saga.end`` (none yet: ``None``;
+    what :mod:`.unfinishedset` needs to tell which sagas were unfinished at a past point)."""
     assert record.saga is not None
     end: str | None = None
     if record.kind == Kind.SAGA_END:
         status = record.data.get("status")
         end = status if isinstance(status, str) else "?"
+    began = record.seq if record.kind == Kind.SAGA_BEGIN else None
     line = sagas.get(record.saga)
     if line is None:
-        sagas[record.saga] = [record.seq, record.seq, record.ts, 1, end]
+        ended = None if end is None else record.seq
+        sagas[record.saga] = [record.seq, record.seq, record.ts, 1, end, began, ended]
         return
     line[1] = record.seq
     line[3] = int(str(line[3])) + 1
     if end is not None:
         line[4] = end
+        if line[6] is None:
+            line[6] = record.seq
+    if line[5] is None:
+        line[5] = began
 
 
 def chunk_rows(
@@ -127,3 +135,15 @@ def newest_query(
         "ORDER BY first_seq DESC LIMIT ?"
     )
     return sql, args
+
+
+UNFINISHED_NOW = "SELECT id FROM sagas WHERE end_status IS NULL ORDER BY first_seq"
+UNFINISHED_AT = (
+    "SELECT id FROM sagas WHERE end_status IS NULL AND began <= ? "
+    "UNION ALL SELECT id FROM sagas WHERE ended > ? AND began <= ?"
+)
+"""The sagas unfinished after record ``?`` (given three times): begun by then, not ended."""
+ANCHOR = (
+    "SELECT seq, seg, off, len, prev, hash FROM records WHERE seq <= ? ORDER BY seq DESC LIMIT 1"
+)
+"""The last indexed record at or before ``?``: where a walk of what follows it starts."""

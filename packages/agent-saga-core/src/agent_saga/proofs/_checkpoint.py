@@ -25,6 +25,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "ForkError",
+    "UncapturedError",
     "check_extension",
     "open_checkpoint",
     "parse_checkpoint",
@@ -49,6 +50,18 @@ class ForkError(CheckpointError):
         super().__init__(message)
         self.older = older
         self.newer = newer
+
+
+class UncapturedError(CheckpointError):
+    """The latest checkpoint's size was passed without its root being computed (another
+    process published it while the log was read): read again, capturing ``size``."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(
+            f"a checkpoint of {size} records was published while the log was read; "
+            "run the command again"
+        )
+        self.size = size
 
 
 @dataclass(frozen=True)

@@ -23,29 +23,25 @@ from .._errors import ConfigurationError, CorruptLogError
 from .._log.files import ensure_dir, write_atomic
 from .._log.forks import ForkGuard
 from .._log.store import LogStore
-from ._checkpoint import Checkpoint, CheckpointError, ForkError, check_extension, open_checkpoint
+from ._checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    ForkError,
+    UncapturedError,
+    check_extension,
+    open_checkpoint,
+)
 from ._frontierfile import any_start, keep_frontier, newest_start
 from ._logtree import LogTree
 from ._note import NoteSigner, NoteVerifier
 from ._notefiles import note_size
 from ._tree import MerkleTree
+from ._unfinished import signed_head
 
 CHECKPOINTS_DIR = "checkpoints"
 LATEST_NAME = "latest.note"
 FORKS_DIR = "forks"
 _LOCK_NAME = ".lock"
-
-
-class UncapturedError(CheckpointError):
-    """The latest checkpoint's size was passed without its root being computed (another
-    process published it while the log was read): read again, capturing ``size``."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(
-            f"a checkpoint of {size} records was published while the log was read; "
-            "run the command again"
-        )
-        self.size = size
 
 
 class CheckpointLog:
@@ -120,8 +116,9 @@ class CheckpointLog:
         return fresh
 
     def publish_head(
-        self, size: int, root: bytes, roots: Mapping[int, bytes], signer: NoteSigner
-    ) -> Checkpoint:
+        self, size: int, root: bytes, roots: Mapping[int, bytes], signer: NoteSigner,
+        extensions: tuple[str, ...] = (),
+    ) -> Checkpoint:  # fmt: skip
         """:meth:`publish` for a streaming pass: the head ``(size, root)``, with ``roots`` the
         roots it computed at the sizes of earlier checkpoints (instead of a whole tree).
 
@@ -138,7 +135,7 @@ class CheckpointLog:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             previous = self.latest([signer.verifier])
-            fresh = Checkpoint(signer.name, size, root).sign(signer)
+            fresh = Checkpoint(signer.name, size, root, extensions).sign(signer)
             if previous is not None and 0 < previous.size <= size:
                 seen = root if previous.size == size else roots.get(previous.size)
                 if seen is None:
@@ -255,8 +252,9 @@ class Checkpointer:
             return published
 
     def _publish(self) -> Checkpoint:
-        tree = self.tree
-        return self.log.publish_head(tree.size, tree.root(), tree.roots, self.signer)
+        """Sign the tree's head with the statement of the unfinished sagas at it."""
+        size, root, lines = signed_head(self.tree, lambda: self.log.latest([self.signer.verifier]))
+        return self.log.publish_head(size, root, self.tree.roots, self.signer, lines)
 
     def _follow(self) -> int:
         """Bring the tree up to date, capturing the root at the latest checkpoint's size; the

@@ -8,11 +8,12 @@ root; inclusion proofs show that a disclosed record is leaf ``seq - 1``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .._log.follow import LogFollower
 from .._log.records import Record
 from .._log.store import LogStore
+from .._log.unfinishedset import fold
 from ._frontier import MerkleFrontier
 from ._merkle import leaf_hash
 from ._tree import MerkleTree
@@ -47,6 +48,9 @@ class LogTree:
         self._capture: set[int] = set()
         self._follower = LogFollower(store)
         self._lock = threading.Lock()
+        self.unfinished: dict[str, None] | None = {}
+        """The sagas begun and not ended in the records taken in (:mod:`.unfinishedset`);
+        ``None`` while unknown (started after a prefix: see :meth:`head`)."""
 
     @property
     def size(self) -> int:
@@ -83,6 +87,7 @@ class LogTree:
             self.frontier = MerkleFrontier(size, frontier)
             self.edge = list(edge)
             self.roots[size] = root
+            self.unfinished = None
             return True
 
     def restart(self) -> None:
@@ -91,6 +96,7 @@ class LogTree:
             self.frontier = MerkleFrontier()
             self.roots.clear()
             self.edge = []
+            self.unfinished = {}
             self._follower = LogFollower(self.store)
 
     @property
@@ -117,10 +123,25 @@ class LogTree:
             CorruptLogError: the log no longer continues the records already taken in.
         """
         with self._lock:
-            frontier, capture = self.frontier, self._capture
+            frontier, capture, unfinished = self.frontier, self._capture, self.unfinished
             for record in self._follower.new_records():
                 self.edge = frontier.append_with_edge(record_leaf(record))
+                if unfinished is not None:
+                    fold(unfinished, record)
                 if frontier.size in capture:
                     capture.discard(frontier.size)
                     self.roots[frontier.size] = frontier.root()
             return frontier.size
+
+    def head(
+        self, recount: Callable[[int], list[str] | None]
+    ) -> tuple[int, bytes, list[str] | None]:
+        """``(size, root, unfinished sagas)`` taken together; when the unfinished sagas are
+        not known, ``recount(size)`` finds them (``None``: it cannot), holding the tree still
+        meanwhile, and they are kept and followed from then on."""
+        with self._lock:
+            size, root = self.frontier.size, self.frontier.root()
+            if self.unfinished is None:
+                found = recount(size)
+                self.unfinished = None if found is None else dict.fromkeys(found)
+            return size, root, None if self.unfinished is None else list(self.unfinished)

@@ -20,10 +20,9 @@ from .._errors import ConfigurationError
 from .._log.files import OS as _OS
 from .._log.files import ensure_dir, fsync_dir, fsync_fd, write_fully
 from ._note import NoteError, NoteSigner, NoteVerifier
+from ._notefiles import KEYS_DIR, PUBLIC_NAME
 
-KEYS_DIR = "keys"
 PRIVATE_NAME = "checkpoint.key"
-PUBLIC_NAME = "checkpoint.pub"
 PASSPHRASE_ENV = "AGENT_SAGA_KEY_PASSPHRASE"  # noqa: S105 - the variable name, not a secret
 
 

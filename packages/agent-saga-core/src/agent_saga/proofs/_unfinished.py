@@ -1,0 +1,95 @@
+"""The unfinished sagas a checkpoint signs (:mod:`agent_saga._log.unfinishedset`): the
+statement read back for the saga index's readers, and counted again for the checkpointer when
+it resumed after a prefix of the log.
+
+Invariants:
+
+* A statement is taken only from a checkpoint whose signature the home's public key
+  (``keys/checkpoint.pub``) verifies; anything else (no key, no checkpoint, a bad signature,
+  a checkpoint without the line) gives ``None``, after which readers walk the whole log.
+* What the checkpointer signs comes from the log: the index's set at an earlier signed
+  statement is used only once it matches that statement, and the log's records after it are
+  folded in; when they disagree the whole log is walked.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from .._errors import CorruptLogError
+from .._log.indexpoint import IndexMismatch
+from .._log.indexsets import unfinished_through
+from .._log.sagaindex import SagaIndex
+from .._log.store import LogStore
+from .._log.unfinishedset import Statement, extension_line, statement_of
+from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
+from ._logtree import LogTree
+from ._note import NoteError, NoteVerifier
+from ._notefiles import KEYS_DIR, PUBLIC_NAME
+
+__all__ = ["LatestStatement", "recount", "signed_head"]
+
+
+class LatestStatement:
+    """Called by the saga index's readers: the statement of the home's latest checkpoint
+    (``note``), verified; each note's signature is checked once per process."""
+
+    def __init__(self, home: Path, note: Path) -> None:
+        self.home, self.note = home, note
+        self._seen: tuple[str, Statement | None] | None = None
+
+    def __call__(self) -> Statement | None:
+        try:
+            note = self.note.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        seen = self._seen
+        if seen is not None and seen[0] == note:
+            return seen[1]
+        try:  # the public key as ``home_verifier`` reads it, without what writing keys needs
+            text = (self.home / KEYS_DIR / PUBLIC_NAME).read_text(encoding="utf-8")
+            checkpoint = open_checkpoint(note, [NoteVerifier.parse(text)])
+        except (OSError, UnicodeDecodeError, NoteError, CheckpointError):
+            checkpoint = None
+        found = None if checkpoint is None else statement_of(checkpoint.size, checkpoint.extensions)
+        self._seen = (note, found)
+        return found
+
+
+def recount(
+    store: LogStore, size: int, latest: Callable[[], Checkpoint | None]
+) -> list[str] | None:
+    """The sagas begun and not ended in the first ``size`` records of ``store``'s file log:
+    its saga index's set at the statement of ``latest()`` (the latest checkpoint, verified)
+    checked against it, then the log after it; the whole log walked when they disagree.
+    ``None`` for a store without a saga index, or when the log cannot be read."""
+    index = getattr(store, "saga_index", None)
+    if not isinstance(index, SagaIndex):
+        return None
+    try:
+        checkpoint = latest()
+    except CheckpointError:
+        checkpoint = None
+    statement = None
+    if checkpoint is not None and checkpoint.size <= size:
+        statement = statement_of(checkpoint.size, checkpoint.extensions)
+    try:
+        index.refresh()
+        try:
+            return unfinished_through(index, statement, size)
+        except IndexMismatch:
+            return unfinished_through(index, None, size)
+    except (CorruptLogError, IndexMismatch, OSError, sqlite3.Error):
+        return None
+
+
+def signed_head(
+    tree: LogTree, latest: Callable[[], Checkpoint | None]
+) -> tuple[int, bytes, tuple[str, ...]]:
+    """``(size, root, extension lines)`` of ``tree``'s head, taken together: the lines hold
+    the statement of the unfinished sagas at ``size`` (none when they cannot be counted; see
+    :func:`recount` for ``latest``)."""
+    size, root, ids = tree.head(lambda at: recount(tree.store, at, latest))
+    return size, root, () if ids is None else (extension_line(ids),)
