@@ -9,7 +9,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from agent_saga import Entry, FileLogStore
+from agent_saga import AgentKit, Entry, FileLogStore
 from agent_saga._log.sagaindex import INDEX_DIR, INDEX_NAME
 from agent_saga._log.segments import segment
 from agent_saga.cli import main
@@ -105,7 +105,9 @@ def test_records_before_the_resume_point_an_unkeyed_log_cannot_vouch_for_are_nam
     home = tmp_path / "home"
     sagas(home, ["long"], ended=False)
     sagas(home, [f"a-{n}" for n in range(5)])
-    checkpointed(home)
+    with AgentKit(home=home) as kit:  # a kit's checkpoint signs the unfinished sagas
+        kit.checkpoint()
+    assert cli(home, "verify").exit_code == 0
     with FileLogStore(home) as store:
         store.append([Entry("saga.end", "long", {"status": "committed"}, 9)], sync=True)
         assert store.saga_index is not None
@@ -124,3 +126,22 @@ def test_a_record_count_beyond_the_log_is_not_certified(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     assert "CRITICAL: --since 99999: the log has 10 records" in result.output
     assert cli(home, "certify", "--since", "10").exit_code == 0
+
+
+def test_an_unfinished_saga_before_the_range_hidden_by_the_index_is_still_reported(
+    tmp_path: Path,
+) -> None:
+    """The index's unfinished sagas are checked against the log (here the checkpoint signs no
+    statement of them, so against the whole log): a crashed saga it leaves out is found."""
+    home = tmp_path / "home"
+    sagas(home, ["early"])
+    sagas(home, ["crashed"], ended=False)  # before the range, owner gone, never ended
+    sagas(home, ["late"])
+    checkpointed(home)
+    sagas(home, ["after"])
+    with index(home) as db:
+        db.execute("DELETE FROM records WHERE saga = 'crashed'")
+        db.execute("DELETE FROM sagas WHERE id = 'crashed'")
+    result = cli(home, "certify", "--since", "latest")
+    assert result.exit_code == 1, result.output
+    assert "CRITICAL saga crashed: saga 'x' crashed and was never recovered" in result.output

@@ -20,10 +20,11 @@ What is certified, besides the chain and the checkpoints:
 What it does not check (a full ``certify`` does): records before the resume point; sagas that
 ended before the range and have no record in it; passkey votes, whose check needs every
 registration and nonce since the first record (a vote in the range is a WARNING saying so).
-The list of sagas unfinished before the range comes from the saga index, which the log's seal
-summaries check only for sealed segments. A saga's records before the resume point are verified
-by no pass of this run: with a chain key each proves itself; without one only the index vouches
-for them (a WARNING counts them).
+The list of sagas unfinished before the range comes from the saga index, checked against the
+statement of unfinished sagas signed in the home's latest checkpoint and the records after it
+(without such a statement, against the whole log, read with the index's fast walk). A saga's
+records before the resume point are verified by no pass of this run: with a chain key each
+proves itself; without one only the index vouches for them (a WARNING counts them).
 
 Memory holds the frontier, the ids of the sagas the range touches and one saga's records at a
 time, whatever the log's age.
@@ -41,6 +42,7 @@ from .._errors import CorruptLogError
 from .._history.build import build_history
 from .._log.chain import Chain
 from .._log.codec import CodecError, decode
+from .._log.indexsets import checked_unfinished
 from .._log.indexwalk import line_fields
 from .._log.records import Record, SagaStatus
 from .._log.sagaindex import IndexMismatch, SagaIndex
@@ -57,8 +59,10 @@ from ._certify import (
     signed,
 )
 from ._checkpoint import Checkpoint
+from ._checkpoints import CHECKPOINTS_DIR, LATEST_NAME
 from ._resume import load_point
 from ._signing import home_signer
+from ._unfinished import LatestStatement
 
 _VOTE = "approval.vote"
 
@@ -221,7 +225,7 @@ def _certify_sagas(
     unvouched = 0
     try:
         index.refresh()
-        ids: dict[str, tuple[int, int]] = dict.fromkeys(index.unfinished(), (0, 0))
+        ids: dict[str, tuple[int, int]] = dict.fromkeys(_unfinished(index), (0, 0))
         ids = {**watch.sagas, **{k: v for k, v in ids.items() if k not in watch.sagas}}
         for saga_id, seen in ids.items():
             try:
@@ -253,6 +257,19 @@ def _certify_sagas(
         )
         findings.append(Finding(WARNING, "before_range", message))
     return statuses
+
+
+def _unfinished(index: SagaIndex) -> list[str]:
+    """The index's unfinished sagas, checked against the statement of the home's latest
+    checkpoint and the log after it (:func:`agent_saga._log.indexsets.checked_unfinished`; the
+    whole log when that checkpoint signs no statement); an index that does not pass is rebuilt
+    from the log once."""
+    index.statement = LatestStatement(index.home, index.home / CHECKPOINTS_DIR / LATEST_NAME)
+    try:
+        return checked_unfinished(index)[0]
+    except IndexMismatch:
+        index.rebuild()
+        return checked_unfinished(index)[0]
 
 
 def _saga_records(
