@@ -165,3 +165,51 @@ def test_one_connection_per_store_commits_its_flushes_and_heartbeats_on_it(
     assert seen == [(2, True), (1, True)]
     with pytest.raises(ConfigurationError, match="connections must be 1 or 2"):
         PostgresLogStore(pg_url, schema=schema, connections=3)
+
+
+def test_a_batch_interrupted_between_its_round_trips_leaves_no_lock_behind(
+    pg_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or any BaseException) after the read of the tail, which took the log's lock in
+    an open transaction: the store fails, and its session is closed so the server rolls back;
+    another process's store appends at once instead of waiting for this one to exit."""
+    from agent_saga._postgres import write
+
+    real = write.Sealed
+
+    class Interrupted(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: object) -> None:
+            raise KeyboardInterrupt
+
+    store = PostgresLogStore(pg_url, schema=schema, key=b"k" * 32, connections=1)
+    try:
+        writer = store._commit._writer
+        assert isinstance(writer, write.BatchWriter)  # a keyed chain seals in the process
+        writer.tail = None  # the two-round-trip path: read the tail, then write
+        monkeypatch.setattr(write, "Sealed", Interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            store.append([Entry("t.step", "x", {"n": 1}, 1)], sync=False)
+        monkeypatch.setattr(write, "Sealed", real)
+        assert (
+            rows(
+                pg_url,
+                schema,
+                "SELECT 1 FROM pg_stat_activity WHERE state = "
+                "'idle in transaction' AND application_name = 'agent-saga'",
+            )
+            == []
+        )
+        appended: list[int] = []
+
+        def other_process() -> None:
+            with PostgresLogStore(pg_url, schema=schema, key=b"k" * 32) as other:
+                appended.extend(r.seq for r in other.append([Entry("t.s", "y", {}, 2)], sync=True))
+
+        thread = threading.Thread(target=other_process, daemon=True)
+        thread.start()
+        thread.join(timeout=15)
+        assert appended == [1]  # not blocked behind a lock the interrupted batch kept
+        with pytest.raises(StoreFailedError):
+            store.append([Entry("t.step", "x", {"n": 3}, 3)], sync=False)
+    finally:
+        store.close()

@@ -178,3 +178,40 @@ def test_a_request_whose_vote_is_already_read_is_waited_for_from_the_first_recor
         assert _BOOKS.seed(kit.store, request.id) is None
         thread.join(timeout=30)
     assert ran == [900]
+
+
+def test_keys_an_administrator_no_longer_trusted_registered_do_not_count_after_the_change(
+    tmp_path: Path,
+) -> None:
+    """The shared book judged a key record with the administrators trusted then; once the
+    configuration trusts others, the book (and every wait seeded from it) judges it again."""
+    import base64
+    import secrets
+
+    from agent_saga import Entry
+    from agent_saga._approvals.keys import KeyGrant, key_message
+    from agent_saga._approvals.votes import _BOOKS
+    from agent_saga._log.admins import admin_id, trusting_admins
+    from agent_saga._log.records import Kind
+    from agent_saga.proofs._note import NoteVerifier
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    with FileLogStore(tmp_path / "home") as store:
+        store.append([Entry("saga.begin", "s0", {}, 0)], sync=True)
+        first = next(iter(store.records())).hash
+        admin_a, admin_b = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+        raw_a = admin_a.public_key().public_bytes_raw()
+        alice = Ed25519PrivateKey.generate().public_key().public_bytes_raw()
+        key_text = NoteVerifier("approver/alice", alice).encode()
+        nonce = secrets.token_hex(8)
+        signed = admin_a.sign(key_message("add", "alice", key_text, nonce, first))
+        grant = KeyGrant("admin", admin_id(raw_a), nonce, base64.b64encode(signed).decode())
+        data = {"approver": "alice", "key": key_text, **grant.to_data()}
+        store.append([Entry(Kind.KEY_ADDED, None, data, 0)], sync=True)
+        with trusting_admins([raw_a]), _BOOKS.lock:
+            assert len(_BOOKS.current(store).keys.active("alice")) == 1
+        with trusting_admins([admin_b.public_key().public_bytes_raw()]):
+            store.append([Entry("approval.requested", "s1", {"x": 1}, 0)], sync=True)
+            seeded = _BOOKS.seed(store, "apr-x")
+            assert seeded is not None
+            assert len(seeded[0].keys.active("alice")) == 0

@@ -176,6 +176,16 @@ class ApproverKeys:
             self._nonces.add(nonce)
         return problem
 
+    def trust_changed(self) -> bool:
+        """Whether the administrator keys trusted now differ from those key records were
+        judged with so far (or can no longer be read): what was accepted must be judged again."""
+        if self._trusted is None:
+            return False
+        try:
+            return self.admins() != self._trusted
+        except AgentSagaError:
+            return True
+
     def _check_admin(self, signer: str, message: bytes, signature: bytes) -> str | None:
         if self._trusted is None:
             try:

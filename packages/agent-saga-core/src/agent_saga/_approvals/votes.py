@@ -21,6 +21,7 @@ from typing import Any
 
 from .._errors import CorruptLogError
 from .._log.codec import JSONValue
+from .._log.filestore import FileLogStore
 from .._log.follow import LogFollower
 from .._log.records import Entry
 from .._log.store import LogStore
@@ -64,6 +65,8 @@ class _Books:
             follower, book = LogFollower(store), ApprovalBook()
         except TypeError:  # a store that cannot be weakly referenced: read it all
             return ApprovalBook().take_all(store.records())
+        if book.keys.trust_changed():  # key records are judged again with today's admins
+            follower, book = LogFollower(store), ApprovalBook()
         try:
             for record in follower.new_records():
                 book.take(record)
@@ -80,6 +83,8 @@ class _Books:
         start) when no shared book follows ``store`` from a known point (not a file store), or
         when a vote for the request is already behind that point: each vote must be checked
         with the keys registered before it, and the copy holds the keys of later records."""
+        if not isinstance(store, FileLogStore):
+            return None  # its follower reads from the first record anyway: read once
         with self.lock:
             book = self.current(store)
             kept = self._kept.get(store)

@@ -180,6 +180,7 @@ class GroupCommit:
             return
         except BaseException as exc:  # interrupted: the batch's fate is unknown
             self.fail(exc)
+            self._main.discard()  # an open transaction would keep the log's lock held
             for waiter in batch:
                 waiter.outcome = StoreFailedError(f"{self.where}: append interrupted")
             raise

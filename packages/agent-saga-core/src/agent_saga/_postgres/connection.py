@@ -137,6 +137,17 @@ class PgSession:
         self._conn = conn
         return conn
 
+    def discard(self) -> None:
+        """Close the connection now (a new one is opened on next use): the server rolls back
+        whatever transaction it had open and releases its locks. For a batch interrupted
+        between two of its round trips, whose transaction would otherwise stay open holding
+        the log's lock for every process."""
+        self._adopt_after_fork()
+        with self.lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
     def query(self, query: str | Composed, params: Params = ()) -> list[TupleRow]:
         """Run an idempotent statement; if the connection broke, run it once more on a new one."""
         import psycopg

@@ -114,6 +114,7 @@ class ServerChannel:
                 self._note(f"{request.id}: refused by the server: {exc}")
                 if exc.status != 404:  # 404: the request was lost while the answer waited
                     return None
+                self.closed.wait(0.5)
         return None
 
     def _deliver(self, request: ApprovalRequest, row: dict[str, Any]) -> None:

@@ -168,7 +168,9 @@ class SqliteDatabase:
                 raise
             conn.execute("COMMIT")
         finally:
-            if not flush:
+            if not flush:  # a COMMIT that failed may leave the transaction open
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 conn.execute("PRAGMA synchronous=FULL")
 
     def listen(self, on_change: Callable[[str], None]) -> Callable[[], None]:
