@@ -59,12 +59,18 @@ class _Books:
 
     def current(self, store: LogStore) -> ApprovalBook:
         """The book of everything ``store`` holds now (call with ``lock`` held)."""
+        kept = self._follow(store)
+        return ApprovalBook().take_all(store.records()) if kept is None else kept[1]
+
+    def _follow(self, store: LogStore) -> tuple[LogFollower, ApprovalBook] | None:
+        """``store``'s kept follower and book, brought up to date (call with ``lock`` held);
+        ``None`` for a store that cannot be weakly referenced (nothing can be kept for it)."""
         try:
             follower, book = self._kept[store]
         except KeyError:
             follower, book = LogFollower(store), ApprovalBook()
-        except TypeError:  # a store that cannot be weakly referenced: read it all
-            return ApprovalBook().take_all(store.records())
+        except TypeError:
+            return None
         if book.keys.trust_changed():  # key records are judged again with today's admins
             follower, book = LogFollower(store), ApprovalBook()
         try:
@@ -74,7 +80,7 @@ class _Books:
             follower, book = LogFollower(store), ApprovalBook()
             book.take_all(follower.new_records())
         self._kept[store] = (follower, book)
-        return book
+        return follower, book
 
     def seed(self, store: LogStore, request_id: str) -> tuple[ApprovalBook, LogFollower] | None:
         """A book and a follower for waiting on ``request_id`` without reading the log again
@@ -86,11 +92,10 @@ class _Books:
         if not isinstance(store, FileLogStore):
             return None  # its follower reads from the first record anyway: read once
         with self.lock:
-            book = self.current(store)
-            kept = self._kept.get(store)
-            if kept is None or kept[1] is not book or request_id in book.votes:
+            kept = self._follow(store)
+            if kept is None or request_id in kept[1].votes:
                 return None
-            shared = kept[0]
+            shared, book = kept
             follower = LogFollower(store)
             if not follower.start_at(shared.seen, shared.last, shared.offset):
                 return None
