@@ -259,7 +259,9 @@ class ServerSealWriter:
                 message += self._q["flush"]
         batch.pid = conn.info.backend_pid
         cursor = _send(conn, message, batch)
-        row = _seal_row(cursor)
+        row = cursor.fetchone() if call else _seal_row(cursor)  # a CALL has one result
+        if row is None:
+            raise SealMismatch("the server returned no sealed batch")
         before = (int(row[0]), str(row[1]))
         mine = self._known.mine
         if settle_after is None and before[0] == mine[0] and before[1] != mine[1]:
@@ -309,18 +311,14 @@ class ServerSealWriter:
         return None
 
 
-def _seal_row(cursor: Cursor[TupleRow]) -> TupleRow:
+def _seal_row(cursor: Cursor[TupleRow]) -> TupleRow | None:
     """The seal function's row: the results before it (the opening statements) are skipped."""
     while True:
         description = cursor.description
         if description is not None and description[0].name == "tail_seq":
-            row = cursor.fetchone()
-            if row is None:
-                break
-            return row
+            return cursor.fetchone()
         if not cursor.nextset():
-            break
-    raise SealMismatch("the server returned no sealed batch")
+            return None
 
 
 __all__ = ["PreparedBatch", "SealMismatch", "ServerSealWriter"]
