@@ -132,9 +132,10 @@ def test_an_owner_expired_after_its_batch_committed_acknowledges_nothing(
     # The second store's batch is sealed on the server (the first moved the tail); a trigger
     # expires its owner inside the batch's transaction, so the heartbeat that should flush past
     # the batch finds no live owner: nothing waited for the flush, so nothing is acknowledged.
-    with PostgresLogStore(pg_url, schema=schema) as first, PostgresLogStore(
-        pg_url, schema=schema
-    ) as second:
+    with (
+        PostgresLogStore(pg_url, schema=schema) as first,
+        PostgresLogStore(pg_url, schema=schema) as second,
+    ):
         first.append([Entry("t.step", "a", {"i": 1}, 1)], sync=True)
         run(
             pg_url,
