@@ -131,7 +131,7 @@ def test_a_schema_without_the_append_functions_gets_them_when_a_store_opens(
         store.append([Entry("t.step", "x", {"i": 1}, 1)], sync=True)
     with psycopg.connect(pg_url, autocommit=True) as conn:  # as an earlier version left it
         conn.execute(
-            sql.SQL("DROP FUNCTION {s}.agent_saga_put_v2, {s}.agent_saga_seal_fenced_v2").format(
+            sql.SQL("DROP ROUTINE {s}.agent_saga_put_v2, {s}.agent_saga_seal_call_v2").format(
                 s=sql.Identifier(schema)
             )
         )

@@ -10,7 +10,8 @@ import threading
 from typing import Any
 
 import psycopg
-from agent_saga import Entry
+import pytest
+from agent_saga import Entry, StoreFailedError
 from agent_saga._log.chain import Chain
 from agent_saga._log.records import GENESIS
 from agent_saga._postgres.serverseal import PreparedBatch, ServerSealWriter
@@ -123,3 +124,32 @@ def test_a_batch_whose_commit_is_unknown_is_found_or_written_once(pg_url: str, s
     assert isinstance(written[0][0], list)
     assert [r.seq for r in written[0][0]] == [4]
     assert written[1] is True
+
+
+def test_an_owner_expired_after_its_batch_committed_acknowledges_nothing(
+    pg_url: str, schema: str
+) -> None:
+    # The second store's batch is sealed on the server (the first moved the tail); a trigger
+    # expires its owner inside the batch's transaction, so the heartbeat that should flush past
+    # the batch finds no live owner: nothing waited for the flush, so nothing is acknowledged.
+    with (
+        PostgresLogStore(pg_url, schema=schema) as first,
+        PostgresLogStore(pg_url, schema=schema) as second,
+    ):
+        first.append([Entry("t.step", "a", {"i": 1}, 1)], sync=True)
+        run(
+            pg_url,
+            schema,
+            "CREATE FUNCTION {s}.expire() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " UPDATE {s}.owners SET expires_at = clock_timestamp() - interval '1 second'"
+            f" WHERE owner_id = '{second.owner_id}'; RETURN NULL; END $$;"
+            " CREATE TRIGGER expire AFTER INSERT ON {s}.records"
+            " FOR EACH STATEMENT EXECUTE FUNCTION {s}.expire()",
+        )
+        with pytest.raises(StoreFailedError, match="owner expired after the batch committed"):
+            second.append([Entry("t.step", "b", {"i": 2}, 2)], sync=True)
+        with pytest.raises(StoreFailedError, match="owner expired after the batch committed"):
+            second.append([Entry("t.step", "b", {"i": 3}, 3)], sync=True)
+        report = first.verify()
+    assert report.ok
+    assert report.records == 2  # the batch committed, unacknowledged

@@ -4,8 +4,9 @@
 processes starting together on a new schema take turns. Besides the tables it creates
 ``<schema>.agent_saga_expect(ok, reason)``, a function that raises ``reason`` (SQLSTATE
 ``AS001``) unless ``ok`` is true: an append sent as one message uses it to abort itself when
-its owner was fenced or the tail it continues has moved. ``PUT`` and ``SEAL_FENCED`` (below)
-fence, lock and write a batch in one statement whose plans the session keeps.
+its owner was fenced or the tail it continues has moved. ``PUT`` and ``SEAL_CALL`` (below)
+fence, lock and write a batch in one statement whose plans the session keeps (a schema made by
+an earlier version may also hold ``agent_saga_seal_fenced_v2``, which this one does not call).
 
 A saga's records are found through the ``saga`` and ``kind`` columns the writer fills beside
 each line (index ``(saga, seq)``), and the unfinished sagas through ``open_sagas``, kept by a
@@ -144,21 +145,34 @@ _PUT = (  # constants only: the schema is an identifier bound by format
     " SELECT * FROM unnest(seqs, hashes, lines, sagas, kinds);"
     " END $$"
 )
-SEAL_FENCED = f"agent_saga_seal_fenced_v{RECORD_VERSION}"
-"""``SEAL`` after fencing the owner and taking the log's lock, committed without waiting for
-the flush: a batch sealed on the server as one statement."""
-_SEAL_FENCED = (  # constants only: the schema is an identifier bound by format
-    f"CREATE OR REPLACE FUNCTION {{s}}.{SEAL_FENCED}(p_owner text, p_lock bigint,"  # noqa: S608
+SEAL_CALL = f"agent_saga_seal_call_v{RECORD_VERSION}"
+"""A batch sealed on the server and, when durable, the owner's heartbeat, as one ``CALL``: the
+procedure fences the owner, takes the log's lock and runs ``SEAL`` in a transaction it commits
+without waiting for the flush (the lock is released there); then, when ``p_durable``, it
+refreshes the owner's row in a second transaction, committed by the ``CALL`` with the session's
+``synchronous_commit``, so the statement returns only once the WAL is flushed past the batch.
+Its one row is ``SEAL``'s and ``beat``, the rows the heartbeat refreshed (0: the owner expired
+after the batch committed, and nothing waited for the flush)."""
+_SEAL_CALL = (  # constants only: the schema is an identifier bound by format
+    f"CREATE OR REPLACE PROCEDURE {{s}}.{SEAL_CALL}(p_owner text, p_lock bigint,"  # noqa: S608
+    " p_ttl double precision, p_durable boolean,"
     " h bytea[], d bytea[], k bytea[], g bytea[], x bytea[], t bigint[], sagas text[],"
-    " kinds text[])"
-    " RETURNS TABLE (tail_seq bigint, tail_hash text, last_hash text, lines_digest text)"
+    " kinds text[], INOUT tail_seq bigint DEFAULT NULL, INOUT tail_hash text DEFAULT NULL,"
+    " INOUT last_hash text DEFAULT NULL, INOUT lines_digest text DEFAULT NULL,"
+    " INOUT beat integer DEFAULT 0)"
     " LANGUAGE plpgsql AS $$ BEGIN"
     " PERFORM set_config('synchronous_commit', 'off', true);"
     f"{_FENCE_LOCK_BODY}"
-    f" RETURN QUERY SELECT * FROM {{s}}.{SEAL}(h, d, k, g, x, t, sagas, kinds);"
-    " END $$"
+    " SELECT * INTO tail_seq, tail_hash, last_hash, lines_digest"
+    f" FROM {{s}}.{SEAL}(h, d, k, g, x, t, sagas, kinds);"
+    " COMMIT;"
+    " IF p_durable THEN"
+    " UPDATE {s}.owners SET expires_at = clock_timestamp() + make_interval(secs => p_ttl)"
+    " WHERE owner_id = p_owner AND expires_at > clock_timestamp();"
+    " GET DIAGNOSTICS beat = ROW_COUNT;"
+    " END IF; END $$"
 )
-_FUNCTIONS = ["agent_saga_expect", SEAL, PUT, SEAL_FENCED]
+_FUNCTIONS = ["agent_saga_expect", SEAL, PUT, SEAL_CALL]
 
 
 def ensure_schema(conn: PgConnection, schema: str) -> None:
@@ -186,9 +200,9 @@ def ensure_schema(conn: PgConnection, schema: str) -> None:
         conn.execute(sql.SQL(_OPEN_SAGAS).format(s=ident))
         conn.execute(sql.SQL(_SEAL).format(s=ident))
         conn.execute(sql.SQL(_PUT).format(s=ident))
-        conn.execute(sql.SQL(_SEAL_FENCED).format(s=ident))
+        conn.execute(sql.SQL(_SEAL_CALL).format(s=ident))
         for statement in _TRIGGER.split(";"):
             conn.execute(sql.SQL(statement.strip()).format(s=ident))
 
 
-__all__ = ["EXPECT_FAILED", "PUT", "SEAL", "SEAL_FENCED", "TRIGGER", "ensure_schema"]
+__all__ = ["EXPECT_FAILED", "PUT", "SEAL", "SEAL_CALL", "TRIGGER", "ensure_schema"]

@@ -4,21 +4,23 @@ For a plain (unkeyed) chain the hash of a record is SHA-256 over bytes the serve
 together itself, so the writer sends each entry's encoded parts (``Chain.prepare``: the data as
 hashed and as stored, its salts, its kind and saga as JSON) and the server function
 ``agent_saga_seal_v2`` (``schema``) reads the tail under the lock, seals and inserts them. One
-message per batch; ``agent_saga_seal_fenced_v2`` turns the commit's flush off, fences the owner
-and takes the log's lock, then calls it::
+statement per batch: the procedure ``agent_saga_seal_call_v2`` fences the owner, takes the log's
+lock and calls it in a transaction it commits without waiting for the flush, then (for a durable
+batch) refreshes the owner's heartbeat in a second transaction that the ``CALL`` commits
+synchronously; its one row says what the batch continued and whether the heartbeat ran::
 
-    BEGIN; SELECT * FROM agent_saga_seal_fenced_v2(<owner>, <lock>, ...); COMMIT;
-    [UPDATE <this owner's row> ...]
+    CALL agent_saga_seal_call_v2(<owner>, <lock>, <ttl>, <durable>, ...)
 
 A batch fenced by a lease, or settled after a broken connection, sends the same steps as
 separate statements (``BEGIN; SET LOCAL synchronous_commit = off; <owner fence>; <log lock>;
-<lease fence>; SELECT * FROM agent_saga_seal_v2(...); COMMIT; ...``).
+<lease fence>; SELECT * FROM agent_saga_seal_v2(...); COMMIT; UPDATE <this owner's row> ...``).
 
 The lock is granted and released while the server runs it, never across a round trip to the
 client or a WAL flush: the batch commits without waiting for the flush, and a durable batch's
-message ends with the owner's heartbeat committed synchronously (a transaction with an xid whose
-commit record follows the batch's in the WAL, so it returns only once the WAL is flushed past
-the batch). The flush waits of every process run side by side, so the server's group commit
+statement ends with the owner's heartbeat committed synchronously (a transaction with an xid
+whose commit record follows the batch's in the WAL, so it returns only once the WAL is flushed
+past the batch; a heartbeat that found the owner expired assigns no xid, waits for nothing and
+fails the store). The flush waits of every process run side by side, so the server's group commit
 shares one fsync among them. The function returns the tail it continued and the last hash; the
 writer re-seals the records locally from that tail (the records it acknowledges) and fails the
 store unless the server's last hash and lines match its own, or when the tail the server
@@ -42,6 +44,7 @@ from .._log.chain import MAX_RECORD_BYTES, Chain
 from .._log.codec import CodecError
 from .._log.forms import Prepared, prepare
 from .._log.records import GENESIS, Entry, Record
+from .owners import OwnerExpired
 from .schema import SEAL
 from .write import BatchWriter, Outcome, Tail, Unknown, _flushed, _send, _text
 
@@ -166,8 +169,8 @@ class ServerSealWriter:
         self._q, self._chain = q, chain
         self._s = sql.Identifier(schema)
         self._call = sql.SQL("SELECT * FROM {s}.{f}(").format(s=self._s, f=sql.Identifier(SEAL))
-        self._fenced: tuple[bytes, bytes] | None = None
-        """The start of a ``schema.SEAL_FENCED`` call and the flush, rendered once."""
+        self._seal_call: bytes | None = None
+        """The start of a ``schema.SEAL_CALL`` call, rendered once."""
         self._known = BatchWriter(q, schema, chain, tail)
         """Seals here after the tail it left, while no other writer moves it (one message whose
         commit waits for the flush: the lock is held across it only while nobody else waits)."""
@@ -232,18 +235,14 @@ class ServerSealWriter:
         if not batch.parts:
             return [g if isinstance(g, CodecError) else [] for g in batch.groups], False
         message: Composed | bytes
-        if settle_after is None and fence is None:
+        call = settle_after is None and fence is None
+        if call:
             # One statement fences, locks, seals and inserts (committed without waiting for
             # the flush), then the heartbeat's synchronous commit flushes past it.
-            if self._fenced is None:
-                self._fenced = (
-                    self._q["seal_fenced"].as_bytes(conn),
-                    self._q["flush"].as_bytes(conn),
-                )
-            start, heartbeat = self._fenced
-            message = start + (batch.arrays() + "); COMMIT").encode()
-            if flush:
-                message += heartbeat
+            if self._seal_call is None:
+                self._seal_call = self._q["seal_call"].as_bytes(conn)
+            durable = "true, " if flush else "false, "
+            message = self._seal_call + (durable + batch.arrays() + ")").encode()
         else:
             opening: list[Composed | sql.SQL] = [self._q["open"]]
             if settle_after is not None:
@@ -260,7 +259,9 @@ class ServerSealWriter:
                 message += self._q["flush"]
         batch.pid = conn.info.backend_pid
         cursor = _send(conn, message, batch)
-        row = _seal_row(cursor)
+        row = cursor.fetchone() if call else _seal_row(cursor)  # a CALL has one result
+        if row is None:
+            raise SealMismatch("the server returned no sealed batch")
         before = (int(row[0]), str(row[1]))
         mine = self._known.mine
         if settle_after is None and before[0] == mine[0] and before[1] != mine[1]:
@@ -272,7 +273,11 @@ class ServerSealWriter:
         if last[1] != row[2] or hashlib.sha256(b"\n".join(lines)).hexdigest() != row[3]:
             raise SealMismatch(f"the server sealed records {row[0] + 1}-{last[0]} otherwise")
         self._known.note_batch(before, last)
-        return outcomes, _flushed(cursor, flush)
+        if not call:
+            return outcomes, _flushed(cursor, flush)
+        if flush and row[4] != 1:
+            raise OwnerExpired("owner expired after the batch committed; reopen the store")
+        return outcomes, flush
 
     def _find(self, conn: PgConnection, batch: PreparedBatch, after: Tail) -> list[Outcome] | None:
         """Open a transaction holding the log's lock (left open) and look for ``batch`` among
@@ -306,18 +311,14 @@ class ServerSealWriter:
         return None
 
 
-def _seal_row(cursor: Cursor[TupleRow]) -> TupleRow:
+def _seal_row(cursor: Cursor[TupleRow]) -> TupleRow | None:
     """The seal function's row: the results before it (the opening statements) are skipped."""
     while True:
         description = cursor.description
         if description is not None and description[0].name == "tail_seq":
-            row = cursor.fetchone()
-            if row is None:
-                break
-            return row
+            return cursor.fetchone()
         if not cursor.nextset():
-            break
-    raise SealMismatch("the server returned no sealed batch")
+            return None
 
 
 __all__ = ["PreparedBatch", "SealMismatch", "ServerSealWriter"]

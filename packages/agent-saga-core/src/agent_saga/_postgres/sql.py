@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .connection import durability_problems, lock_key
-from .schema import PUT, SEAL_FENCED
+from .schema import PUT, SEAL_CALL
 
 if TYPE_CHECKING:
     from psycopg.sql import Composed
@@ -54,9 +54,9 @@ def queries(schema: str, owner_id: str, ttl: float = 0.0) -> dict[str, Composed]
     log's advisory lock; ``open_durable`` is the same with a commit that waits for the flush
     (``synchronous_commit = on``, the session's setting). ``flush`` follows a batch's ``COMMIT``
     in the same message: it refreshes the owner row in a transaction of its own, committed
-    synchronously. ``put`` and ``seal_fenced`` start calls of the server functions that fence,
+    synchronously. ``put`` and ``seal_call`` start calls of the server routines that fence,
     lock and write a batch in one statement (``schema``): the writer appends the batch's
-    arguments and ``)``.
+    arguments (for ``seal_call``, first whether it is durable) and ``)``.
     """
     from psycopg import sql
 
@@ -69,7 +69,7 @@ def queries(schema: str, owner_id: str, ttl: float = 0.0) -> dict[str, Composed]
         " SET expires_at = clock_timestamp() + make_interval(secs => {t})"
         " WHERE owner_id = {o} AND expires_at > clock_timestamp() RETURNING 1",
         "put": f"SELECT {{s}}.{PUT}({{o}}, {{k}}, ",
-        "seal_fenced": f"BEGIN; SELECT * FROM {{s}}.{SEAL_FENCED}({{o}}, {{k}}, ",  # noqa: S608
+        "seal_call": f"CALL {{s}}.{SEAL_CALL}({{o}}, {{k}}, {{t}}, ",
         "rollback": "ROLLBACK",
         "last": "SELECT seq, hash, line FROM {s}.records ORDER BY seq DESC LIMIT 1",
         "page": "SELECT seq, hash, line FROM {s}.records WHERE seq > %s ORDER BY seq LIMIT %s",
