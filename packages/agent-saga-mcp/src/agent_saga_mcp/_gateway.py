@@ -237,7 +237,8 @@ class Gateway:
         self, caller: Caller, route: Route, arguments: dict[str, Any]
     ) -> RefusedCall | StepFailed | tuple[int, types.CallToolResult]:
         """One gated call; runs in the saga's context (see :meth:`SagaSlot.run`)."""
-        token = CURRENT_CALL.set(CallContext(caller, asyncio.get_running_loop()))
+        loop = getattr(caller, "loop", None) or asyncio.get_running_loop()
+        token = CURRENT_CALL.set(CallContext(caller, loop))
         decl = route.decl
         ordinal = 0
 
