@@ -115,7 +115,10 @@ def _all_text(raw: dict[str, Any]) -> bool:
     blocks = raw.get("content")
     if type(blocks) is not list or not blocks:
         return False
-    return all(type(block) is dict and block.get("type") == "text" for block in blocks)
+    for block in blocks:  # noqa: SIM110 (a loop: no generator per result)
+        if type(block) is not dict or block.get("type") != "text":
+            return False
+    return True
 
 
 class StdioLink:
