@@ -129,6 +129,8 @@ class StdioLink:
         self.process = process
         assert process.stdin is not None
         self.stdin = process.stdin
+        self.stdin_pipe = process.stdin.transport
+        """The upstream's stdin, written directly (what ``stdin.write`` does, one call less)."""
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.next_id = 0
         self.version = LATEST_HANDSHAKE_VERSION
@@ -273,8 +275,9 @@ class StdioLink:
         self._send(message)
 
     def _send(self, message: dict[str, Any]) -> None:
-        if self.gone is None and not self.stdin.is_closing():
-            self.stdin.write(_wire.encode(message))
+        pipe = self.stdin_pipe
+        if self.gone is None and not pipe.is_closing():
+            pipe.write(_wire.encode(message))
 
     def _lines(self, lines: list[bytes | _wire.Oversized]) -> None:
         """Handle lines of the upstream's output, in order (called by its protocol)."""
