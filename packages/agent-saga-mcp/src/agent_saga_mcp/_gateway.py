@@ -108,8 +108,9 @@ class Gateway:
             if guard.semantics is Semantics.REVERSIBLE and not _may_ask(self.routes[name])
         }
         """Tools whose gate runs on the event loop: REVERSIBLE (no fsync before the call) and
-        no rule that could ask a human. The others are gated in a worker thread, so an fsync
-        or an approval wait never holds up other sessions."""
+        no rule that could ask a human (so their calls set no :data:`CURRENT_CALL` for the
+        elicitation channel). The others are gated in a worker thread, so an fsync or an
+        approval wait never holds up other sessions."""
 
     def server(self) -> Server[Any]:
         """The low-level MCP server answering ``tools/list`` and ``tools/call``.
