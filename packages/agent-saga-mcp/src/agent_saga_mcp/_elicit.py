@@ -24,8 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from agent_saga import ApprovalRequest, LogStore, submit_vote
 from mcp import types
@@ -80,8 +79,7 @@ class SdkCaller:
         )
 
 
-@dataclass(frozen=True)
-class CallContext:
+class CallContext(NamedTuple):
     """The call being served, and the event loop it is served on."""
 
     caller: Caller

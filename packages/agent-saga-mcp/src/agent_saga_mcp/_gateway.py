@@ -17,7 +17,7 @@ logged. What the core decides reaches the client as tool results:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from agent_saga import (
@@ -108,8 +108,9 @@ class Gateway:
             if guard.semantics is Semantics.REVERSIBLE and not _may_ask(self.routes[name])
         }
         """Tools whose gate runs on the event loop: REVERSIBLE (no fsync before the call) and
-        no rule that could ask a human. The others are gated in a worker thread, so an fsync
-        or an approval wait never holds up other sessions."""
+        no rule that could ask a human (so their calls set no :data:`CURRENT_CALL` for the
+        elicitation channel). The others are gated in a worker thread, so an fsync or an
+        approval wait never holds up other sessions."""
 
     def server(self) -> Server[Any]:
         """The low-level MCP server answering ``tools/list`` and ``tools/call``.
@@ -191,8 +192,12 @@ class Gateway:
             return message(f"Unknown tool: {name}", error=True)
         if sagas is None:  # no session: the call is a saga of its own
             return await self._call(None, caller, route, arguments)
-        async with sagas.lock:
+        lock = sagas.lock  # as ``async with``, two coroutines fewer
+        await lock.acquire()
+        try:
             return await self._call(sagas, caller, route, arguments)
+        finally:
+            lock.release()
 
     async def _call(
         self,
@@ -236,23 +241,32 @@ class Gateway:
     async def _step(
         self, caller: Caller, route: Route, arguments: dict[str, Any]
     ) -> RefusedCall | StepFailed | tuple[int, types.CallToolResult]:
-        """One gated call; runs in the saga's context (see :meth:`SagaSlot.run`)."""
-        token = CURRENT_CALL.set(CallContext(caller, asyncio.get_running_loop()))
+        """One gated call; runs in the saga's context (see :meth:`SagaSlot.run`).
+
+        A call whose gate may ask a human (not :attr:`inline`) is told to the elicitation
+        channel through :data:`CURRENT_CALL`; an inline one cannot ask, so it sets nothing.
+        """
+        inline = route.exposed in self.inline
+        token = None
+        if not inline:
+            loop = getattr(caller, "loop", None) or asyncio.get_running_loop()
+            token = CURRENT_CALL.set(CallContext(caller, loop))
         decl = route.decl
         ordinal = 0
 
-        async def effect(step: StepRef | None) -> types.CallToolResult:
+        def effect(step: StepRef | None) -> Awaitable[types.CallToolResult]:
+            """The upstream call, to be awaited by the core (no coroutine of its own)."""
             nonlocal ordinal
             sent = dict(arguments)
             if step is not None:
                 ordinal = step.ordinal
                 if decl is not None and decl.idempotency_key is not None:
                     sent[decl.idempotency_key] = step.idempotency_key
-            return await self.upstreams.call(route.upstream, route.tool, sent)
+            return self.upstreams.call(route.upstream, route.tool, sent)
 
         guard = self.guards[route.exposed]
         try:
-            if route.exposed in self.inline:
+            if inline:
                 pending = guard.begin(arguments)
             else:  # an fsync, maybe a human: wait in a worker thread, not on the event loop
                 pending = await asyncio.to_thread(guard.begin, arguments)
@@ -262,7 +276,8 @@ class Gateway:
         except Exception as exc:
             return StepFailed(f"{type(exc).__name__}: {exc}")
         finally:
-            CURRENT_CALL.reset(token)
+            if token is not None:
+                CURRENT_CALL.reset(token)
         if isinstance(value, RefusedCall):
             return value
         return ordinal, value

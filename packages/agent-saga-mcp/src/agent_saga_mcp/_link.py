@@ -70,10 +70,24 @@ class RelayedResult(types.CallToolResult):
     def of(cls, raw: dict[str, Any], version: str) -> RelayedResult:
         """``raw`` validated as a ``CallToolResult``, kept with the ``version`` it came at.
 
+        A result whose blocks all say they are text is validated in one pass by
+        :class:`_RelayedText` (its content typed as text blocks), where the SDK's content is a
+        union that pydantic tries member by member on each block. The outcome is the same
+        model: a text block validates as ``TextContent`` in the union or alone. One that fails
+        there is validated again as the SDK's result, so it is refused with the error it
+        always gave.
+
         Raises:
             pydantic.ValidationError: ``raw`` is not a ``CallToolResult``.
         """
-        result = cls.model_validate(_text_blocks_validated(raw), by_name=False)
+        result: RelayedResult | None = None
+        if _all_text(raw):
+            try:
+                result = _validate_text_result(raw, by_name=False)
+            except ValidationError:
+                result = None
+        if result is None:
+            result = cls.model_validate(raw, by_name=False)
         object.__setattr__(result, "relayed_raw", raw)
         object.__setattr__(result, "relayed_version", version)
         return result
@@ -87,30 +101,24 @@ class RelayedResult(types.CallToolResult):
         return getattr(self, "relayed_version", "")
 
 
-def _text_blocks_validated(raw: dict[str, Any]) -> dict[str, Any]:
-    """``raw`` with its text blocks validated as ``TextContent`` one by one, when every block
-    says it is text (else ``raw`` itself).
+class _RelayedText(RelayedResult):
+    """A relayed result whose blocks are all text (see :meth:`RelayedResult.of`)."""
 
-    The result's validation then finds each block already a ``TextContent`` and keeps it, where
-    a plain object is tried against every member of the SDK's content-block union (image,
-    audio, resource, ...). The outcome is the same model. A block that fails here is left as
-    it came, so the result's own validation refuses it with the error it always gave.
-    """
+    content: list[types.TextContent]  # type: ignore[assignment]
+
+
+_validate_text_result = _RelayedText.model_validate
+
+
+def _all_text(raw: dict[str, Any]) -> bool:
+    """Whether ``raw``'s content is a non-empty list of objects that each say they are text."""
     blocks = raw.get("content")
     if type(blocks) is not list or not blocks:
-        return raw
-    validated: list[Any] = []
-    for block in blocks:
+        return False
+    for block in blocks:  # noqa: SIM110 (a loop: no generator per result)
         if type(block) is not dict or block.get("type") != "text":
-            return raw
-        try:
-            validated.append(_validate_text(block, by_name=False))
-        except ValidationError:
-            return raw
-    return {**raw, "content": validated}
-
-
-_validate_text = types.TextContent.model_validate
+            return False
+    return True
 
 
 class StdioLink:
@@ -121,6 +129,8 @@ class StdioLink:
         self.process = process
         assert process.stdin is not None
         self.stdin = process.stdin
+        self.stdin_pipe = process.stdin.transport
+        """The upstream's stdin, written directly (what ``stdin.write`` does, one call less)."""
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.next_id = 0
         self.version = LATEST_HANDSHAKE_VERSION
@@ -132,6 +142,7 @@ class StdioLink:
         self.ending: asyncio.Task[None] | None = None
         """Waits briefly for the exit code once the output has ended, then fails the link."""
         self.output = output
+        self.loop = asyncio.get_running_loop()
         output.attach(self._lines, self._ended)
 
     @classmethod
@@ -222,7 +233,8 @@ class StdioLink:
             MCPError: the upstream answered with an error.
             UpstreamError: the link is gone, or the result is not a ``CallToolResult``.
         """
-        raw = await self.request("tools/call", {"name": tool, "arguments": dict(arguments)})
+        sent = arguments if type(arguments) is dict else dict(arguments)  # written out at once
+        raw = await self.request("tools/call", {"name": tool, "arguments": sent})
         try:
             return RelayedResult.of(raw, self.version)
         except ValidationError as exc:
@@ -242,7 +254,7 @@ class StdioLink:
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             message["params"] = params
-        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self.pending[request_id] = answer
         try:
             self._send(message)
@@ -263,8 +275,9 @@ class StdioLink:
         self._send(message)
 
     def _send(self, message: dict[str, Any]) -> None:
-        if self.gone is None and not self.stdin.is_closing():
-            self.stdin.write(_wire.encode(message))
+        pipe = self.stdin_pipe
+        if self.gone is None and not pipe.is_closing():
+            pipe.write(_wire.encode(message))
 
     def _lines(self, lines: list[bytes | _wire.Oversized]) -> None:
         """Handle lines of the upstream's output, in order (called by its protocol)."""

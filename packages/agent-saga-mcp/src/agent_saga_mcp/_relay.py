@@ -79,6 +79,12 @@ class Relay:
         self.gateway = gateway
         self.lines = lines
         self.writer = writer
+        self.transport = writer.transport
+        """The client's pipe, written directly (what ``writer.write`` would do, one call less)."""
+        self.high_water = self.transport.get_write_buffer_limits()[1]
+        self.caller = RelayCaller(self)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop :meth:`run` serves on (asked once: each ask is a ``getpid``)."""
         self.options = gateway.server().create_initialization_options()
         self.version: str | None = None
         """The protocol version agreed at ``initialize`` (``None`` before)."""
@@ -108,7 +114,8 @@ class Relay:
                 after it stay queued in :attr:`lines`).
         """
         ended = False
-        self.done = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()
+        self.done = self.loop.create_future()
         self.lines.attach(self.line)
         try:
             await self.done
@@ -148,11 +155,11 @@ class Relay:
             self.lines.sink = None
             done.set_exception(exc)
             return
-        transport = self.writer.transport
+        transport = self.transport
         if (
             self.draining is None
-            and not self.writer.is_closing()
-            and transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
+            and transport.get_write_buffer_size() > self.high_water
+            and not transport.is_closing()
         ):  # the client is slow to read: read no more of its input until it has caught up
             self.lines.pause("drain")
             self.draining = asyncio.get_running_loop().create_task(self._caught_up())
@@ -171,8 +178,9 @@ class Relay:
                 await self.writer.drain()
 
     def send(self, message: dict[str, Any]) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(_wire.encode(message))
+        transport = self.transport
+        if not transport.is_closing():
+            transport.write(_wire.encode(message))
 
     def receive(self, line: bytes) -> None:
         """Interpret one line of the client's (see the module docstring)."""
@@ -237,7 +245,8 @@ class Relay:
                     self.send(_wire.error(request_id, _wire.INVALID_PARAMS, _invalid(exc)))
                     return
                 call = valid.name, valid.arguments
-            task = asyncio.get_running_loop().create_task(self.call(request_id, *call))
+            assert self.loop is not None
+            task = self.loop.create_task(self.call(request_id, *call))
             self.calls[request_id] = task
 
     def initialize(self, request_id: Any, params: dict[str, Any] | None) -> None:
@@ -269,9 +278,9 @@ class Relay:
 
     async def call(self, request_id: Any, name: str, arguments: dict[str, Any] | None) -> None:
         """Serve one ``tools/call``; cancelled (unanswered) by ``notifications/cancelled``."""
-        task = asyncio.current_task()
+        task = asyncio.current_task(self.loop)
         try:
-            result = await self.gateway.call(RelayCaller(self), name, arguments)
+            result = await self.gateway.call(self.caller, name, arguments)
             assert self.version is not None
             if isinstance(result, RelayedResult) and result.version == self.version:
                 answer = _wire.response(request_id, result.raw)
@@ -283,7 +292,8 @@ class Relay:
             if self.calls.get(request_id) is task:
                 del self.calls[request_id]
         self.send(answer)
-        await self.drain()
+        if self.transport.get_write_buffer_size():  # else drain() would return at once
+            await self.drain()
 
     def notified(self, method: str, params: dict[str, Any] | None) -> None:
         if method != "notifications/cancelled":
@@ -334,6 +344,11 @@ class RelayCaller:
 
     def __init__(self, relay: Relay) -> None:
         self.relay = relay
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the relay serves on (``None`` before it runs)."""
+        return self.relay.loop
 
     def can_elicit(self) -> bool:
         capabilities = self.relay.capabilities

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -43,9 +43,11 @@ _MAX_PAGES = 1000
 class UpstreamCaller(Protocol):
     """Something that can call a tool on a named upstream."""
 
-    async def call(
+    def call(
         self, upstream: str, tool: str, arguments: Mapping[str, Any]
-    ) -> types.CallToolResult: ...
+    ) -> Awaitable[types.CallToolResult]:
+        """The call, to be awaited (an ``async def`` is one)."""
+        ...
 
 
 def _cwd(decl: UpstreamDecl, base: Path | None) -> Path | None:
@@ -214,13 +216,15 @@ class LiveUpstreams:
         self.stop()
         await asyncio.gather(*(link.close() for link in self.links.values()))
 
-    async def call(
+    def call(
         self, upstream: str, tool: str, arguments: Mapping[str, Any]
-    ) -> types.CallToolResult:
+    ) -> Awaitable[types.CallToolResult]:
+        """The call, to be awaited: the link's or the SDK session's own coroutine (no
+        coroutine of this method's in between: one frame less on each resume)."""
         link = self.links.get(upstream)
         if link is not None:
-            return await link.call_tool(tool, arguments)
-        return await call_tool(self.sessions[upstream], tool, arguments)
+            return link.call_tool(tool, arguments)
+        return call_tool(self.sessions[upstream], tool, arguments)
 
 
 class OnDemandUpstreams:
