@@ -122,6 +122,18 @@ def line_fields(
     )
 
 
+def kind_and_saga(line: bytes) -> tuple[str, str | None] | None:
+    """The ``kind`` and ``saga`` of a stored record whose line a verify has accepted (read
+    from its canonical fields after ``data``, nothing decoded but them); ``None`` when the
+    line does not end in those fields."""
+    cut = line.rfind(_HASH_FIELD)
+    found = _FIELDS.fullmatch(line, cut) if cut >= 0 else None
+    if found is None:
+        return None
+    saga_json = found.group(4)
+    return _string(found.group(2)), None if saga_json == b"null" else _string(saga_json)
+
+
 def _string(quoted: bytes) -> str:
     """A JSON string's value (escapes are rare in kinds and saga ids: decoded only then)."""
     if b"\\" in quoted:
