@@ -297,11 +297,13 @@ def test_a_resumed_snapshot_starts_from_the_set_its_point_signs_checked(tmp_path
         return snapshot(source, keep_records=False, home=tmp_path, resume=point, unfinished=True)
 
     log = resumed()
-    assert log.stream is not None and log.stream.resumed_from == 6
+    assert log.stream is not None
+    assert log.stream.resumed_from == 6
     assert log.unfinished == ("s-1", "s-4")
     hide(tmp_path, "s-1")  # the index's set no longer matches the point's statement
     log = resumed()
-    assert log.stream is not None and log.stream.resumed_from == 0
+    assert log.stream is not None
+    assert log.stream.resumed_from == 0
     assert "read from its first record" in log.stream.notes[0]
     assert log.unfinished == ("s-1", "s-4")
     assert publish(tmp_path, log).extensions == (extension_line(["s-1", "s-4"]),)
@@ -359,3 +361,12 @@ def test_a_saga_without_a_begin_counts_as_unfinished_as_recovery_sees_it(tmp_pat
     assert unfinished_ids(tmp_path) == ["s-h"]
     hide(tmp_path, "s-h")
     assert unfinished_ids(tmp_path) == ["s-h"]
+
+
+def test_the_count_reads_saga_ids_and_kinds_that_need_escapes(tmp_path: Path) -> None:
+    odd = 'q"\\é\n'
+    with FileLogStore(tmp_path) as store:
+        store.append([begin(odd), begin("s-1"), end("s-1")], sync=True)
+        store.append([Entry('k"\\', "s-2", {}, 0)], sync=True)
+    assert cli(tmp_path, "checkpoint").exit_code == 0
+    assert latest(tmp_path).extensions == (extension_line([odd, "s-2"]),)
