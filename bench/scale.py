@@ -13,13 +13,18 @@ core's own chain code rather than by running the engine, then prints for each si
     and the CLI's imports) measured alternately in the same run;
   * ``agent-saga verify``: records per second (target >= 200,000) and peak RSS (< 100 MB), and
     ``verify --since`` the latest checkpoint, against a floor that reads the log's bytes;
-  * ``agent-saga certify``: wall time and peak RSS.
+  * ``agent-saga certify --since latest`` (from the resume point the verify stored; streams)
+    and the full ``agent-saga certify``: wall time, peak RSS and CPU time. The full certify
+    keeps every record in memory (about 1.7 GB per million records of this shape), so it is
+    left out above ``--full-certify-max`` records (2 million by default) rather than run a
+    shared host out of memory.
 
 Each figure is the median of ``--rounds`` runs (min-max range printed beside it). Write
 throughput and a step's latency are measured by ``bench/durability.py`` and
 ``bench/step_overhead.py``.
 
 Usage: uv run python bench/scale.py --dir /tmp/scale [--records 1000000 10000000] [--rounds 3]
+       [--full-certify-max 2000000]
 """
 
 from __future__ import annotations
@@ -219,7 +224,16 @@ def has_option(home: Path, command: str, option: str) -> bool:
     return option in out
 
 
-def measure(home: Path, records: int, rounds: int) -> None:
+def timed(results: dict[str, list[Any]], name: str, argv: list[str]) -> tuple[int, str]:
+    """Run ``argv`` once, adding its wall time, peak RSS and CPU time to ``results`` under
+    ``name``, ``name_rss`` and ``name_cpu``; returns its exit code and output."""
+    elapsed, rss, code, out = run_measured(argv)
+    for key, value in ((name, elapsed), (f"{name}_rss", rss), (f"{name}_cpu", LAST_CPU[0])):
+        results.setdefault(key, []).append(value)
+    return code, out
+
+
+def measure(home: Path, records: int, rounds: int, full_certify: bool) -> None:
     target = saga_id(records // RECORDS_PER_SAGA // 2)
     paged = has_option(home, "sagas", "--limit")
     sagas_args = ["sagas", "--limit", "50"] if paged else ["sagas"]
@@ -246,25 +260,20 @@ def measure(home: Path, records: int, rounds: int) -> None:
         add("floor", run_measured(cli(home, "--help"))[0])
         add("sagas", run_measured(cli(home, *sagas_args))[0])
         add("read", read_floor(home))
-        elapsed, rss, code, out = run_measured(cli(home, "verify"))
+        code, out = timed(results, "verify", cli(home, "verify"))
         if code != 0:
             print(out[-2000:], file=sys.stderr)
             raise SystemExit(f"verify failed on the generated log (exit {code})")
-        add("verify", elapsed)
-        add("verify_rss", rss)
-        add("verify_cpu", LAST_CPU[0])
         if since_ok:
             note = str(home / "checkpoints" / "latest.note")
-            elapsed, rss, _, out = run_measured(cli(home, "verify", "--since", note))
+            _, out = timed(results, "since", cli(home, "verify", "--since", note))
             resumed = [line for line in out.splitlines() if "resumed after" in line]
             results.setdefault("since_says", []).append(resumed[0] if resumed else 0.0)
-            add("since", elapsed)
-            add("since_rss", rss)
-            add("since_cpu", LAST_CPU[0])
-        elapsed, rss, _, _ = run_measured(cli(home, "certify"))
-        add("certify", elapsed)
-        add("certify_rss", rss)
-        add("certify_cpu", LAST_CPU[0])
+            code, out = timed(results, "certify_since", cli(home, "certify", "--since", "latest"))
+            if code != 0:
+                print(out[-2000:], file=sys.stderr)
+        if full_certify:
+            timed(results, "certify", cli(home, "certify"))
     report(home, records, rounds, results, sagas_args, since_ok=since_ok)
 
 
@@ -313,10 +322,20 @@ def report(
             f"{span(results['since_rss'], 'MB')}, CPU {span(results['since_cpu'], 'ms', 1000)}"
         )
         print(f"    (last round: {results['since_says'][-1] or 'read the whole log'})")
-    print(
-        f"  certify                     {span(results['certify'], 's')}, peak RSS "
-        f"{span(results['certify_rss'], 'MB')}, CPU {span(results['certify_cpu'], 's')}"
-    )
+    if "certify_since" in results:
+        print(
+            f"  certify --since latest      {span(results['certify_since'], 's')}, peak RSS "
+            f"{span(results['certify_since_rss'], 'MB')}, CPU "
+            f"{span(results['certify_since_cpu'], 's')}"
+        )
+    if "certify" in results:
+        print(
+            f"  certify                     {span(results['certify'], 's')}, peak RSS "
+            f"{span(results['certify_rss'], 'MB')}, CPU {span(results['certify_cpu'], 's')}"
+        )
+    else:
+        print("  certify                     not run (above --full-certify-max records)")
+    print(f"  load average at the end     {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 def log_bytes(home: Path) -> int:
@@ -328,10 +347,18 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, required=True, help="where generated logs are cached")
     parser.add_argument("--records", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--full-certify-max",
+        type=int,
+        default=2_000_000,
+        help="run the full certify (every record in memory) only up to this many records",
+    )
     args = parser.parse_args()
     for wanted in args.records:
         records = wanted - wanted % RECORDS_PER_SAGA
-        measure(cached_home(args.dir, records), records, args.rounds)
+        home = cached_home(args.dir, records)
+        print(f"load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+        measure(home, records, args.rounds, records <= args.full_certify_max)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from .._log.indexsets import checked_unfinished
-from .._log.records import Kind, SagaStatus
+from .._log.records import SagaStatus
 from .._log.sagaindex import IndexMismatch, SagaIndex
 from .build import build_history
 from .lookup import resolve_saga_id
@@ -129,13 +129,8 @@ def unfinished_views(index: SagaIndex) -> list[SagaView]:
 
     def answer() -> list[SagaView]:
         views = []
-        listed, accounted = checked_unfinished(index)
-        for saga_id in listed:
+        for saga_id in checked_unfinished(index):
             records = index.saga_records(saga_id)
-            if saga_id not in accounted and any(
-                r.kind == Kind.SAGA_BEGIN and r.saga == saga_id for r in records
-            ):
-                raise IndexMismatch(f"the index holds saga {saga_id} as unfinished; it ended")
             view = next((v for v in build_history(records).sagas if v.id == saga_id), None)
             if view is None or view.status not in _OPEN:
                 raise IndexMismatch(f"the index holds saga {saga_id} as unfinished; it is not")

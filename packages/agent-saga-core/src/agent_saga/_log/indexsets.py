@@ -10,9 +10,10 @@ at all. :func:`checked_unfinished` therefore rests the list on what the index ca
 2. the log itself after ``size``: its records are walked (:func:`.indexwalk.walk_for_index`,
    no JSON decoding) and folded into that set.
 
-Every saga unfinished by that account must be among the index's unfinished sagas; one that is
-not raises :class:`IndexMismatch` (callers rebuild the index from the log, then read the log in
-full). Without a statement (no checkpoint key, no checkpoint, or one written before the
+The index's unfinished sagas must be exactly the sagas unfinished by that account; a saga left
+out, or one listed that the account does not hold (a committed saga whose ``saga.end`` row was
+deleted, say), raises :class:`IndexMismatch` (callers rebuild the index from the log, then read
+the log in full). Without a statement (no checkpoint key, no checkpoint, or one written before the
 statement existed) the walk starts at the log's first record: correct, at the cost of a read
 of the whole log by the fast walk.
 
@@ -96,24 +97,25 @@ def unfinished_through(index: SagaIndex, statement: Statement | None, upto: int)
     return list(unfinished)
 
 
-def checked_unfinished(index: SagaIndex) -> tuple[list[str], set[str]]:
-    """The index's unfinished sagas (:meth:`SagaIndex.unfinished`), once every saga the
-    statement and the log account for is among them (see the module docstring), and those
-    they account for. A saga listed beyond those must show no ``saga.begin`` when read (a
-    saga of records that begin otherwise); the caller checks that as it reads each one.
+def checked_unfinished(index: SagaIndex) -> list[str]:
+    """The index's unfinished sagas (:meth:`SagaIndex.unfinished`), once they are exactly the
+    sagas the statement and the log account for (see the module docstring).
 
     Raises:
-        IndexMismatch: the index leaves out an unfinished saga, or does not hold the set the
-            statement signs.
+        IndexMismatch: the index leaves out an unfinished saga, lists one the log does not
+            hold as unfinished, or does not hold the set the statement signs.
         CorruptLogError: the log after the statement is damaged.
     """
     listed, covered = index.unfinished_covered()
     statement = None if index.statement is None else index.statement()
     if statement is not None and statement.size > covered:
         statement = None  # the index does not reach it yet: the log is read from its start
-    known = set(listed)
     accounted = unfinished_through(index, statement, covered)
+    known, held = set(accounted), set(listed)
     for saga_id in accounted:
-        if saga_id not in known:
+        if saga_id not in held:
             raise IndexMismatch(f"the index leaves out the unfinished saga {saga_id}")
-    return listed, set(accounted)
+    for saga_id in listed:
+        if saga_id not in known:
+            raise IndexMismatch(f"the index holds saga {saga_id} as unfinished; the log does not")
+    return listed

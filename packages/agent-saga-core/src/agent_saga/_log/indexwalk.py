@@ -122,6 +122,40 @@ def line_fields(
     )
 
 
+def kind_and_saga(line: bytes) -> tuple[str, str | None] | None:
+    """The ``kind`` and ``saga`` of a stored record whose line a verify has accepted (read
+    from its canonical fields after ``data``, nothing decoded but them); ``None`` when the
+    line does not end in those fields.
+
+    The fields are found at their fixed offsets after the last ``"hash"`` (a hash and a
+    ``prev`` are 64 hex digits), each separator checked; a line where any does not hold, or
+    whose kind or saga holds an escape, is read with the full pattern instead."""
+    cut = line.rfind(_HASH_FIELD)
+    if cut < 0:
+        return None
+    start = cut + 83
+    end = line.find(b'"', start)
+    saga = end + 83
+    if (
+        end > 0
+        and line.startswith(b'","kind":"', cut + 73)
+        and line.startswith(b'","prev":"', end)
+        and line.startswith(b'","saga":', end + 74)
+        and line.find(b"\\", start) < 0
+    ):
+        kind = line[start:end].decode("utf-8")
+        if line.startswith(b"null,", saga):
+            return kind, None
+        close = line.find(b'"', saga + 1)
+        if line.startswith(b'"', saga) and close > 0:
+            return kind, line[saga + 1 : close].decode("utf-8")
+    found = _FIELDS.fullmatch(line, cut)
+    if found is None:
+        return None
+    saga_json = found.group(4)
+    return _string(found.group(2)), None if saga_json == b"null" else _string(saga_json)
+
+
 def _string(quoted: bytes) -> str:
     """A JSON string's value (escapes are rare in kinds and saga ids: decoded only then)."""
     if b"\\" in quoted:

@@ -68,7 +68,8 @@ def settles(record: Indexed) -> str | None:
 def fold(sagas: dict[str, list[object]], record: Indexed) -> None:
     """Add ``record`` to its saga's line: first seq, last seq, started, count, end status, and
     the ``seq`` of its first ``saga.begin`` and of its first ``saga.end`` (none yet: ``None``;
-    what :mod:`.unfinishedset` needs to tell which sagas were unfinished at a past point)."""
+    the first ``seq`` and the first ``saga.end`` are what :mod:`.unfinishedset` needs to tell
+    which sagas were unfinished at a past point)."""
     assert record.saga is not None
     end: str | None = None
     if record.kind == Kind.SAGA_END:
@@ -139,10 +140,11 @@ def newest_query(
 
 UNFINISHED_NOW = "SELECT id FROM sagas WHERE end_status IS NULL ORDER BY first_seq"
 UNFINISHED_AT = (
-    "SELECT id FROM sagas WHERE end_status IS NULL AND began <= ? "
-    "UNION ALL SELECT id FROM sagas WHERE ended > ? AND began <= ?"
+    "SELECT id FROM sagas WHERE end_status IS NULL AND first_seq <= ? "
+    "UNION ALL SELECT id FROM sagas WHERE ended > ? AND first_seq <= ?"
 )
-"""The sagas unfinished after record ``?`` (given three times): begun by then, not ended."""
+"""The sagas unfinished after record ``?`` (given three times): with a record of their own by
+then, not ended (:mod:`.unfinishedset`)."""
 ANCHOR = (
     "SELECT seq, seg, off, len, prev, hash FROM records WHERE seq <= ? ORDER BY seq DESC LIMIT 1"
 )

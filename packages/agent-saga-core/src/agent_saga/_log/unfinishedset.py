@@ -1,20 +1,22 @@
 """The set of unfinished sagas at a point of the log, as a signed checkpoint commits to it.
 
 A checkpoint of ``size`` records may carry the extension line
-``agent-saga-unfinished <count> <digest>``: how many sagas have a ``saga.begin`` and no
+``agent-saga-unfinished <count> <digest>``: how many sagas have a record of their own and no
 ``saga.end`` among the first ``size`` records, and the SHA-256 of their ids, sorted and each
-prefixed by its length (:func:`commitment`). The checkpointer computes it from the log, never
-from the saga index; a reader that takes its unfinished sagas from the index checks the
-index's set at ``size`` against it and reads what came after from the log, so an index edited
-to leave out a whole unfinished saga is caught (:mod:`.indexsets`).
+prefixed by its length (:func:`commitment`). Every checkpoint the product publishes computes it
+from the log's records, never from the saga index; a reader that takes its unfinished sagas
+from the index checks the index's set at ``size`` against it and reads what came after from
+the log, so an index edited to leave out a whole unfinished saga is caught (:mod:`.indexsets`).
 
 Invariants:
 
-* :func:`fold` is the one definition of the set: a saga joins it at a ``saga.begin`` and
-  leaves it at a ``saga.end``. The engine writes each saga's ``saga.begin`` first and at most
-  one ``saga.end`` per saga, for which the index's definition (its ``began`` and ``ended``
-  columns) gives the same set; a log where that does not hold only makes readers fall back to
-  a full read.
+* :func:`fold` is the one definition of the set, the one recovery acts on (a saga whose
+  history has no ``saga.end``): a saga joins it at its first record of its own (``saga`` set
+  to its id; normally its ``saga.begin``, but a saga whose ``saga.begin`` is missing, in a log
+  written by hand or damaged, counts too) and leaves it at a ``saga.end``. The index's
+  definition (its ``first_seq`` and ``ended`` columns) gives the same set for every log whose
+  sagas log nothing after their first ``saga.end`` (the engine never does); a log where that
+  does not hold only makes readers fall back to a full read.
 * The digest depends on the set only (not on the order its ids were met in).
 """
 
@@ -70,9 +72,14 @@ def statement_of(size: int, extensions: Iterable[str]) -> Statement | None:
 
 def fold(unfinished: dict[str, None], record: Indexed) -> None:
     """Take ``record`` into ``unfinished`` (ids, kept in the order the sagas began)."""
-    if record.saga is None:
+    fold_kind(unfinished, record.kind, record.saga)
+
+
+def fold_kind(unfinished: dict[str, None], kind: str, saga: str | None) -> None:
+    """:func:`fold` of a record of ``kind`` whose ``saga`` field is ``saga``."""
+    if saga is None:
         return
-    if record.kind == Kind.SAGA_BEGIN:
-        unfinished.setdefault(record.saga, None)
-    elif record.kind == Kind.SAGA_END:
-        unfinished.pop(record.saga, None)
+    if kind == Kind.SAGA_END:
+        unfinished.pop(saga, None)
+    elif saga not in unfinished:
+        unfinished[saga] = None

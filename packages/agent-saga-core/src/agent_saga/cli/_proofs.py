@@ -69,7 +69,7 @@ def checkpoint() -> None:
     """Sign and publish a checkpoint of the log now (checkpoints/latest.note)."""
     settings = current_settings()
     with reading(settings) as source:
-        log = snapshot(source, keep_records=False, home=settings.home)
+        log = snapshot(source, keep_records=False, home=settings.home, unfinished=True)
     if not log.chain.ok:
         raise CliError(f"the log does not verify: {log.chain.error}; run 'agent-saga verify'")
     published = publish(settings.home, log)

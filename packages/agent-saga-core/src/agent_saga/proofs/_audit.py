@@ -21,6 +21,7 @@ from .._log.records import GENESIS, Record
 from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
+from .._log.unfinishedset import fold
 from ._certify import CRITICAL, WARNING, Finding, certificate, certify_records
 from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._checkpoints import CheckpointLog
@@ -32,8 +33,9 @@ from ._notefiles import note_size
 from ._prover import SagaProver
 from ._resume import ResumePoint
 from ._signing import home_signer, home_verifier
-from ._stream import Observer, StreamedLog, stream_log
+from ._stream import Observer, StartSet, StreamedLog, stream_log
 from ._tree import MerkleTree
+from ._unfinished import signed_set, statement_lines
 
 __all__ = ["LogSnapshot", "check_checkpoint", "snapshot"]
 
@@ -55,6 +57,10 @@ class LogSnapshot:
     checkpoint: _NoteRead | None = None
     """The home's latest checkpoint as read *before* the log (see :func:`snapshot`)."""
     stream: StreamedLog | None = None
+    unfinished: tuple[str, ...] | None = None
+    """The sagas unfinished after the records that verified, counted from them when the
+    snapshot was asked to (``None``: not asked, or they could not be counted); what
+    :func:`publish` signs as the statement of unfinished sagas."""
 
     @property
     def size(self) -> int:
@@ -94,6 +100,7 @@ def snapshot(
     resume: ResumePoint | None = None,
     frontier: MerkleFrontier | None = None,
     observer: Observer | None = None,
+    unfinished: bool = False,
 ) -> LogSnapshot:
     """Read and verify a log once: records stop at the first break, which the report holds.
 
@@ -105,7 +112,10 @@ def snapshot(
     home's latest checkpoint is read first: records are appended before a checkpoint covers
     them, so a checkpoint read before the log never covers more than the log holds, even while
     agents append and publish (read after the log, it could, and a live log would look
-    truncated).
+    truncated). With ``unfinished`` (a snapshot to publish) the sagas unfinished at its end
+    are counted from the records read; a resumed file log starts from the set the resume
+    point's checkpoint signs, checked (:func:`._unfinished.signed_set`), and is read from its
+    first record when that checkpoint signs none.
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (or without one): a
@@ -124,10 +134,18 @@ def snapshot(
         if checkpoint.note is not None:
             sizes.add(note_size(checkpoint.note))
     if not keep_records:
-        streamed = stream_log(source, sizes, resume, frontier=frontier, observer=observer)
+        start: StartSet | None = None
+        if unfinished:
+            start = _no_set
+            if isinstance(source, FileLogSource):
+                start = signed_set(source.home, source.key)
+        streamed = stream_log(
+            source, sizes, resume, frontier=frontier, observer=observer, unfinished=start
+        )
+        counted = None if streamed.unfinished is None else tuple(streamed.unfinished)
         return LogSnapshot(
             (), None, streamed.chain, tuple(streamed.redactions), source.where, checkpoint,
-            streamed,
+            streamed, counted,
         )  # fmt: skip
     records: list[Record] = []
     redactions: list[Record] = []
@@ -145,7 +163,20 @@ def snapshot(
     except CorruptLogError as exc:
         error = exc  # the records before the break still count
     report = VerifyReport(error is None, tree.size, error, head)
-    return LogSnapshot(tuple(records), tree, report, tuple(redactions), source.where, checkpoint)
+    counted = None
+    if unfinished:
+        sets: dict[str, None] = {}
+        for record in records:
+            fold(sets, record)
+        counted = tuple(sets)
+    return LogSnapshot(
+        tuple(records), tree, report, tuple(redactions), source.where, checkpoint, None, counted
+    )
+
+
+def _no_set(point: ResumePoint) -> list[str] | None:
+    """A log that is never resumed (not a file log) needs no set at a resume point."""
+    return None
 
 
 def check_checkpoint(log: LogSnapshot, checkpoint: Checkpoint) -> str | None:
@@ -170,12 +201,15 @@ def check_checkpoint(log: LogSnapshot, checkpoint: Checkpoint) -> str | None:
 
 
 def publish(home: Path, log: LogSnapshot) -> Checkpoint:
-    """Sign and publish a checkpoint of ``log`` (refused if it does not extend the latest)."""
+    """Sign and publish a checkpoint of ``log`` (refused if it does not extend the latest),
+    with the statement of the sagas unfinished at its size when the snapshot counted them
+    (``snapshot(..., unfinished=True)``)."""
+    lines = statement_lines(None if log.unfinished is None else list(log.unfinished))
     if log.tree is not None:
-        return CheckpointLog(home).publish(log.tree, home_signer(home))
+        return CheckpointLog(home).publish(log.tree, home_signer(home), lines)
     frontier = log.frontier
     return CheckpointLog(home).publish_head(
-        frontier.size, frontier.root(), log.frontier_roots, home_signer(home)
+        frontier.size, frontier.root(), log.frontier_roots, home_signer(home), lines
     )
 
 
@@ -223,10 +257,10 @@ def prove(home: Path, saga_id: str, source: LogSource | None = None) -> dict[str
         prover = SagaProver(saga_id, Chain(source.key))
         log = snapshot(
             source, keep_records=False, home=home, frontier=prover.frontier,
-            observer=prover.observe,
+            observer=prover.observe, unfinished=True,
         )  # fmt: skip
     else:
-        log = snapshot(source, home=home)
+        log = snapshot(source, home=home, unfinished=True)
     if not log.chain.ok:
         raise CorruptLogError(log.where, 0, f"log does not verify: {log.chain.error}")
     signer = home_signer(home)
@@ -248,7 +282,7 @@ def certify(home: Path, source: LogSource | None = None) -> tuple[dict[str, Any]
     broken, cut or rewritten log would vouch for it.
     """
     source = source or FileLogSource(home)
-    log = snapshot(source, home=home)
+    log = snapshot(source, home=home, unfinished=True)
     signer = home_signer(home)
     latest, problem = latest_problem(home, log, [signer.verifier])
     covered = latest

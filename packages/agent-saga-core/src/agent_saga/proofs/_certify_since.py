@@ -148,8 +148,9 @@ def certify_since(
     watch = _RangeWatch(after)
     capture = () if checkpoint is None else (checkpoint.size,)
     log = snapshot(
-        source, keep_records=False, home=home, capture=capture, resume=point, observer=watch
-    )
+        source, keep_records=False, home=home, capture=capture, resume=point, observer=watch,
+        unfinished=True,
+    )  # fmt: skip
     assert log.stream is not None
     read_from = log.stream.resumed_from
     findings: list[Finding] = [Finding(WARNING, "resume", note) for note in refused]
@@ -266,10 +267,10 @@ def _unfinished(index: SagaIndex) -> list[str]:
     from the log once."""
     index.statement = LatestStatement(index.home, index.home / CHECKPOINTS_DIR / LATEST_NAME)
     try:
-        return checked_unfinished(index)[0]
+        return checked_unfinished(index)
     except IndexMismatch:
         index.rebuild()
-        return checked_unfinished(index)[0]
+        return checked_unfinished(index)
 
 
 def _saga_records(

@@ -75,8 +75,10 @@ class CheckpointLog:
         except (OSError, UnicodeDecodeError) as exc:
             raise CheckpointError(f"cannot read {self.latest_path}: {exc}") from exc
 
-    def publish(self, tree: MerkleTree, signer: NoteSigner) -> Checkpoint:
-        """Sign ``tree``'s current head and make it the latest checkpoint, if it extends it.
+    def publish(
+        self, tree: MerkleTree, signer: NoteSigner, lines: tuple[str, ...] = ()
+    ) -> Checkpoint:
+        """Sign ``tree``'s head (with extension ``lines``), the latest checkpoint if it extends it.
 
         Returns the latest checkpoint afterwards: the new one, or the existing one when it
         already covers as many records (another process got there first).
@@ -90,21 +92,21 @@ class CheckpointLog:
         lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            return self._publish_locked(tree, signer)
+            return self._publish_locked(tree, signer, lines)
         finally:
             os.close(lock_fd)
 
-    def _publish_locked(self, tree: MerkleTree, signer: NoteSigner) -> Checkpoint:
-        previous = self.latest([signer.verifier])
-        size = tree.size
-        origin = signer.name
+    def _publish_locked(
+        self, tree: MerkleTree, signer: NoteSigner, lines: tuple[str, ...]
+    ) -> Checkpoint:
+        previous, size, origin = self.latest([signer.verifier]), tree.size, signer.name
         if previous is not None and previous.size >= size:
             if previous.size == size and previous.root != tree.root(size):
                 fresh = Checkpoint(origin, size, tree.root(size)).sign(signer)
                 self._keep_evidence(previous, fresh)
                 raise ForkError(f"two roots for the first {size} records", previous, fresh)
             return previous
-        fresh = Checkpoint(origin, size, tree.root(size)).sign(signer)
+        fresh = Checkpoint(origin, size, tree.root(size), lines).sign(signer)
         if previous is not None:
             proof = tree.consistency_proof(previous.size, size) if previous.size else []
             try:

@@ -11,6 +11,12 @@ With a resume point, a file log is read only after it: the frontier starts from 
 and the records read must continue the chain from its record. A point that does not match the
 log (records cut or rewritten there, or the file rewritten by a redaction) is not an error of
 the log: the pass starts again from the first record and says why.
+
+Asked to (``unfinished``, for a pass whose head will be signed), the pass also counts the sagas
+unfinished after its last record (:mod:`agent_saga._log.unfinishedset`) from the records it
+reads. After a resume point it starts from the set that the point's own signed checkpoint
+states (``unfinished`` finds it, checked against that statement); a point whose checkpoint
+states none, or whose set cannot be found, is not used: the pass reads from the first record.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from dataclasses import dataclass, field
 
 from .._errors import CorruptLogError
 from .._log.chain import Chain, parse_line
+from .._log.indexwalk import kind_and_saga
 from .._log.records import GENESIS, Record
 from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource, explain_first_record
 from .._log.store import VerifyReport
 from .._log.stream import ResumeAt, stream_verify
+from .._log.unfinishedset import fold, fold_kind
 from ._farm import SegmentFarm
 from ._frontier import MerkleFrontier
 from ._logtree import record_leaf
@@ -50,6 +58,9 @@ class StreamedLog:
     resumed_from: int = 0
     """Records taken from a resume point without reading them (0: read from the first)."""
     notes: list[str] = field(default_factory=list)
+    unfinished: dict[str, None] | None = None
+    """The sagas unfinished after the records that verified, oldest first, when the pass was
+    asked to count them (``None``: not asked, or a record could not be read for it)."""
 
     @property
     def size(self) -> int:
@@ -60,6 +71,10 @@ Observer = Callable[[int, bytes, bytes, str], None]
 """``(leaf index, stored line, hash as ASCII hex, previous record's hash)`` of each verified
 record of a file log, called before its leaf is appended to the frontier."""
 
+StartSet = Callable[[ResumePoint], list[str] | None]
+"""The sagas unfinished at a resume point, as its checkpoint's signed statement states them
+(checked against it); ``None`` when it states none or they cannot be found."""
+
 
 def stream_log(
     source: LogSource,
@@ -69,6 +84,7 @@ def stream_log(
     *,
     frontier: MerkleFrontier | None = None,
     observer: Observer | None = None,
+    unfinished: StartSet | None = None,
 ) -> StreamedLog:
     """Read ``source`` once (after ``resume`` when given and usable; see the module docstring).
 
@@ -79,32 +95,37 @@ def stream_log(
     ``__main__`` guard would run twice), and no quiet measurement has shown it faster yet.
     ``frontier`` (empty) is the one to build, for a caller that collects nodes as it grows;
     ``observer`` sees each record of a file log (see :data:`Observer`) with the frontier up to
-    date, and turns the second process off (every leaf is then appended here).
+    date, and turns the second process off (every leaf is then appended here). With
+    ``unfinished`` the pass counts the unfinished sagas (see the module docstring) and reads
+    every record here (no second process).
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (a key problem).
         StoreFailedError: the store cannot be read.
     """
     sizes = frozenset(capture)
+    counted: dict[str, None] | None = None if unfinished is None else {}
     if not isinstance(source, FileLogSource):
-        log = _stream_records(source, sizes, frontier or MerkleFrontier())
+        log = _stream_records(source, sizes, frontier or MerkleFrontier(), counted)
         if resume is not None:
             log.notes.append("this log cannot be resumed: it was read from its first record")
         return log
-    if resume is not None:
-        resumed = _stream_file(source, sizes, resume, farm_bytes, None, observer)
-        if resumed is not None:
-            return resumed
-    if observer is not None:
+    if observer is not None or unfinished is not None:
         farm_bytes = 1 << 62
-    full = _stream_file(source, sizes, None, farm_bytes, frontier, observer)
+    why = "the log no longer continues the resume point"
+    if resume is not None:
+        start = None if unfinished is None else unfinished(resume)
+        if unfinished is None or start is not None:
+            at = None if start is None else dict.fromkeys(start)
+            resumed = _stream_file(source, sizes, resume, farm_bytes, None, observer, at)
+            if resumed is not None:
+                return resumed
+        else:
+            why = "no unfinished sagas checked against a statement signed at the resume point"
+    full = _stream_file(source, sizes, None, farm_bytes, frontier, observer, counted)
     assert full is not None
     if resume is not None:
-        full.notes.insert(
-            0,
-            f"the log no longer continues the resume point at record {resume.state.size}: "
-            "read from its first record",
-        )
+        full.notes.insert(0, f"{why} at record {resume.state.size}: read from its first record")
     return full
 
 
@@ -115,8 +136,10 @@ def _stream_file(
     farm_bytes: int | None,
     empty: MerkleFrontier | None,
     observer: Observer | None,
+    unfinished: dict[str, None] | None,
 ) -> StreamedLog | None:
-    """The pass over a file log; ``None`` when ``resume`` does not match the log."""
+    """The pass over a file log; ``None`` when ``resume`` does not match the log.
+    ``unfinished`` (the set at the pass's start) is folded as the records are read."""
     if resume is None:
         frontier, start, last = empty or MerkleFrontier(), None, GENESIS
     else:
@@ -124,6 +147,7 @@ def _stream_file(
         frontier = MerkleFrontier(state.size, list(state.frontier))
         start, last = ResumeAt(state.offset, state.size, state.hash), state.hash
     log = StreamedLog(VerifyReport(True, 0), frontier, resumed_from=frontier.size)
+    log.unfinished = unfinished
     if resume is not None:
         log.roots[resume.state.size] = resume.checkpoint.root  # confirmed by the point's check
     chain = Chain(source.key)
@@ -147,6 +171,8 @@ def _stream_file(
             pending.append(digest)
             if len(pending) >= _BATCH or observer is not None:
                 current()
+        if log.unfinished is not None:
+            _count(log.unfinished, line, log)
         if _REDACTION_TAIL in line:
             parsed = parse_line(chain, line, size, previous[0].decode(), allow_masked=True)
             if isinstance(parsed, Record) and parsed.kind == REDACTION_KIND:
@@ -170,10 +196,23 @@ def _stream_file(
     return log
 
 
+def _count(unfinished: dict[str, None], line: bytes, log: StreamedLog) -> None:
+    """Fold the verified record stored as ``line`` into ``unfinished``, the set ``log``
+    counts; a line not in the form read here (none the chain accepts) stops the count."""
+    fields = kind_and_saga(line)
+    if fields is None:
+        log.unfinished = None
+    else:
+        fold_kind(unfinished, *fields)
+
+
 def _stream_records(
-    source: LogSource, sizes: frozenset[int], frontier: MerkleFrontier
+    source: LogSource,
+    sizes: frozenset[int],
+    frontier: MerkleFrontier,
+    unfinished: dict[str, None] | None,
 ) -> StreamedLog:
-    log = StreamedLog(VerifyReport(True, 0), frontier)
+    log = StreamedLog(VerifyReport(True, 0), frontier, unfinished=unfinished)
     head, error = GENESIS, None
     try:
         for record in source.records():
@@ -185,6 +224,8 @@ def _stream_records(
             else:
                 frontier.append_chain_hash(record.hash.encode())
             head = record.hash
+            if unfinished is not None:
+                fold(unfinished, record)
             if record.kind == REDACTION_KIND:
                 log.redactions.append(record)
     except ChainKeyError:

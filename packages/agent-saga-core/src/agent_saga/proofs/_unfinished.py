@@ -1,15 +1,16 @@
 """The unfinished sagas a checkpoint signs (:mod:`agent_saga._log.unfinishedset`): the
-statement read back for the saga index's readers, and counted again for the checkpointer when
-it resumed after a prefix of the log.
+statement read back for the saga index's readers, and counted again for the checkpointer (or
+a streaming pass) when it resumed after a prefix of the log.
 
 Invariants:
 
 * A statement is taken only from a checkpoint whose signature the home's public key
-  (``keys/checkpoint.pub``) verifies; anything else (no key, no checkpoint, a bad signature,
-  a checkpoint without the line) gives ``None``, after which readers walk the whole log.
-* What the checkpointer signs comes from the log: the index's set at an earlier signed
-  statement is used only once it matches that statement, and the log's records after it are
-  folded in; when they disagree the whole log is walked.
+  (``keys/checkpoint.pub``) verifies, or the caller's verified one; anything else (no key, no
+  checkpoint, a bad signature, a checkpoint without the line) gives ``None``, after which
+  readers walk the whole log.
+* What is signed comes from the log: the index's set at an earlier signed statement is used
+  only once it matches that statement, and the log's records after it are folded in; when
+  they disagree the whole log is walked (or, for a streaming pass, read from its first record).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .._errors import CorruptLogError
+from .._log.chain import Chain
 from .._log.indexpoint import IndexMismatch
 from .._log.indexsets import unfinished_through
 from .._log.sagaindex import SagaIndex
@@ -28,8 +30,9 @@ from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._logtree import LogTree
 from ._note import NoteError, NoteVerifier
 from ._notefiles import KEYS_DIR, PUBLIC_NAME
+from ._resume import ResumePoint
 
-__all__ = ["LatestStatement", "recount", "signed_head"]
+__all__ = ["LatestStatement", "recount", "signed_head", "signed_set", "statement_lines"]
 
 
 class LatestStatement:
@@ -92,4 +95,34 @@ def signed_head(
     the statement of the unfinished sagas at ``size`` (none when they cannot be counted; see
     :func:`recount` for ``latest``)."""
     size, root, ids = tree.head(lambda at: recount(tree.store, at, latest))
-    return size, root, () if ids is None else (extension_line(ids),)
+    return size, root, statement_lines(ids)
+
+
+def signed_set(home: Path, key: bytes | None) -> Callable[[ResumePoint], list[str] | None]:
+    """For a pass resuming at a point of ``home``'s file log (chain key ``key``): the sagas
+    unfinished at the point, as its checkpoint (verified when the point was loaded) states
+    them. The ids come from the home's saga index, caught up with the log, and are returned
+    only when their count and digest are the statement's; ``None`` when the checkpoint has
+    no statement, the index disagrees with it, or the index cannot be read."""
+
+    def at(point: ResumePoint) -> list[str] | None:
+        checkpoint = point.checkpoint
+        statement = statement_of(checkpoint.size, checkpoint.extensions)
+        if statement is None:
+            return None
+        index = SagaIndex(home, Chain(key))
+        try:
+            index.refresh()
+            return unfinished_through(index, statement, statement.size)
+        except (CorruptLogError, IndexMismatch, OSError, sqlite3.Error):
+            return None
+        finally:
+            index.close()
+
+    return at
+
+
+def statement_lines(ids: list[str] | None) -> tuple[str, ...]:
+    """The extension lines of a checkpoint whose unfinished sagas are ``ids`` (none when
+    they are not known)."""
+    return () if ids is None else (extension_line(ids),)
