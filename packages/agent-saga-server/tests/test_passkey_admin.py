@@ -5,6 +5,7 @@ store on SQLite and on PostgreSQL (one-time, bound to a subject, expiring, bound
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -149,3 +150,45 @@ def test_codes_are_one_time_bound_expiring_and_bounded_on_sqlite(tmp_path: Path)
 def test_the_same_on_postgresql(tmp_path: Path) -> None:
     with server_for_tests() as url, scratch_schema(url) as schema:
         _codes_follow_their_rules(open_database(url, tmp_path, schema=schema))
+
+
+def _two_registrations_race_for_one_code(db: Database) -> dict[str, str]:
+    """Two registrations spend one code at once: the first holds its transaction open while
+    the second tries; what each ended with."""
+    try:
+        create_tables(db)
+        with db.transaction() as tx:
+            grant = f"code:{issue_code(tx, 'ann', 'test').id}"
+        inside, release, ended = threading.Event(), threading.Event(), {}
+
+        def register(credential: str, hold: bool) -> None:
+            try:
+                with db.transaction() as tx:
+                    spend_grant(tx, grant, "ann", credential)
+                    if hold:
+                        inside.set()
+                        release.wait(10)
+                ended[credential] = "stored"
+            except EnrolmentRefused as exc:
+                ended[credential] = str(exc)
+
+        first = threading.Thread(target=register, args=("c1", True))
+        second = threading.Thread(target=lambda: inside.wait(10) and register("c2", False))
+        first.start()
+        second.start()
+        inside.wait(10)
+        time.sleep(0.2)  # the second is waiting for the first's lock on the code
+        release.set()
+        first.join(10)
+        second.join(10)
+        return ended
+    finally:
+        db.close()
+
+
+def test_two_registrations_racing_for_one_code_store_one_passkey(tmp_path: Path) -> None:
+    expected = {"c1": "stored", "c2": "the enrolment code was used meanwhile; ask for a new one"}
+    assert _two_registrations_race_for_one_code(open_database(None, tmp_path)) == expected
+    with server_for_tests() as url, scratch_schema(url) as schema:
+        db = open_database(url, tmp_path, schema=schema)
+        assert _two_registrations_race_for_one_code(db) == expected
