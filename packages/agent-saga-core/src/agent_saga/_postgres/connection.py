@@ -70,8 +70,9 @@ def display_url(url: str) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """An error message on one line (libpq's span several)."""
-    return " ".join(str(exc).split())
+    """An error message on one line (libpq's span several); the exception's class name when
+    it says nothing (a ``KeyboardInterrupt``)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class PgSession:

@@ -252,7 +252,7 @@ class PostgresLogStore:
         if self._closed:
             return ["log store is closed"]
         failed = self._commit.failed
-        problems = [f"log store failed: {failed}"] if failed is not None else []
+        problems = [f"log store failed: {one_line(failed)}"] if failed is not None else []
         if self._beat.error is not None:
             problems.append(f"owner heartbeat failing: {one_line(self._beat.error)}")
         try:
