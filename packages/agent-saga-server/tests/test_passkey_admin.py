@@ -192,3 +192,27 @@ def test_two_registrations_racing_for_one_code_store_one_passkey(tmp_path: Path)
     with server_for_tests() as url, scratch_schema(url) as schema:
         db = open_database(url, tmp_path, schema=schema)
         assert _two_registrations_race_for_one_code(db) == expected
+
+
+def test_no_scope_but_admin_reaches_the_passkey_admin_routes(server: RunningServer) -> None:
+    tokens = {
+        "agent": server.token("agent", "bot-pk", origin="host-pk"),
+        "approver": server.token("approver", "ann-pk"),
+        "auditor": server.token("auditor", "aud-pk"),
+        "none": None,
+    }
+    db = open_database(None, server.home)
+    try:
+        _store_passkey(db, "ann-pk", "d00d")
+        for name, token in tokens.items():
+            with server.client(token) as client:
+                answers = [
+                    client.post("/v1/passkeys/enrolments", json={"subject": "ann-pk"}),
+                    client.get("/v1/passkeys"),
+                    client.delete("/v1/passkeys/d00d"),
+                ]
+            expected = 401 if token is None else 403
+            assert [a.status_code for a in answers] == [expected] * 3, (name, answers)
+        assert [p.credential_id for p in list_passkeys(db, "ann-pk")] == ["d00d"]
+    finally:
+        db.close()
