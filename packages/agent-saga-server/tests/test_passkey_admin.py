@@ -216,3 +216,16 @@ def test_no_scope_but_admin_reaches_the_passkey_admin_routes(server: RunningServ
         assert [p.credential_id for p in list_passkeys(db, "ann-pk")] == ["d00d"]
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("subject", ["ann\nroot", "ann ", "", "ünï", "a" * 129, ".ann"])
+def test_the_cli_refuses_a_subject_no_session_can_have_in_one_line(
+    tmp_path: Path, subject: str
+) -> None:
+    """Subjects follow the tokens' rule (as the API's ``subject`` does): a code for ``ann ``
+    or ``ann\\nroot`` could never be used, and a newline would split the CLI's line."""
+    home = str(tmp_path / "home")
+    code, out, err = run("--home", home, "cloud-server", "passkeys", "enrol", subject)
+    assert (code, out) == (1, "")
+    assert err.startswith("Error: ") and err.count("\n") == 1, err
+    assert "subject" in err
