@@ -251,6 +251,40 @@ def test_a_revoked_passkeys_assertions_no_longer_count(
     assert audited(dashboard, "rita")[-1]["action"] == "passkey.revoke"
 
 
+FINISH = """async ([csrf, offer]) => {
+  const options = PublicKeyCredential.parseCreationOptionsFromJSON(offer.options);
+  const made = await navigator.credentials.create({publicKey: options});
+  const answer = await fetch("/ui/passkeys", {method: "POST",
+    body: JSON.stringify({challenge_id: offer.challenge_id, credential: made.toJSON()}),
+    headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf}});
+  return [answer.status, await answer.json()];
+}"""
+
+
+def test_a_passkey_revoked_while_it_enrols_another_registers_nothing(
+    dashboard: Dashboard, guarded: tuple[Page, Guard]
+) -> None:
+    """The first passkey's assertion was accepted and the browser is making the second when an
+    admin revokes the first: the grant is checked again where the passkey would be stored."""
+    page, guard = guarded
+    guard.expected.append("status of 40")
+    csrf, cdp, authenticator = enrolled(page, dashboard, "vic")
+    proof: dict[str, Any] = page.evaluate(ENROL, [csrf])
+    status, offer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {"assertion": proof}])
+    assert status == 200, offer
+    cdp.send("WebAuthn.removeVirtualAuthenticator", {"authenticatorId": authenticator})
+    cdp.send("WebAuthn.addVirtualAuthenticator", {"options": AUTHENTICATOR})  # a new device
+    (first,) = passkeys_of(dashboard, "vic")
+    with admin(dashboard) as client:
+        assert client.delete(f"/v1/passkeys/{first['credential_id']}").status_code == 204
+    status, answer = page.evaluate(FINISH, [csrf, offer])
+    assert (status, answer["detail"]) == (
+        400, "the passkey that allowed this registration was revoked",
+    )  # fmt: skip
+    assert passkeys_of(dashboard, "vic") == []
+    status, answer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {"assertion": proof}])
+    assert status == 403  # nor can its old assertion be used again
+
 def _b64(text: str) -> bytes:
     import base64
 
