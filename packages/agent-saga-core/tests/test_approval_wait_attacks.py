@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from agent_saga import Entry, FileLogStore
 from agent_saga._approvals.keys import KeyGrant, key_message
@@ -25,6 +26,7 @@ from agent_saga._approvals.votes import _BOOKS
 from agent_saga._approvals.wait import Approvals, Waiter
 from agent_saga._clock import SystemClock
 from agent_saga._log.admins import admin_id, trusting_admins
+from agent_saga._log.codec import JSONValue
 from agent_saga._log.records import Kind
 from agent_saga.proofs._note import NoteVerifier
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -66,7 +68,7 @@ def _signed_vote(
     """A vote for ``request`` signed by ``key``, appended as any writer of the home could."""
     nonce = secrets.token_hex(8)
     message = signing_message(request.id, "s1", 1, DIGEST, nonce, "alice")
-    data = {
+    data: dict[str, JSONValue] = {
         "request": request.id, "saga": "s1", "by": "alice", "decision": "approve",
         "channel": "test", "note": "", "at": time.time(), "nonce": nonce, "key": key_text,
         "signature": base64.b64encode(key.sign(message)).decode(),
@@ -75,8 +77,8 @@ def _signed_vote(
 
 
 @contextmanager
-def _seeded_home(tmp_path: Path, admin: Ed25519PrivateKey) -> Iterator[FileLogStore]:
-    """A home whose shared book has judged a key record (so it caches the trusted admins)."""
+def _seeded_home(tmp_path: Path) -> Iterator[FileLogStore]:
+    """A home with a first record (key records are bound to its hash)."""
     with FileLogStore(tmp_path / "home") as store:
         store.append([Entry("saga.begin", "s0", {}, 0)], sync=True)
         yield store
@@ -90,7 +92,7 @@ def test_a_seeded_wait_stops_trusting_an_administrator_removed_while_it_waits(
     admin_a, admin_b = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     alice = Ed25519PrivateKey.generate()
     approvals = Approvals(approvers=["alice"], require_signature=True)
-    with _seeded_home(tmp_path, admin_a) as store:
+    with _seeded_home(tmp_path) as store:
         with trusting_admins([admin_a.public_key().public_bytes_raw()]):
             key_text = _key_record(store, admin_a, "add", alice)
             with _BOOKS.lock:
@@ -106,20 +108,33 @@ def test_a_seeded_wait_stops_trusting_an_administrator_removed_while_it_waits(
             assert any("alice" in why for why in waiter.ignored), waiter.ignored
 
 
-def test_a_key_revoked_between_seeding_and_the_vote_does_not_count(tmp_path: Path) -> None:
-    admin = Ed25519PrivateKey.generate()
-    alice = Ed25519PrivateKey.generate()
-    approvals = Approvals(approvers=["alice"], require_signature=True)
+@contextmanager
+def _alice_with_a_key(tmp_path: Path) -> Iterator[tuple[FileLogStore, _Alice]]:
+    """A home where one trusted administrator registered a key for alice."""
+    admin, alice = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     with (
-        _seeded_home(tmp_path, admin) as store,
+        _seeded_home(tmp_path) as store,
         trusting_admins([admin.public_key().public_bytes_raw()]),
     ):
-        key_text = _key_record(store, admin, "add", alice)
+        yield store, _Alice(admin, alice, _key_record(store, admin, "add", alice))
+
+
+class _Alice(NamedTuple):
+    admin: Ed25519PrivateKey
+    key: Ed25519PrivateKey
+    key_text: str
+
+
+SIGNED = Approvals(approvers=["alice"], require_signature=True)
+
+
+def test_a_key_revoked_between_seeding_and_the_vote_does_not_count(tmp_path: Path) -> None:
+    with _alice_with_a_key(tmp_path) as (store, alice):
         request = _request(store, "apr-" + secrets.token_hex(8))
-        waiter = Waiter(approvals, store, SystemClock(), request)
+        waiter = Waiter(SIGNED, store, SystemClock(), request)
         assert waiter.look(DIGEST) is None
-        _key_record(store, admin, "revoke", alice)
-        _signed_vote(store, request, alice, key_text)
+        _key_record(store, alice.admin, "revoke", alice.key)
+        _signed_vote(store, request, alice.key, alice.key_text)
         assert waiter.look(DIGEST) is None
         assert waiter.ignored == [
             "alice: the signature does not verify with a registered, unrevoked key of the approver"
@@ -127,18 +142,11 @@ def test_a_key_revoked_between_seeding_and_the_vote_does_not_count(tmp_path: Pat
 
 
 def test_a_vote_for_another_request_does_not_decide_this_one(tmp_path: Path) -> None:
-    admin = Ed25519PrivateKey.generate()
-    alice = Ed25519PrivateKey.generate()
-    approvals = Approvals(approvers=["alice"], require_signature=True)
-    with (
-        _seeded_home(tmp_path, admin) as store,
-        trusting_admins([admin.public_key().public_bytes_raw()]),
-    ):
-        key_text = _key_record(store, admin, "add", alice)
+    with _alice_with_a_key(tmp_path) as (store, alice):
         mine = _request(store, "apr-" + secrets.token_hex(8))
         other = _request(store, "apr-" + secrets.token_hex(8))
-        waiter = Waiter(approvals, store, SystemClock(), mine)
-        _signed_vote(store, other, alice, key_text)
+        waiter = Waiter(SIGNED, store, SystemClock(), mine)
+        _signed_vote(store, other, alice.key, alice.key_text)
         assert waiter.look(DIGEST) is None
-        _signed_vote(store, mine, alice, key_text)
+        _signed_vote(store, mine, alice.key, alice.key_text)
         assert waiter.look(DIGEST) == "approved"

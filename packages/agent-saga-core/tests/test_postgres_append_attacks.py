@@ -86,12 +86,12 @@ def test_ctrl_c_while_a_batch_waits_for_the_lock_fails_the_store_in_one_clear_li
     try:
         store.append([Entry("t.step", "x", {"n": 0}, 1)], sync=True)
         with log_lock_held(pg_url, schema) as release:
-            interrupt = threading.Thread(
-                target=lambda: (
-                    waiting_backend(pg_url, schema),
-                    signal.pthread_kill(main, signal.SIGINT),
-                )
-            )
+
+            def interrupt_once_waiting() -> None:
+                waiting_backend(pg_url, schema)
+                signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C, in the appending thread
+
+            interrupt = threading.Thread(target=interrupt_once_waiting)
             interrupt.start()
             with pytest.raises(KeyboardInterrupt):
                 store.append([Entry("t.step", "x", {"n": 1}, 1)], sync=True)
@@ -100,7 +100,8 @@ def test_ctrl_c_while_a_batch_waits_for_the_lock_fails_the_store_in_one_clear_li
         with pytest.raises(StoreFailedError) as failed:
             store.append([Entry("t.step", "x", {"n": 2}, 1)], sync=True)
         message = str(failed.value)
-        assert "KeyboardInterrupt" in message and "()" not in message, message
+        assert "KeyboardInterrupt" in message, message
+        assert "()" not in message
         assert "\n" not in message
         assert any("KeyboardInterrupt" in problem for problem in store.health())
         with PostgresLogStore(pg_url, schema=schema) as other:  # no lock left behind

@@ -173,7 +173,12 @@ def _two_registrations_race_for_one_code(db: Database) -> dict[str, str]:
                 ended[credential] = str(exc)
 
         first = threading.Thread(target=register, args=("c1", True))
-        second = threading.Thread(target=lambda: inside.wait(10) and register("c2", False))
+
+        def second_once_the_first_holds_the_code() -> None:
+            inside.wait(10)
+            register("c2", False)
+
+        second = threading.Thread(target=second_once_the_first_holds_the_code)
         first.start()
         second.start()
         inside.wait(10)
@@ -227,5 +232,6 @@ def test_the_cli_refuses_a_subject_no_session_can_have_in_one_line(
     home = str(tmp_path / "home")
     code, out, err = run("--home", home, "cloud-server", "passkeys", "enrol", subject)
     assert (code, out) == (1, "")
-    assert err.startswith("Error: ") and err.count("\n") == 1, err
+    assert err.startswith("Error: "), err
+    assert err.count("\n") == 1, err
     assert "subject" in err

@@ -285,6 +285,7 @@ def test_a_passkey_revoked_while_it_enrols_another_registers_nothing(
     status, answer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {"assertion": proof}])
     assert status == 403  # nor can its old assertion be used again
 
+
 def _b64(text: str) -> bytes:
     import base64
 
