@@ -268,20 +268,20 @@ def test_a_passkey_revoked_while_it_enrols_another_registers_nothing(
     admin revokes the first: the grant is checked again where the passkey would be stored."""
     page, guard = guarded
     guard.expected.append("status of 40")
-    csrf, cdp, authenticator = enrolled(page, dashboard, "vic")
+    csrf, cdp, authenticator = enrolled(page, dashboard, "rev")
     proof: dict[str, Any] = page.evaluate(ENROL, [csrf])
     status, offer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {"assertion": proof}])
     assert status == 200, offer
     cdp.send("WebAuthn.removeVirtualAuthenticator", {"authenticatorId": authenticator})
     cdp.send("WebAuthn.addVirtualAuthenticator", {"options": AUTHENTICATOR})  # a new device
-    (first,) = passkeys_of(dashboard, "vic")
+    (first,) = passkeys_of(dashboard, "rev")
     with admin(dashboard) as client:
         assert client.delete(f"/v1/passkeys/{first['credential_id']}").status_code == 204
     status, answer = page.evaluate(FINISH, [csrf, offer])
     assert (status, answer["detail"]) == (
         400, "the passkey that allowed this registration was revoked",
     )  # fmt: skip
-    assert passkeys_of(dashboard, "vic") == []
+    assert passkeys_of(dashboard, "rev") == []
     status, answer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {"assertion": proof}])
     assert status == 403  # nor can its old assertion be used again
 

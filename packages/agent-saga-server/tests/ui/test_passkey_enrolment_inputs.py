@@ -1,8 +1,8 @@
 """A careless or hostile approver's session against the passkey registration routes of a real
 ``agent-saga ui`` (chromium, a virtual authenticator): odd and huge bodies, credentials of every
-JSON type, a missing CSRF header and a foreign origin are each refused in one line (never a 500),
-none of them spends or counts against the enrolment code, and the code is never in the server's
-output."""
+JSON type, a body over the server's limit, a missing CSRF header and a foreign origin are each
+refused in one line (never a 500), none of them spends or counts against the enrolment code, and
+the code is never in the server's output."""
 
 from __future__ import annotations
 
@@ -88,6 +88,9 @@ def test_the_registration_posts_need_the_csrf_header_and_the_dashboards_origin(
     with httpx.Client(base_url=dashboard.named_url, trust_env=False, timeout=10) as client:
         client.cookies.update(cookies)
         forged = client.post("/ui/passkeys/options", content=body, headers=headers)
+        own = {**headers, "Origin": dashboard.named_url, "Content-Type": "application/json"}
+        huge = client.post("/ui/passkeys/options", content=b" " * (9 << 20), headers=own)
     assert forged.status_code == 403, forged.text
+    assert huge.status_code == 413, huge.text  # refused before it is read in full
     status, offer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {"code": code}])
     assert status == 200, offer  # the code was neither spent nor counted against
