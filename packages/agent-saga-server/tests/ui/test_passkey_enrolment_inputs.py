@@ -10,7 +10,7 @@ import json
 
 import httpx
 from browser_kit import Dashboard, Guard, enrolment_code
-from passkey_browser import CREATE, ES256, POST, add_authenticator, passkeys_of, signed_in
+from passkey_browser import CREATE, ES256, POST, add_authenticator, admin, passkeys_of, signed_in
 from playwright.sync_api import Page
 
 RAW = """async ([url, csrf, body]) => {
@@ -68,6 +68,10 @@ def test_odd_bodies_and_credentials_are_refused_in_one_line_and_spend_nothing(
     output = (dashboard.home / "ui.err").read_text()
     assert "Traceback" not in output
     assert code[21:] not in output  # the secret is never logged
+    with admin(dashboard) as client:
+        trail = client.get("/v1/audit/events", params={"limit": 500}).text
+    assert '"passkey.refused"' in trail
+    assert code[21:] not in trail  # nor audited
 
 
 def test_the_registration_posts_need_the_csrf_header_and_the_dashboards_origin(
