@@ -16,6 +16,7 @@ import pytest
 from agent_saga import Entry, StoreFailedError
 from agent_saga._postgres.connection import lock_key
 from agent_saga._postgres.store import PostgresLogStore
+from psycopg import sql
 
 WAITING = (
     "SELECT pid FROM pg_stat_activity WHERE application_name = 'agent-saga'"
@@ -109,3 +110,38 @@ def test_ctrl_c_while_a_batch_waits_for_the_lock_fails_the_store_in_one_clear_li
     finally:
         store.close()
     assert stored(pg_url, schema) == [(1, 0), (2, 3)]
+
+
+@pytest.mark.parametrize("connections", [1, 2])
+def test_a_batch_waiting_longer_than_the_owner_ttl_for_the_lock_keeps_its_owner_alive(
+    pg_url: str, schema: str, connections: int
+) -> None:
+    """Another process holds the log's lock longer than the ttl while a batch waits for it: the
+    owner's heartbeats go on meanwhile (with one connection, on a connection of their own for
+    that long wait), so the store neither expires nor fails."""
+    with PostgresLogStore(pg_url, schema=schema, connections=connections, owner_ttl=1.5) as store:
+        store.append([Entry("t.step", "x", {"n": 0}, 1)], sync=True)
+        ended: list[object] = []
+        with log_lock_held(pg_url, schema) as release:
+            appending = threading.Thread(
+                target=lambda: ended.append(
+                    store.append([Entry("t.step", "x", {"n": 1}, 1)], sync=True)
+                )
+            )
+            appending.start()
+            waiting_backend(pg_url, schema)
+            time.sleep(2.4)
+            with psycopg.connect(pg_url, autocommit=True) as conn:  # as another host sees it
+                alive = conn.execute(
+                    sql.SQL(
+                        "SELECT expires_at > clock_timestamp() FROM {s}.owners WHERE owner_id = %s"
+                    ).format(s=sql.Identifier(schema)),
+                    (store.owner_id,),
+                ).fetchone()
+            assert alive == (True,)
+            release()
+            appending.join(15)
+        assert [r.seq for r in ended[0]] == [2]  # type: ignore[attr-defined]
+        time.sleep(0.6)  # a heartbeat after the batch
+        assert store.health() == []
+        assert [r.seq for r in store.append([Entry("t.step", "x", {"n": 2}, 1)], sync=True)] == [3]

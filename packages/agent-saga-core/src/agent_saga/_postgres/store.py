@@ -78,9 +78,9 @@ class PostgresLogStore:
         connect_timeout: seconds to wait for a connection.
         connections: 2 (the default) commits heartbeats and ``sync`` flushes on a connection of
             their own; 1 sends them on the append connection, between batches (a heartbeat then
-            waits for the batch in flight, so a batch that waits longer than ``owner_ttl`` for
-            the log's lock lets the owner expire and the store fail): for many processes on a
-            server with few connections to spare.
+            waits for the batch in flight, and goes out on a short-lived connection of its own
+            when that batch has waited a third of ``owner_ttl`` for the log's lock): for many
+            processes on a server with few connections to spare.
 
     Raises:
         ConfigurationError: psycopg is missing, ``schema`` is not a plain identifier, or
