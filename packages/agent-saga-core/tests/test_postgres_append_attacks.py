@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 from agent_saga import Entry, StoreFailedError
+from agent_saga._log.records import Record
 from agent_saga._postgres.connection import lock_key
 from agent_saga._postgres.store import PostgresLogStore
 from psycopg import sql
@@ -47,6 +48,16 @@ def waiting_backend(url: str, schema: str) -> int:
     raise AssertionError("the batch never waited for the log's lock")
 
 
+def second_append_in_a_thread(store: PostgresLogStore) -> tuple[threading.Thread, list[Record]]:
+    """A thread appending the record ``n=1`` (started); the list its records go to."""
+    ended: list[Record] = []
+    thread = threading.Thread(
+        target=lambda: ended.extend(store.append([Entry("t.step", "x", {"n": 1}, 1)], sync=True))
+    )
+    thread.start()
+    return thread, ended
+
+
 def stored(url: str, schema: str) -> list[tuple[int, object]]:
     with PostgresLogStore(url, schema=schema) as reader:
         assert reader.verify().ok
@@ -59,21 +70,15 @@ def test_a_batch_whose_backend_is_terminated_while_it_waits_is_written_once(
 ) -> None:
     with PostgresLogStore(pg_url, schema=schema, connections=connections) as store:
         store.append([Entry("t.step", "x", {"n": 0}, 1)], sync=True)
-        ended: list[object] = []
         with log_lock_held(pg_url, schema) as release:
-            appending = threading.Thread(
-                target=lambda: ended.append(
-                    store.append([Entry("t.step", "x", {"n": 1}, 1)], sync=True)
-                )
-            )
-            appending.start()
+            appending, ended = second_append_in_a_thread(store)
             with psycopg.connect(pg_url, autocommit=True) as admin:
                 pid = waiting_backend(pg_url, schema)
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
             time.sleep(0.1)
             release()
             appending.join(15)
-        assert [r.seq for r in ended[0]] == [2]  # type: ignore[attr-defined]
+        assert [r.seq for r in ended] == [2]
         assert [r.seq for r in store.append([Entry("t.step", "x", {"n": 2}, 1)], sync=True)] == [3]
     assert stored(pg_url, schema) == [(1, 0), (2, 1), (3, 2)]
 
@@ -121,14 +126,8 @@ def test_a_batch_waiting_longer_than_the_owner_ttl_for_the_lock_keeps_its_owner_
     that long wait), so the store neither expires nor fails."""
     with PostgresLogStore(pg_url, schema=schema, connections=connections, owner_ttl=1.5) as store:
         store.append([Entry("t.step", "x", {"n": 0}, 1)], sync=True)
-        ended: list[object] = []
         with log_lock_held(pg_url, schema) as release:
-            appending = threading.Thread(
-                target=lambda: ended.append(
-                    store.append([Entry("t.step", "x", {"n": 1}, 1)], sync=True)
-                )
-            )
-            appending.start()
+            appending, ended = second_append_in_a_thread(store)
             waiting_backend(pg_url, schema)
             time.sleep(2.4)
             with psycopg.connect(pg_url, autocommit=True) as conn:  # as another host sees it
@@ -141,7 +140,7 @@ def test_a_batch_waiting_longer_than_the_owner_ttl_for_the_lock_keeps_its_owner_
             assert alive == (True,)
             release()
             appending.join(15)
-        assert [r.seq for r in ended[0]] == [2]  # type: ignore[attr-defined]
+        assert [r.seq for r in ended] == [2]
         time.sleep(0.6)  # a heartbeat after the batch
         assert store.health() == []
         assert [r.seq for r in store.append([Entry("t.step", "x", {"n": 2}, 1)], sync=True)] == [3]
