@@ -59,8 +59,11 @@ def test_one_token_holds_a_bounded_number_of_long_polls(server: RunningServer) -
                 asyncio.create_task(client.get(f"/v1/approvals/{target}", params={"wait": 20}))
                 for _ in range(LIMIT)
             ]
-            await asyncio.sleep(1.0)  # every wait is held by the server now
-            refused = await client.get(f"/v1/approvals/{target}", params={"wait": 5})
+            deadline = time.monotonic() + 20
+            while True:  # until the server holds every wait: a short probe is then refused
+                refused = await client.get(f"/v1/approvals/{target}", params={"wait": 0.05})
+                if refused.status_code == 429 or time.monotonic() > deadline:
+                    break
             listed = await client.get("/v1/approvals", params={"wait": 5, "status": "denied"})
             started = time.monotonic()
             posted = await client.post(
