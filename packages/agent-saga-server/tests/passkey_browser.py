@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from typing import Any
 
 import httpx
 from browser_kit import Dashboard, issue_token
@@ -20,6 +21,18 @@ SIGN = """async ([base, csrf, decision]) => {
   const options = PublicKeyCredential.parseRequestOptionsFromJSON(offer.options);
   const credential = await navigator.credentials.get({publicKey: options});
   return {challenge_id: offer.challenge_id, credential: credential.toJSON()};
+}"""
+CREATE = """async ([csrf, grant]) => {
+  const post = async (url, body) => {
+    const answer = await fetch(url, {method: "POST", body: JSON.stringify(body),
+      headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf}});
+    return [answer.status, await answer.json()];
+  };
+  const [status, offer] = await post("/ui/passkeys/options", grant);
+  if (status !== 200) { return [status, offer]; }
+  const options = PublicKeyCredential.parseCreationOptionsFromJSON(offer.options);
+  const made = await navigator.credentials.create({publicKey: options});
+  return await post("/ui/passkeys", {challenge_id: offer.challenge_id, credential: made.toJSON()});
 }"""
 POST = """async ([url, csrf, body]) => {
   const answer = await fetch(url, {method: "POST", body: JSON.stringify(body),
@@ -72,3 +85,24 @@ def pending_request(dashboard: Dashboard, origin: str, amount: int) -> str:
     with httpx.Client(base_url=dashboard.url, headers=headers, trust_env=False) as client:
         assert client.post("/v1/approvals", json=body).status_code == 201
     return request_id
+
+
+def admin(dashboard: Dashboard) -> httpx.Client:
+    """An API client holding an admin token of the dashboard's control plane."""
+    token = issue_token(dashboard.home, "admin", "root")
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.Client(base_url=dashboard.url, headers=headers, trust_env=False, timeout=10)
+
+
+def passkeys_of(dashboard: Dashboard, subject: str) -> list[dict[str, Any]]:
+    with admin(dashboard) as client:
+        answer = client.get("/v1/passkeys", params={"subject": subject})
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["passkeys"])
+
+
+def signed_in(page: Page, dashboard: Dashboard, subject: str) -> str:
+    """Log in with an approver token (only that), open the passkeys page; its CSRF token."""
+    dashboard.login_as_approver(page, subject, base=dashboard.named_url)
+    page.goto(f"{dashboard.named_url}/ui/passkeys")
+    return str(page.locator("#register-passkey").get_attribute("data-csrf"))

@@ -5,6 +5,7 @@ store on SQLite and on PostgreSQL (one-time, bound to a subject, expiring, bound
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -149,3 +150,88 @@ def test_codes_are_one_time_bound_expiring_and_bounded_on_sqlite(tmp_path: Path)
 def test_the_same_on_postgresql(tmp_path: Path) -> None:
     with server_for_tests() as url, scratch_schema(url) as schema:
         _codes_follow_their_rules(open_database(url, tmp_path, schema=schema))
+
+
+def _two_registrations_race_for_one_code(db: Database) -> dict[str, str]:
+    """Two registrations spend one code at once: the first holds its transaction open while
+    the second tries; what each ended with."""
+    try:
+        create_tables(db)
+        with db.transaction() as tx:
+            grant = f"code:{issue_code(tx, 'ann', 'test').id}"
+        inside, release, ended = threading.Event(), threading.Event(), {}
+
+        def register(credential: str, hold: bool) -> None:
+            try:
+                with db.transaction() as tx:
+                    spend_grant(tx, grant, "ann", credential)
+                    if hold:
+                        inside.set()
+                        release.wait(10)
+                ended[credential] = "stored"
+            except EnrolmentRefused as exc:
+                ended[credential] = str(exc)
+
+        first = threading.Thread(target=register, args=("c1", True))
+
+        def second_once_the_first_holds_the_code() -> None:
+            inside.wait(10)
+            register("c2", False)
+
+        second = threading.Thread(target=second_once_the_first_holds_the_code)
+        first.start()
+        second.start()
+        inside.wait(10)
+        time.sleep(0.2)  # the second is waiting for the first's lock on the code
+        release.set()
+        first.join(10)
+        second.join(10)
+        return ended
+    finally:
+        db.close()
+
+
+def test_two_registrations_racing_for_one_code_store_one_passkey(tmp_path: Path) -> None:
+    expected = {"c1": "stored", "c2": "the enrolment code was used meanwhile; ask for a new one"}
+    assert _two_registrations_race_for_one_code(open_database(None, tmp_path)) == expected
+    with server_for_tests() as url, scratch_schema(url) as schema:
+        db = open_database(url, tmp_path, schema=schema)
+        assert _two_registrations_race_for_one_code(db) == expected
+
+
+def test_no_scope_but_admin_reaches_the_passkey_admin_routes(server: RunningServer) -> None:
+    tokens = {
+        "agent": server.token("agent", "bot-pk", origin="host-pk"),
+        "approver": server.token("approver", "ann-pk"),
+        "auditor": server.token("auditor", "aud-pk"),
+        "none": None,
+    }
+    db = open_database(None, server.home)
+    try:
+        _store_passkey(db, "ann-pk", "d00d")
+        for name, token in tokens.items():
+            with server.client(token) as client:
+                answers = [
+                    client.post("/v1/passkeys/enrolments", json={"subject": "ann-pk"}),
+                    client.get("/v1/passkeys"),
+                    client.delete("/v1/passkeys/d00d"),
+                ]
+            expected = 401 if token is None else 403
+            assert [a.status_code for a in answers] == [expected] * 3, (name, answers)
+        assert [p.credential_id for p in list_passkeys(db, "ann-pk")] == ["d00d"]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("subject", ["ann\nroot", "ann ", "", "ünï", "a" * 129, ".ann"])
+def test_the_cli_refuses_a_subject_no_session_can_have_in_one_line(
+    tmp_path: Path, subject: str
+) -> None:
+    """Subjects follow the tokens' rule (as the API's ``subject`` does): a code for ``ann ``
+    or ``ann\\nroot`` could never be used, and a newline would split the CLI's line."""
+    home = str(tmp_path / "home")
+    code, out, err = run("--home", home, "cloud-server", "passkeys", "enrol", subject)
+    assert (code, out) == (1, "")
+    assert err.startswith("Error: "), err
+    assert err.count("\n") == 1, err
+    assert "subject" in err

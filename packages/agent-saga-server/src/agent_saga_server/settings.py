@@ -18,6 +18,10 @@ class ServerSettings:
             case a notification was missed (changes made through this process, and on
             PostgreSQL those of other replicas, are announced and seen at once).
         max_wait: the longest a long-poll may ask to wait, in seconds.
+        max_waits_per_token: the most long-polls (``?wait=``) one token may hold open on this
+            process at once; the next is answered 429 (a new request is stored and answered
+            at once, without waiting). Every waiting long-poll reads again on each approval
+            change, so this bounds what one client can make every vote cost.
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -26,6 +30,7 @@ class ServerSettings:
     heartbeat: float = 0.2
     watch_interval: float = 0.25
     max_wait: float = 30.0
+    max_waits_per_token: int = 64
 
 
 __all__ = ["ServerSettings"]

@@ -9,9 +9,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
-from browser_kit import Dashboard, Guard, enrolment_code, issue_token
-from passkey_browser import AUTHENTICATOR, ES256, POST, SIGN, add_authenticator, pending_request
+from browser_kit import Dashboard, Guard, enrolment_code
+from passkey_browser import (
+    AUTHENTICATOR,
+    CREATE,
+    ES256,
+    POST,
+    SIGN,
+    add_authenticator,
+    admin,
+    passkeys_of,
+    pending_request,
+    signed_in,
+)
 from playwright.sync_api import CDPSession, Page, expect
 
 ENROL = """async ([csrf]) => {
@@ -25,32 +35,6 @@ ENROL = """async ([csrf]) => {
   const proof = await navigator.credentials.get({publicKey: options});
   return {challenge_id: offer.challenge_id, credential: proof.toJSON()};
 }"""
-CREATE = """async ([csrf, grant]) => {
-  const post = async (url, body) => {
-    const answer = await fetch(url, {method: "POST", body: JSON.stringify(body),
-      headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf}});
-    return [answer.status, await answer.json()];
-  };
-  const [status, offer] = await post("/ui/passkeys/options", grant);
-  if (status !== 200) { return [status, offer]; }
-  const options = PublicKeyCredential.parseCreationOptionsFromJSON(offer.options);
-  const made = await navigator.credentials.create({publicKey: options});
-  return await post("/ui/passkeys", {challenge_id: offer.challenge_id, credential: made.toJSON()});
-}"""
-
-
-def admin(dashboard: Dashboard) -> httpx.Client:
-    """An API client holding an admin token of the dashboard's control plane."""
-    token = issue_token(dashboard.home, "admin", "root")
-    headers = {"Authorization": f"Bearer {token}"}
-    return httpx.Client(base_url=dashboard.url, headers=headers, trust_env=False, timeout=10)
-
-
-def passkeys_of(dashboard: Dashboard, subject: str) -> list[dict[str, Any]]:
-    with admin(dashboard) as client:
-        answer = client.get("/v1/passkeys", params={"subject": subject})
-    assert answer.status_code == 200, answer.text
-    return list(answer.json()["passkeys"])
 
 
 def audited(dashboard: Dashboard, subject: str) -> list[dict[str, Any]]:
@@ -62,13 +46,6 @@ def audited(dashboard: Dashboard, subject: str) -> list[dict[str, Any]]:
         for e in reversed(events["events"])
         if e["action"].startswith("passkey.") and e["details"].get("subject") == subject
     ]
-
-
-def signed_in(page: Page, dashboard: Dashboard, subject: str) -> str:
-    """Log in with an approver token (only that), open the passkeys page; its CSRF token."""
-    dashboard.login_as_approver(page, subject, base=dashboard.named_url)
-    page.goto(f"{dashboard.named_url}/ui/passkeys")
-    return str(page.locator("#register-passkey").get_attribute("data-csrf"))
 
 
 def register_with_code(page: Page, code: str) -> None:
@@ -272,6 +249,41 @@ def test_a_revoked_passkeys_assertions_no_longer_count(
     assert (request["status"], request["votes"]) == ("pending", [])
     assert passkeys_of(dashboard, "rita") == []
     assert audited(dashboard, "rita")[-1]["action"] == "passkey.revoke"
+
+
+FINISH = """async ([csrf, offer]) => {
+  const options = PublicKeyCredential.parseCreationOptionsFromJSON(offer.options);
+  const made = await navigator.credentials.create({publicKey: options});
+  const answer = await fetch("/ui/passkeys", {method: "POST",
+    body: JSON.stringify({challenge_id: offer.challenge_id, credential: made.toJSON()}),
+    headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf}});
+  return [answer.status, await answer.json()];
+}"""
+
+
+def test_a_passkey_revoked_while_it_enrols_another_registers_nothing(
+    dashboard: Dashboard, guarded: tuple[Page, Guard]
+) -> None:
+    """The first passkey's assertion was accepted and the browser is making the second when an
+    admin revokes the first: the grant is checked again where the passkey would be stored."""
+    page, guard = guarded
+    guard.expected.append("status of 40")
+    csrf, cdp, authenticator = enrolled(page, dashboard, "rev")
+    proof: dict[str, Any] = page.evaluate(ENROL, [csrf])
+    status, offer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {"assertion": proof}])
+    assert status == 200, offer
+    cdp.send("WebAuthn.removeVirtualAuthenticator", {"authenticatorId": authenticator})
+    cdp.send("WebAuthn.addVirtualAuthenticator", {"options": AUTHENTICATOR})  # a new device
+    (first,) = passkeys_of(dashboard, "rev")
+    with admin(dashboard) as client:
+        assert client.delete(f"/v1/passkeys/{first['credential_id']}").status_code == 204
+    status, answer = page.evaluate(FINISH, [csrf, offer])
+    assert (status, answer["detail"]) == (
+        400, "the passkey that allowed this registration was revoked",
+    )  # fmt: skip
+    assert passkeys_of(dashboard, "rev") == []
+    status, answer = page.evaluate(POST, ["/ui/passkeys/options", csrf, {"assertion": proof}])
+    assert status == 403  # nor can its old assertion be used again
 
 
 def _b64(text: str) -> bytes:

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ApprovalChannel", "Approvals"]
 
+_RESTART = "restart"
+"""What :meth:`Waiter._read` returns when the log must be read again from its first record."""
+
 UNSIGNED_LIMIT = (
     "approvals are unsigned (require_signature=False): a vote names its approver but proves "
     "nothing, so it rests on the file permissions of the home (or the PostgreSQL role's "
@@ -182,6 +185,7 @@ class Waiter:
         self.approvals = approvals
         self.clock = clock
         self.request = request
+        self.store = store
         seeded = _BOOKS.seed(store, request.id)
         self.book, self.follower = seeded or (ApprovalBook(), LogFollower(store))
         """Votes are read from the records after the request's (the process's shared book
@@ -195,18 +199,35 @@ class Waiter:
         """Read new records; the decision once there is one (``approved``/``denied``/...).
 
         Each vote is checked where it stands in the log, with the keys registered (and not
-        revoked) before it, as certify checks it.
+        revoked) before it, as certify checks it. When the trusted administrator keys differ
+        from those the book's key records were judged with, the log is read again from its
+        first record before any further vote is counted (a key an administrator no longer
+        trusted registered never counts, even for a wait that began before the change).
         """
         found: str | None = None
-        for record in self.follower.new_records():
-            self.book.take(record)
-            if found is None and record.kind == VOTE:
-                found = self._count(digest)
+        while (found := self._read(digest)) == _RESTART:
+            self.book, self.follower = ApprovalBook(), LogFollower(self.store)
+            self.counted, self.ignored, self.checked = {}, [], 0
         if found is not None:
             return found
         if self.clock.now() >= self.request.expires_at:
             return "expired"
         return None
+
+    def _read(self, digest: str) -> str | None:
+        """Take the new records, counting the votes among them; a decision, :data:`_RESTART`
+        when the trusted administrators changed, or ``None``."""
+        found: str | None = None
+        trust_checked = False
+        for record in self.follower.new_records():
+            if record.kind == VOTE and not trust_checked:
+                trust_checked = True  # the admin keys are read once per look with votes
+                if self.book.keys.trust_changed():
+                    return _RESTART
+            self.book.take(record)
+            if found is None and record.kind == VOTE:
+                found = self._count(digest)
+        return found
 
     def _count(self, digest: str) -> str | None:
         """Check the request's votes not checked yet; ``approved``/``denied`` once decided."""

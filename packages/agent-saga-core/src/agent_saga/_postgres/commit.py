@@ -216,7 +216,7 @@ class GroupCommit:
         with self._sync_cond:
             while self.synced < target:
                 if self.failed is not None:
-                    raise StoreFailedError(f"{self.where}: store failed: {self.failed}")
+                    raise StoreFailedError(f"{self.where}: store failed: {one_line(self.failed)}")
                 if self._syncing:
                     self._sync_cond.wait()
                     continue
@@ -234,7 +234,7 @@ class GroupCommit:
                 if self.failed is None:
                     self.synced = max(self.synced, upto[0])
             if self.failed is not None:
-                raise StoreFailedError(f"{self.where}: store failed: {self.failed}")
+                raise StoreFailedError(f"{self.where}: store failed: {one_line(self.failed)}")
 
     def flush(self, upto: tuple[int, str]) -> None:
         """Commit a heartbeat synchronously; the record ``upto`` must still be stored.

@@ -70,8 +70,9 @@ def display_url(url: str) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """An error message on one line (libpq's span several)."""
-    return " ".join(str(exc).split())
+    """An error message on one line (libpq's span several); the exception's class name when
+    it says nothing (a ``KeyboardInterrupt``)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class PgSession:
@@ -150,18 +151,46 @@ class PgSession:
 
     def query(self, query: str | Composed, params: Params = ()) -> list[TupleRow]:
         """Run an idempotent statement; if the connection broke, run it once more on a new one."""
+        self._adopt_after_fork()
+        with self.lock:
+            return self._query(query, params)
+
+    def query_soon(
+        self, query: str | Composed, params: Params = (), within: float = 1.0
+    ) -> list[TupleRow]:
+        """:meth:`query`, or, when the session stays busy for ``within`` seconds (a batch
+        waiting for the log's lock holds it), the same on a connection opened for it alone and
+        closed after it (a heartbeat must not wait for another process's batch)."""
         import psycopg
 
         self._adopt_after_fork()
-        with self.lock:
-            for attempt in (1, 2):
-                conn = self.connection()
-                try:
-                    cursor = conn.execute(query, params)
-                    return cursor.fetchall() if cursor.description else []
-                except psycopg.OperationalError:
-                    if attempt == 2 or not conn.broken:
-                        raise
+        if self.lock.acquire(timeout=within):
+            try:
+                return self._query(query, params)
+            finally:
+                self.lock.release()
+        if self._closed:
+            raise StoreFailedError(f"{display_url(self.url)}: connection closed")
+        timeout = max(2, round(self.timeout))
+        with psycopg.connect(
+            self.url, autocommit=True, connect_timeout=timeout, application_name="agent-saga"
+        ) as conn:
+            conn.execute("SET synchronous_commit = on")
+            cursor = conn.execute(query, params)
+            return cursor.fetchall() if cursor.description else []
+
+    def _query(self, query: str | Composed, params: Params) -> list[TupleRow]:
+        """:meth:`query` with :attr:`lock` held."""
+        import psycopg
+
+        for attempt in (1, 2):
+            conn = self.connection()
+            try:
+                cursor = conn.execute(query, params)
+                return cursor.fetchall() if cursor.description else []
+            except psycopg.OperationalError:
+                if attempt == 2 or not conn.broken:
+                    raise
         raise AssertionError("unreachable")
 
     def close(self) -> None:

@@ -91,7 +91,8 @@ class FleetOwner:
             OwnerExpired: the row had expired or was removed; it is not revived.
             psycopg.Error: the server could not be reached (retried once on a new connection).
         """
-        rows = self._flusher.query(self._q["beat"], (self.ttl, self.id, seq))
+        # within a third of the ttl: a batch waiting long for the log's lock on a shared session
+        rows = self._flusher.query_soon(self._q["beat"], (self.ttl, self.id, seq), self.ttl / 3)
         if not rows:
             raise OwnerExpired(f"owner {self.id} expired; reopen the store")
         return rows[0][0]

@@ -78,8 +78,9 @@ class PostgresLogStore:
         connect_timeout: seconds to wait for a connection.
         connections: 2 (the default) commits heartbeats and ``sync`` flushes on a connection of
             their own; 1 sends them on the append connection, between batches (a heartbeat then
-            waits for the batch in flight): for many processes on a server with few
-            connections to spare.
+            waits for the batch in flight, and goes out on a short-lived connection of its own
+            when that batch has waited a third of ``owner_ttl`` for the log's lock): for many
+            processes on a server with few connections to spare.
 
     Raises:
         ConfigurationError: psycopg is missing, ``schema`` is not a plain identifier, or
@@ -252,7 +253,7 @@ class PostgresLogStore:
         if self._closed:
             return ["log store is closed"]
         failed = self._commit.failed
-        problems = [f"log store failed: {failed}"] if failed is not None else []
+        problems = [f"log store failed: {one_line(failed)}"] if failed is not None else []
         if self._beat.error is not None:
             problems.append(f"owner heartbeat failing: {one_line(self._beat.error)}")
         try:

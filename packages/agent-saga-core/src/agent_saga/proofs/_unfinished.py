@@ -37,27 +37,28 @@ __all__ = ["LatestStatement", "recount", "signed_head", "signed_set", "statement
 
 class LatestStatement:
     """Called by the saga index's readers: the statement of the home's latest checkpoint
-    (``note``), verified; each note's signature is checked once per process."""
+    (``note``), verified with the home's public key as it is now; the signature of each
+    note is checked once per process and key (a key replaced since is used from then on)."""
 
     def __init__(self, home: Path, note: Path) -> None:
         self.home, self.note = home, note
-        self._seen: tuple[str, Statement | None] | None = None
+        self._seen: tuple[str, str, Statement | None] | None = None
 
     def __call__(self) -> Statement | None:
-        try:
+        try:  # the public key as ``home_verifier`` reads it, without what writing keys needs
             note = self.note.read_text(encoding="utf-8")
+            key = (self.home / KEYS_DIR / PUBLIC_NAME).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             return None
         seen = self._seen
-        if seen is not None and seen[0] == note:
-            return seen[1]
-        try:  # the public key as ``home_verifier`` reads it, without what writing keys needs
-            text = (self.home / KEYS_DIR / PUBLIC_NAME).read_text(encoding="utf-8")
-            checkpoint = open_checkpoint(note, [NoteVerifier.parse(text)])
-        except (OSError, UnicodeDecodeError, NoteError, CheckpointError):
+        if seen is not None and seen[:2] == (note, key):
+            return seen[2]
+        try:
+            checkpoint = open_checkpoint(note, [NoteVerifier.parse(key)])
+        except (NoteError, CheckpointError):
             checkpoint = None
         found = None if checkpoint is None else statement_of(checkpoint.size, checkpoint.extensions)
-        self._seen = (note, found)
+        self._seen = (note, key, found)
         return found
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
@@ -16,6 +16,8 @@ class ServerContext:
     db: Database
     settings: ServerSettings
     hub: ChangeHub
+    waits: dict[str, int] = field(default_factory=dict)
+    """Long-polls held open now, per token id (changed on the event loop only)."""
 
 
 async def context(request: Request) -> ServerContext:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Literal
 
 import anyio.to_thread
@@ -38,6 +40,39 @@ def as_json(model: BaseModel, status: int = 200) -> Response:
     return Response(model.model_dump_json(), status, media_type="application/json")
 
 
+@contextmanager
+def wait_slot(
+    ctx: ServerContext, caller: Caller, wait: float, refuse: bool = True
+) -> Iterator[float]:
+    """Hold one of the caller's token's long-poll slots while a ``wait`` runs; yields the
+    seconds granted (``wait``, or 0 when none is taken: ``wait=0``, or every slot held and
+    not ``refuse``). Runs on the event loop, so the counts need no lock.
+
+    Raises:
+        HTTPException: 429 when the token already holds ``max_waits_per_token`` long-polls and
+            ``refuse`` is set.
+    """
+    held, most = ctx.waits.get(caller.token_id, 0), ctx.settings.max_waits_per_token
+    if wait <= 0 or (held >= most and not refuse):
+        yield 0.0
+        return
+    if held >= most:
+        raise HTTPException(
+            429,
+            f"{held} long-polls are already waiting with this token (at most {most}); "
+            "retry once one of them has answered",
+        )
+    ctx.waits[caller.token_id] = held + 1
+    try:
+        yield wait
+    finally:
+        left = ctx.waits[caller.token_id] - 1
+        if left:
+            ctx.waits[caller.token_id] = left
+        else:
+            del ctx.waits[caller.token_id]
+
+
 # The routes an approval's round trip takes are coroutines that send only the database work to
 # the thread pool: a plain function route costs two trips through the pool (the function, then
 # its answer's validation), a coroutine one. Each answers with :func:`as_json`.
@@ -62,17 +97,20 @@ async def create_approval(
 ) -> Response:
     """An agent asks for a decision on one step of one of its sagas (idempotent by id).
     With ``wait``, the answer waits as ``GET /v1/approvals/{id}?wait=`` does: the request
-    once decided (or expired), or after that many seconds as it then stands (pending)."""
+    once decided (or expired), or after that many seconds as it then stands (pending). When
+    the token already holds ``max_waits_per_token`` long-polls the request is stored and
+    answered at once, without waiting."""
     assert caller.origin is not None
-    event = ctx.hub.event("approvals")  # before the request exists: no vote can be missed
-    try:
-        row, _ = await anyio.to_thread.run_sync(
-            store.create, ctx.db, caller.origin, body.model_dump()
-        )
-    except ApprovalRefused as exc:
-        raise HTTPException(exc.status, str(exc)) from None
-    ctx.hub.poke(rereads="approvals")
-    found = await _once_decided(ctx, caller, row.id, wait, row, event) if wait > 0 else row
+    with wait_slot(ctx, caller, wait, refuse=False) as granted:  # no slot: answered at once
+        event = ctx.hub.event("approvals")  # before the request exists: no vote can be missed
+        try:
+            row, _ = await anyio.to_thread.run_sync(
+                store.create, ctx.db, caller.origin, body.model_dump()
+            )
+        except ApprovalRefused as exc:
+            raise HTTPException(exc.status, str(exc)) from None
+        ctx.hub.poke(rereads="approvals")
+        found = await _once_decided(ctx, caller, row.id, granted, row, event) if granted else row
     return as_json(found if isinstance(found, ApprovalOut) else approval_out(found), 201)
 
 
@@ -92,20 +130,21 @@ async def list_approvals(
     An agent token sees its own origin's requests only."""
     origin = caller.origin if caller.scope == "agent" else None
     deadline = time.monotonic() + min(wait, ctx.settings.max_wait)
-    while True:
-        event = ctx.hub.event("approvals")
-        rows = await anyio.to_thread.run_sync(
-            store.list_approvals, ctx.db, status, origin, limit + 1, after
-        )
-        left = deadline - time.monotonic()
-        if rows or left <= 0:
-            more = rows[limit - 1].id if len(rows) > limit else None
-            page = ApprovalList(approvals=[approval_out(r) for r in rows[:limit]], next=more)
-            return as_json(page)
-        try:
-            await asyncio.wait_for(event.wait(), left)
-        except TimeoutError:
-            continue
+    with wait_slot(ctx, caller, wait):
+        while True:
+            event = ctx.hub.event("approvals")
+            rows = await anyio.to_thread.run_sync(
+                store.list_approvals, ctx.db, status, origin, limit + 1, after
+            )
+            left = deadline - time.monotonic()
+            if rows or left <= 0:
+                more = rows[limit - 1].id if len(rows) > limit else None
+                page = ApprovalList(approvals=[approval_out(r) for r in rows[:limit]], next=more)
+                return as_json(page)
+            try:
+                await asyncio.wait_for(event.wait(), left)
+            except TimeoutError:
+                continue
 
 
 @api.get("/approvals/{request_id}", response_model=ApprovalOut, responses=NOT_FOUND)
@@ -116,8 +155,11 @@ async def get_approval(
     wait: Wait = 0,
 ) -> Response:
     """One request with its votes. With ``wait``, a pending request is answered once it is
-    decided (or expires), or after that many seconds: how a waiting agent learns the decision."""
-    found = await _once_decided(ctx, caller, request_id, wait, None, ctx.hub.event("approvals"))
+    decided (or expires), or after that many seconds: how a waiting agent learns the decision.
+    A token holding ``max_waits_per_token`` long-polls already gets a 429 for another."""
+    with wait_slot(ctx, caller, wait):
+        event = ctx.hub.event("approvals")
+        found = await _once_decided(ctx, caller, request_id, wait, None, event)
     return as_json(found if isinstance(found, ApprovalOut) else approval_out(found))
 
 

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 
 from ..store.db import Database, Tx, create_missing_tables
+from ..store.tokens import NAME
 
 ENROL_TTL = 900.0
 """Seconds an enrolment code is valid unless its admin says otherwise."""
@@ -83,10 +84,12 @@ def issue_code(tx: Tx, subject: str, created_by: str, ttl: float = ENROL_TTL) ->
     """A new enrolment code for ``subject``, written in ``tx`` (durable when it commits).
 
     Raises:
-        ValueError: an empty subject, or a lifetime that is not positive.
+        ValueError: a subject no token (so no session) can have, or a lifetime that is not
+            positive.
     """
-    if not subject or len(subject) > 200:
-        raise ValueError("an enrolment code needs a subject (at most 200 characters)")
+    if not NAME.fullmatch(subject):
+        shown = repr(subject[:80])
+        raise ValueError(f"an enrolment code's subject must match {NAME.pattern}, got {shown}")
     if not ttl > 0:
         raise ValueError(f"an enrolment code's lifetime must be positive, got {ttl}")
     code_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)

@@ -185,6 +185,8 @@ def register(
     subject = actor.subject
     row = _spend(db, ident, subject, "register")
     grant = None if row[5] is None else str(row[5])
+    if not isinstance(credential, dict):  # the library takes any other value for a parsed one
+        raise PasskeyRefused("the passkey did not verify: the credential is not a JSON object")
     try:
         verified = verify_registration_response(
             credential=credential, expected_challenge=bytes.fromhex(row[2]),
