@@ -16,6 +16,7 @@ import re
 import click
 from agent_saga.cli import current_settings
 
+from ..listen import PORT, listen
 from .home import LOCAL_ORIGIN
 
 
@@ -30,7 +31,7 @@ def _viewer_name() -> str:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8765, show_default=True, type=int, help="0 picks a free port.")
+@click.option("--port", default=8765, show_default=True, type=PORT, help="0 picks a free port.")
 @click.option("--as", "subject", default=None,
               help="Who the login link logs in as (an approver's identity); default: unix:<your "
               "login>, as `agent-saga approve` votes.")  # fmt: skip
@@ -44,7 +45,6 @@ def ui(host: str, port: int, subject: str | None, allowed_host: tuple[str, ...])
     from ..api.app import create_app
     from ..client.http import ServerClient
     from ..client.shipper import Shipper
-    from ..listen import listen
     from ..store.db import open_database
     from ..store.tokens import issue, revoke
     from .home import LocalHome
