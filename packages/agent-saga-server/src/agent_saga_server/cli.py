@@ -24,6 +24,7 @@ from agent_saga.cli import current_settings
 
 from .listen import PORT, listen
 from .settings import ServerSettings
+from .until_stopped import run_until_stopped
 
 
 def _store_value(store: str | None) -> str | None:
@@ -126,7 +127,7 @@ def serve(host: str, port: int, store: str | None, schema: str, settings: Server
             timeout_graceful_shutdown=2,
             access_log=False,
         )
-        uvicorn.Server(config).run(sockets=[sock])
+        run_until_stopped(config, sock)
     finally:
         db.close()
 

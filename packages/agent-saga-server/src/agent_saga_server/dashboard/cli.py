@@ -17,6 +17,7 @@ import click
 from agent_saga.cli import current_settings
 
 from ..listen import PORT, listen
+from ..until_stopped import run_until_stopped
 from .home import LOCAL_ORIGIN
 
 
@@ -71,7 +72,7 @@ def ui(host: str, port: int, subject: str | None, allowed_host: tuple[str, ...])
             app, log_level="warning", timeout_graceful_shutdown=2, access_log=False
         )
         try:
-            uvicorn.Server(config).run(sockets=[sock])
+            run_until_stopped(config, sock)
         finally:
             shipper.close(deadline=1.0)
             revoke(db, info.id)
