@@ -5,8 +5,8 @@ uvicorn stops gracefully on either signal, then raises it again once it is done 
 handler in place before it ran decides what happens). With Python's defaults that is a
 ``KeyboardInterrupt`` (click prints ``Aborted!`` and exits 1) or a death by SIGTERM that skips
 every ``finally`` of the command: ``agent-saga ui`` then neither shipped what was left nor
-revoked its shipping token. Here the handler in place is one that ends :func:`run_until_stopped`
-normally.
+revoked its shipping token. Here the handler in place is one that does nothing, so
+:func:`run_until_stopped` returns normally.
 """
 
 from __future__ import annotations
@@ -21,12 +21,8 @@ if TYPE_CHECKING:
     import uvicorn
 
 
-class _Stopped(Exception):
-    """A stop signal arrived (raised by the handler, caught by :func:`run_until_stopped`)."""
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stopped(signum)
+def _noted(signum: int, frame: FrameType | None) -> None:
+    """Where uvicorn raises the signal again once it has stopped: nothing more to do."""
 
 
 def run_until_stopped(config: uvicorn.Config, sock: socket.socket) -> None:
@@ -40,11 +36,9 @@ def run_until_stopped(config: uvicorn.Config, sock: socket.socket) -> None:
 
     watched = (signal.SIGINT, signal.SIGTERM)
     main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, _stop) for sig in watched} if main else {}
+    previous = {sig: signal.signal(sig, _noted) for sig in watched} if main else {}
     try:
         uvicorn.Server(config).run(sockets=[sock])
-    except _Stopped:
-        pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
