@@ -130,6 +130,20 @@ def test_out_of_range_options_are_usage_errors(tmp_path: Path) -> None:
         ((*plane, "--heartbeat", "0"), "'--heartbeat': 0.0 is not in the range"),
         ((*plane, "--heartbeat", "5"), "'--heartbeat': 5.0 is not in the range"),
         (("cloud-server", "passkeys", "enrol", "a b"), "Invalid value for SUBJECT: must match"),
+        (
+            (
+                "cloud-server",
+                "token",
+                "create",
+                "--scope",
+                "agent",
+                "--subject",
+                "bot",
+                "--expires-in",
+                "0",
+            ),
+            "'--expires-in': 0 is not in the range 1<=x<=315360000",
+        ),  # an expired token, issued for nothing
     ]:
         result = CliRunner().invoke(main, ["--home", home, *args])
         assert result.exit_code == 2, (args, result.output)

@@ -142,7 +142,8 @@ def token() -> None:
               type=click.Choice(["agent", "approver", "admin", "auditor"]))  # fmt: skip
 @click.option("--subject", required=True, help="Who holds it (an approver's identity).")
 @click.option("--origin", default=None, help="An agent's origin (default: the subject).")
-@click.option("--expires-in", type=int, default=None, help="Seconds until it expires.")
+@click.option("--expires-in", type=click.IntRange(1, 10 * 365 * 86400), default=None,
+              help="Seconds until it expires (as the API: 1 to ten years).")  # fmt: skip
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the token to this file (mode 0600) instead of printing it.")  # fmt: skip
 @click.pass_obj
