@@ -133,18 +133,19 @@ def _sync_server(
         token = read_token_file(token_file)
     with settings.open_kit() as kit:
         report = kit.sync_server(server, token=token, timeout=timeout)
-    origin = report.origin or "?"
-    settings.console.print(
-        f"synced with {server} as origin {origin}: the server holds {report.shipped} of "
-        f"{report.records} records, checkpoint of {report.checkpoint}",
-        markup=False,
-    )
+    if report.problem is None:
+        settings.console.print(
+            f"synced with {server} as origin {report.origin or '?'}: the server holds "
+            f"{report.shipped} of {report.records} records, checkpoint of {report.checkpoint}",
+            markup=False,
+        )
+    else:
+        settings.console.print(f"NOT SYNCED {one_line(report.problem)}", markup=False)
     if report.fleet_halt is not None:
         settings.console.print(
             f"fleet halted: {one_line(report.fleet_halt)}; this device is halted", markup=False
         )
     if report.problem is not None:
-        settings.console.print(f"NOT SYNCED {one_line(report.problem)}", markup=False)
         raise SystemExit(EXIT_FAILED)
 
 
