@@ -129,6 +129,7 @@ def test_out_of_range_options_are_usage_errors(tmp_path: Path) -> None:
         (("ui", "--port", "-1"), "'--port': -1 is not in the range 0<=x<=65535"),
         ((*plane, "--heartbeat", "0"), "'--heartbeat': 0.0 is not in the range"),
         ((*plane, "--heartbeat", "5"), "'--heartbeat': 5.0 is not in the range"),
+        ((*plane, "--cors-origin", "console.example"), "'console.example' is not a browser origin"),
         (("cloud-server", "passkeys", "enrol", "a b"), "Invalid value for SUBJECT: must match"),
         (
             (

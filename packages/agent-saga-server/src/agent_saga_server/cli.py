@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import gc
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,20 @@ def _open(store: str | None, schema: str) -> Any:
         raise click.ClickException(" ".join(str(exc).split())) from None
 
 
+_ORIGIN = re.compile(r"https?://[^/\s?#]+")
+
+
+def _origins(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--cors-origin`` values as a browser sends them in ``Origin`` (else none would match)."""
+    for value in values:
+        if value != "*" and not _ORIGIN.fullmatch(value):
+            raise click.BadParameter(
+                f"{value!r} is not a browser origin (scheme://host[:port], no path)",
+                param_hint="'--cors-origin'",
+            )
+    return values
+
+
 _STORE = click.option(
     "--store",
     default=None,
@@ -69,7 +84,8 @@ _SCHEMA = click.option(
 @click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True,
               type=click.IntRange(1024, 1 << 30),
               help="Larger bodies are refused (413).")  # fmt: skip
-@click.option("--cors-origin", multiple=True, help="A browser origin allowed to call the API.")
+@click.option("--cors-origin", multiple=True, callback=lambda _c, _p, v: _origins(v),
+              help="A browser origin allowed to call the API (https://host[:port]).")  # fmt: skip
 @click.option("--heartbeat", default=0.2, show_default=True, type=click.FloatRange(0.01, 0.5),
               help="Seconds between kill-switch messages on each agent's stream (an agent "
               "that hears nothing for a second refuses effects).")  # fmt: skip
