@@ -127,6 +127,12 @@ def test_a_refused_token_or_a_missing_target_is_one_line(
     neither = runner.invoke(main, [*home, "sync"])
     assert neither.exit_code != 0
     assert "give either a mesh directory or --server URL" in neither.output
+    tokenless = runner.invoke(main, [*home, "sync", "--server", server.url])
+    assert tokenless.exit_code == 2
+    assert tokenless.output == (
+        "Error: --server needs the agent's token: --token-file FILE (or "
+        "$AGENT_SAGA_SERVER_TOKEN_FILE or server_token_file in agent-saga.toml)\n"
+    )
     nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     down = runner.invoke(main, [*home, "sync", "--server", nowhere, "--token-file",
                                 str(device.token_file), "--timeout", "2"])  # fmt: skip

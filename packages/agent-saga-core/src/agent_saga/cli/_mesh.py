@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .._config import read_token_file
+from .._config import find_config, read_token_file, server_token_file_setting
 from ..proofs._mesh.conflicts import FleetBudget
 from ..proofs._mesh.merge import merge_logs
 from ..proofs._mesh.view import merged_view
@@ -131,6 +131,11 @@ def _sync_server(
         raise BadInputError("give --token or --token-file, not both")
     if token_file is not None:
         token = read_token_file(token_file)
+    elif token is None and server_token_file_setting(find_config()) is None:
+        raise BadInputError(
+            "--server needs the agent's token: --token-file FILE (or $AGENT_SAGA_SERVER_TOKEN_FILE"
+            " or server_token_file in agent-saga.toml)"
+        )
     with settings.open_kit() as kit:
         report = kit.sync_server(server, token=token, timeout=timeout)
     if report.problem is None:
