@@ -127,6 +127,10 @@ def test_out_of_range_options_are_usage_errors(tmp_path: Path) -> None:
     for args, message in [
         ((*plane, "--port", "99999"), "'--port': 99999 is not in the range 0<=x<=65535"),
         (("ui", "--port", "-1"), "'--port': -1 is not in the range 0<=x<=65535"),
+        (
+            ("ui", "--as", "ann smith", "--host", "127.0.0.999"),
+            "Invalid value for '--as': must match",
+        ),
         ((*plane, "--heartbeat", "0"), "'--heartbeat': 0.0 is not in the range"),
         ((*plane, "--heartbeat", "5"), "'--heartbeat': 5.0 is not in the range"),
         ((*plane, "--cors-origin", "console.example"), "'console.example' is not a browser origin"),

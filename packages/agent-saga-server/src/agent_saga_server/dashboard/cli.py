@@ -40,6 +40,10 @@ def _viewer_name() -> str:
               help="Another host name browsers may reach the dashboard by.")  # fmt: skip
 def ui(host: str, port: int, subject: str | None, allowed_host: tuple[str, ...]) -> None:
     """The dashboard on this home: sagas, approvals, kill switch, budgets, live log."""
+    from ..store.tokens import NAME
+
+    if subject is not None and not NAME.fullmatch(subject):  # as a token's subject must
+        raise click.BadParameter(f"must match {NAME.pattern}, got {subject!r}", param_hint="'--as'")
     import uvicorn
     from agent_saga import FileLogStore
 
