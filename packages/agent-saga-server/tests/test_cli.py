@@ -118,7 +118,8 @@ def test_token_create_never_overwrites_a_file_nor_issues_a_token_it_cannot_write
     code, output = run(*create, "a b", "--out", str(tmp_path / "new.token"))
     assert code == 1
     assert not (tmp_path / "new.token").exists()  # refused: no empty file left behind
-    assert run("--home", home, "cloud-server", "token", "list") == (0, "")  # nothing issued
+    listed = CliRunner().invoke(main, ["--home", home, "cloud-server", "token", "list"])
+    assert (listed.exit_code, listed.stdout, listed.stderr) == (0, "", "no tokens\n")  # none issued
 
 
 def test_out_of_range_options_are_usage_errors(tmp_path: Path) -> None:

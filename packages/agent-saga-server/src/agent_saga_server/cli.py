@@ -238,6 +238,8 @@ def token_list(obj: tuple[str | None, str]) -> None:
         rows = list_tokens(db)
     finally:
         db.close()
+    if not rows:
+        click.echo("no tokens", err=True)  # on stderr: the list itself is empty
     now = time.time()
     for row in rows:
         state = "revoked" if row.revoked_at else "active"
@@ -323,6 +325,8 @@ def passkeys_list(obj: tuple[str | None, str], subject: str | None) -> None:
         rows = list_passkeys(db, subject)
     finally:
         db.close()
+    if not rows:
+        click.echo("no passkeys" + (f" of {subject}" if subject else ""), err=True)
     for row in rows:
         when = datetime.datetime.fromtimestamp(row.created_at).isoformat(timespec="seconds")
         click.echo(f"{row.credential_id}  {row.subject}  {when}  used {row.sign_count}")
