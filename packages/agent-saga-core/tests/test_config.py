@@ -108,6 +108,29 @@ def test_a_control_plane_url_needs_an_installed_connector(
     assert not (tmp_path / "b").exists()
 
 
+def test_a_mistyped_control_plane_url_is_named_as_such(tmp_path: Path) -> None:
+    """A URL without a scheme, or with a mistyped one, says so, not "install the server
+    package" (which may be installed), and does not repeat the URL (it may hold a password)."""
+    from importlib.metadata import entry_points
+
+    from agent_saga import AgentKit
+
+    with pytest.raises(ConfigurationError) as caught:
+        AgentKit(home=tmp_path / "a", server="127.0.0.1:8000", token="t")
+    assert str(caught.value) == "the control plane's URL has no scheme (such as http://)"
+    with pytest.raises(ConfigurationError) as caught:
+        AgentKit(home=tmp_path / "b", server="htp://ops:hunter2@127.0.0.1:8000", token="t")
+    schemes = sorted(point.name for point in entry_points(group="agent_saga.connectors"))
+    hint = f"installed: {', '.join(f'{name}://' for name in schemes)}; check the URL"
+    assert str(caught.value) == (
+        f"no connector for htp:// control planes is installed ({hint})"
+        if schemes
+        else "no connector for htp:// control planes is installed (pip install agent-saga-server)"
+    )
+    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "b").exists()
+
+
 def test_control_plane_settings_and_the_token_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

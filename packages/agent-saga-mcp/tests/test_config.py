@@ -4,6 +4,7 @@ meet the upstreams' tool lists (here given as the ``Tool`` objects an upstream l
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from agent_saga_mcp import ConfigError, build_routes, load_config
 from agent_saga_mcp._gateway import guards_for
 from agent_saga_mcp._saga_tools import NAMES
 from mcp import types
+from mcp_testkit import run_cli
 
 HEAD = """\
 [upstreams.issues]
@@ -320,3 +322,21 @@ def test_a_tool_without_a_declaration_is_irreversible(tmp_path: Path) -> None:
     assert {name: guard.semantics.value for name, guard in guards.items()} == dict.fromkeys(
         ["create_issue", "close_issue", "find_issue", "charge", "delete_repo"], "irreversible"
     )
+
+
+def test_a_busy_or_impossible_port_is_one_line_naming_the_address(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(HEAD)  # read, never started: the address is taken first
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        taken = run_cli(tmp_path / "home", "mcp", "serve", "--config", str(config), "--http",
+                        "--port", str(port))  # fmt: skip
+    assert taken.returncode == 1
+    assert taken.stderr == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    wrong = run_cli(tmp_path / "home", "mcp", "serve", "--config", str(config), "--http",
+                    "--port", "99999")  # fmt: skip
+    assert wrong.returncode == 2
+    assert "Invalid value for '--port': 99999 is not in the range 0<=x<=65535" in wrong.stderr
+    assert "Traceback" not in wrong.stderr

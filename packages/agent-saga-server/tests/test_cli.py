@@ -95,3 +95,63 @@ def test_fleet_mode_store_setting_puts_the_tokens_in_postgresql(tmp_path: Path) 
         code, output = run(*args, "token", "list")
         assert "auditor   ann  -  active" in output
         assert not (tmp_path / "home" / "control-plane.sqlite3").exists()
+
+
+def test_token_create_never_overwrites_a_file_nor_issues_a_token_it_cannot_write(
+    tmp_path: Path,
+) -> None:
+    home = str(tmp_path / "home")
+    create = ("--home", home, "cloud-server", "token", "create", "--scope", "agent", "--subject")
+    kept = tmp_path / "agent.token"
+    kept.write_text("asg_0123456789abcdef_in-use\n")
+    code, output = run(*create, "billing-bot", "--out", str(kept))
+    assert code == 1
+    assert output == (
+        f"Error: {kept} exists: it may hold a token still in use; remove it or choose "
+        "another --out\n"
+    )
+    assert kept.read_text() == "asg_0123456789abcdef_in-use\n"
+    nowhere = tmp_path / "missing" / "agent.token"
+    code, output = run(*create, "billing-bot", "--out", str(nowhere))
+    assert code == 1
+    assert output == f"Error: cannot write {nowhere}: No such file or directory\n"
+    code, output = run(*create, "a b", "--out", str(tmp_path / "new.token"))
+    assert code == 1
+    assert not (tmp_path / "new.token").exists()  # refused: no empty file left behind
+    listed = CliRunner().invoke(main, ["--home", home, "cloud-server", "token", "list"])
+    assert (listed.exit_code, listed.stdout, listed.stderr) == (0, "", "no tokens\n")  # none issued
+
+
+def test_out_of_range_options_are_usage_errors(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    plane = ("cloud-server", "--store", "mysql://db/x")  # were a value taken: stop, not serve
+    for args, message in [
+        ((*plane, "--port", "99999"), "'--port': 99999 is not in the range 0<=x<=65535"),
+        (("ui", "--port", "-1"), "'--port': -1 is not in the range 0<=x<=65535"),
+        (
+            ("ui", "--as", "ann smith", "--host", "127.0.0.999"),
+            "Invalid value for '--as': must match",
+        ),
+        ((*plane, "--heartbeat", "0"), "'--heartbeat': 0.0 is not in the range"),
+        ((*plane, "--heartbeat", "5"), "'--heartbeat': 5.0 is not in the range"),
+        ((*plane, "--cors-origin", "console.example"), "'console.example' is not a browser origin"),
+        (("cloud-server", "passkeys", "enrol", "a b"), "Invalid value for SUBJECT: must match"),
+        (
+            (
+                "cloud-server",
+                "token",
+                "create",
+                "--scope",
+                "agent",
+                "--subject",
+                "bot",
+                "--expires-in",
+                "0",
+            ),
+            "'--expires-in': 0 is not in the range 1<=x<=315360000",
+        ),  # an expired token, issued for nothing
+    ]:
+        result = CliRunner().invoke(main, ["--home", home, *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output
+    assert not (tmp_path / "home" / "control-plane.sqlite3").exists()

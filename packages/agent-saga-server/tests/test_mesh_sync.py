@@ -6,6 +6,7 @@ certify holds there; a fleet halt on the server halts the device that syncs."""
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from agent_saga import REVERSIBLE, AgentKit, HaltedError, merge_logs, merged_view, read_log
 from agent_saga.cli import main
 from click.testing import CliRunner, Result
-from plane_testkit import RunningServer
+from plane_testkit import RunningServer, free_port
 
 
 class Device:
@@ -126,3 +127,15 @@ def test_a_refused_token_or_a_missing_target_is_one_line(
     neither = runner.invoke(main, [*home, "sync"])
     assert neither.exit_code != 0
     assert "give either a mesh directory or --server URL" in neither.output
+    tokenless = runner.invoke(main, [*home, "sync", "--server", server.url])
+    assert tokenless.exit_code == 2
+    assert tokenless.output == (
+        "Error: --server needs the agent's token: --token-file FILE (or "
+        "$AGENT_SAGA_SERVER_TOKEN_FILE or server_token_file in agent-saga.toml)\n"
+    )
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    down = runner.invoke(main, [*home, "sync", "--server", nowhere, "--token-file",
+                                str(device.token_file), "--timeout", "2"])  # fmt: skip
+    assert down.exit_code == 1
+    assert re.match(r"NOT SYNCED the server holds 0 of \d+ records: ", down.output)  # no "synced"
+    assert len(down.output.strip().splitlines()) == 1

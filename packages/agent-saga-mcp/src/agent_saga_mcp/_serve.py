@@ -174,6 +174,7 @@ def bind(host: str, port: int) -> socket.socket:
 
     Raises:
         ValueError: ``host`` is not a loopback address.
+        OSError: the address cannot be bound (its text names the address).
     """
     if host not in LOOPBACK:
         raise ValueError(
@@ -183,8 +184,12 @@ def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.setblocking(False)
     return sock
 

@@ -16,14 +16,16 @@
 from __future__ import annotations
 
 import gc
+import re
 from pathlib import Path
 from typing import Any
 
 import click
 from agent_saga.cli import current_settings
 
-from .listen import listen
+from .listen import PORT, listen
 from .settings import ServerSettings
+from .until_stopped import run_until_stopped
 
 
 def _store_value(store: str | None) -> str | None:
@@ -45,6 +47,20 @@ def _open(store: str | None, schema: str) -> Any:
         raise click.ClickException(" ".join(str(exc).split())) from None
 
 
+_ORIGIN = re.compile(r"https?://[^/\s?#]+")
+
+
+def _origins(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--cors-origin`` values as a browser sends them in ``Origin`` (else none would match)."""
+    for value in values:
+        if value != "*" and not _ORIGIN.fullmatch(value):
+            raise click.BadParameter(
+                f"{value!r} is not a browser origin (scheme://host[:port], no path)",
+                param_hint="'--cors-origin'",
+            )
+    return values
+
+
 _STORE = click.option(
     "--store",
     default=None,
@@ -62,15 +78,17 @@ _SCHEMA = click.option(
 
 @click.group(invoke_without_command=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port.")
+@click.option("--port", default=8000, show_default=True, type=PORT, help="0 picks a free port.")
 @_STORE
 @_SCHEMA
 @click.option("--max-body-bytes", default=8 * 1024 * 1024, show_default=True,
               type=click.IntRange(1024, 1 << 30),
               help="Larger bodies are refused (413).")  # fmt: skip
-@click.option("--cors-origin", multiple=True, help="A browser origin allowed to call the API.")
-@click.option("--heartbeat", default=0.2, show_default=True, type=float,
-              help="Seconds between kill-switch messages on each agent's stream.")  # fmt: skip
+@click.option("--cors-origin", multiple=True, callback=lambda _c, _p, v: _origins(v),
+              help="A browser origin allowed to call the API (https://host[:port]).")  # fmt: skip
+@click.option("--heartbeat", default=0.2, show_default=True, type=click.FloatRange(0.01, 0.5),
+              help="Seconds between kill-switch messages on each agent's stream (an agent "
+              "that hears nothing for a second refuses effects).")  # fmt: skip
 @click.option("--max-wait", default=30.0, show_default=True, type=click.FloatRange(0, 30),
               help="The longest a long-poll (?wait=) is held, in seconds.")  # fmt: skip
 @click.pass_context
@@ -125,7 +143,7 @@ def serve(host: str, port: int, store: str | None, schema: str, settings: Server
             timeout_graceful_shutdown=2,
             access_log=False,
         )
-        uvicorn.Server(config).run(sockets=[sock])
+        run_until_stopped(config, sock)
     finally:
         db.close()
 
@@ -140,7 +158,8 @@ def token() -> None:
               type=click.Choice(["agent", "approver", "admin", "auditor"]))  # fmt: skip
 @click.option("--subject", required=True, help="Who holds it (an approver's identity).")
 @click.option("--origin", default=None, help="An agent's origin (default: the subject).")
-@click.option("--expires-in", type=int, default=None, help="Seconds until it expires.")
+@click.option("--expires-in", type=click.IntRange(1, 10 * 365 * 86400), default=None,
+              help="Seconds until it expires (as the API: 1 to ten years).")  # fmt: skip
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the token to this file (mode 0600) instead of printing it.")  # fmt: skip
 @click.pass_obj
@@ -159,26 +178,51 @@ def token_create(
     from .store.control import audit
     from .store.tokens import issue
 
-    db = _open(*obj)
+    # the file first: a token whose text could not be kept would be issued for nothing, and
+    # an existing file may hold a token still in use
+    fd = None if out is None else _create_private(out)
     try:
-        expires = None if expires_in is None else time.time() + expires_in
-        with db.transaction() as tx:
-            try:
-                text, info = issue(db, scope, subject, origin=origin, expires_at=expires,  # type: ignore[arg-type]
-                                   tx=tx)  # fmt: skip
-            except ValueError as exc:
-                raise click.ClickException(str(exc)) from None
-            audit(tx, None, "token.create", {"id": info.id, "scope": scope, "subject": subject})
-    finally:
-        db.close()
-    if out is None:
+        db = _open(*obj)
+        try:
+            expires = None if expires_in is None else time.time() + expires_in
+            with db.transaction() as tx:
+                try:
+                    text, info = issue(db, scope, subject, origin=origin, expires_at=expires,  # type: ignore[arg-type]
+                                       tx=tx)  # fmt: skip
+                except ValueError as exc:
+                    raise click.ClickException(str(exc)) from None
+                audit(tx, None, "token.create", {"id": info.id, "scope": scope, "subject": subject})
+        finally:
+            db.close()
+    except BaseException:
+        if out is not None and fd is not None:  # nothing was issued: the new file goes too
+            os.close(fd)
+            out.unlink(missing_ok=True)
+        raise
+    if out is None or fd is None:
         click.echo(text)
         return
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # also when the file was there before
     with os.fdopen(fd, "w") as handle:
         handle.write(text + "\n")
     click.echo(f"token {info.id} ({scope}, {subject}) written to {out}")
+
+
+def _create_private(path: Path) -> int:
+    """A new file at ``path`` (mode 0600), open for writing; never an existing one.
+
+    Raises:
+        click.ClickException: the file exists or cannot be made (one line, with the path).
+    """
+    import os
+
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise click.ClickException(
+            f"{path} exists: it may hold a token still in use; remove it or choose another --out"
+        ) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror}") from None
 
 
 @token.command("list")
@@ -194,6 +238,8 @@ def token_list(obj: tuple[str | None, str]) -> None:
         rows = list_tokens(db)
     finally:
         db.close()
+    if not rows:
+        click.echo("no tokens", err=True)  # on stderr: the list itself is empty
     now = time.time()
     for row in rows:
         state = "revoked" if row.revoked_at else "active"
@@ -239,7 +285,12 @@ def passkeys_enrol(obj: tuple[str | None, str], subject: str, expires_in: int) -
     from .dashboard.enrolment import issue_code
     from .dashboard.passkeys import create_tables
     from .store.control import audit
+    from .store.tokens import NAME
 
+    if not NAME.fullmatch(subject):  # as the API checks it: no token could ever name it
+        raise click.BadParameter(
+            f"must match {NAME.pattern}, got {subject!r}", param_hint="SUBJECT"
+        )
     db = _open(*obj)
     try:
         create_tables(db)
@@ -274,6 +325,8 @@ def passkeys_list(obj: tuple[str | None, str], subject: str | None) -> None:
         rows = list_passkeys(db, subject)
     finally:
         db.close()
+    if not rows:
+        click.echo("no passkeys" + (f" of {subject}" if subject else ""), err=True)
     for row in rows:
         when = datetime.datetime.fromtimestamp(row.created_at).isoformat(timespec="seconds")
         click.echo(f"{row.credential_id}  {row.subject}  {when}  used {row.sign_count}")

@@ -6,6 +6,9 @@ import socket
 
 import click
 
+PORT = click.IntRange(0, 65535)
+"""The type of a ``--port`` option (0: a free port): a number out of range is a usage error."""
+
 
 def listen(host: str, port: int) -> tuple[socket.socket, str]:
     """A TCP socket bound to ``host:port`` (0: a free port) and listening, and its ``http://``
@@ -30,4 +33,4 @@ def listen(host: str, port: int) -> tuple[socket.socket, str]:
     return sock, f"http://{shown}:{sock.getsockname()[1]}"
 
 
-__all__ = ["listen"]
+__all__ = ["PORT", "listen"]

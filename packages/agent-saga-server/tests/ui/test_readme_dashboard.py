@@ -20,7 +20,9 @@ def test_the_readme_section_names_the_command_and_its_default_address() -> None:
     assert "http://127.0.0.1:8765/ui/" in section
     result = CliRunner().invoke(main, ["ui", "--help"])
     assert result.exit_code == 0
-    assert re.search(r"--port INTEGER\s+0 picks a free port.\s+\[default: 8765\]", result.output)
+    assert re.search(
+        r"--port INTEGER RANGE\s+0 picks a free port.\s+\[default: 8765;", result.output
+    )
     images = re.findall(r"\]\((docs/dashboard/[a-z-]+\.png)\)", section)
     assert len(set(images)) == 12  # one per page, and a recorded saga as a diagram
     committed = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs/dashboard").glob("*.png"))

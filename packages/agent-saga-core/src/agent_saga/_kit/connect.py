@@ -100,20 +100,27 @@ def connect(
     ``server_token_file`` in the configuration names.
 
     Raises:
-        ConfigurationError: no token, a token file that cannot be used, no connector for the
-            scheme installed, or one that cannot be loaded, or (``require_passkey``) whose
-            approvals would count votes without a passkey; and whatever the connector raises
-            for a bad URL or token.
+        ConfigurationError: no token, a token file that cannot be used, a URL without a
+            scheme, no connector for the scheme installed, or one that cannot be loaded, or
+            (``require_passkey``) whose approvals would count votes without a passkey; and
+            whatever the connector raises for a bad URL or token.
     """
     from importlib.metadata import entry_points  # costs ~30 ms: only a kit given a server pays
 
-    scheme = server.partition("://")[0].lower()
+    scheme, separator, _ = server.lower().partition("://")
+    if not separator:
+        raise ConfigurationError("the control plane's URL has no scheme (such as http://)")
     points = {point.name: point for point in entry_points(group=GROUP)}
     point = points.get(scheme)
     if point is None:
+        # the URL is not repeated: it may carry a password
+        hint = (
+            f"installed: {', '.join(f'{name}://' for name in sorted(points))}; check the URL"
+            if points
+            else "pip install agent-saga-server"
+        )
         raise ConfigurationError(
-            f"no connector for {scheme}:// control planes is installed "
-            "(pip install agent-saga-server)"
+            f"no connector for {scheme}:// control planes is installed ({hint})"
         )
     if token is None:
         path = server_token_file_setting(find_config())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .._config import read_token_file
+from .._config import find_config, read_token_file, server_token_file_setting
 from ..proofs._mesh.conflicts import FleetBudget
 from ..proofs._mesh.merge import merge_logs
 from ..proofs._mesh.view import merged_view
@@ -131,20 +131,26 @@ def _sync_server(
         raise BadInputError("give --token or --token-file, not both")
     if token_file is not None:
         token = read_token_file(token_file)
+    elif token is None and server_token_file_setting(find_config()) is None:
+        raise BadInputError(
+            "--server needs the agent's token: --token-file FILE (or $AGENT_SAGA_SERVER_TOKEN_FILE"
+            " or server_token_file in agent-saga.toml)"
+        )
     with settings.open_kit() as kit:
         report = kit.sync_server(server, token=token, timeout=timeout)
-    origin = report.origin or "?"
-    settings.console.print(
-        f"synced with {server} as origin {origin}: the server holds {report.shipped} of "
-        f"{report.records} records, checkpoint of {report.checkpoint}",
-        markup=False,
-    )
+    if report.problem is None:
+        settings.console.print(
+            f"synced with {server} as origin {report.origin or '?'}: the server holds "
+            f"{report.shipped} of {report.records} records, checkpoint of {report.checkpoint}",
+            markup=False,
+        )
+    else:
+        settings.console.print(f"NOT SYNCED {one_line(report.problem)}", markup=False)
     if report.fleet_halt is not None:
         settings.console.print(
             f"fleet halted: {one_line(report.fleet_halt)}; this device is halted", markup=False
         )
     if report.problem is not None:
-        settings.console.print(f"NOT SYNCED {one_line(report.problem)}", markup=False)
         raise SystemExit(EXIT_FAILED)
 
 

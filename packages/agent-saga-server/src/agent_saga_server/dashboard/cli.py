@@ -16,6 +16,8 @@ import re
 import click
 from agent_saga.cli import current_settings
 
+from ..listen import PORT, listen
+from ..until_stopped import run_until_stopped
 from .home import LOCAL_ORIGIN
 
 
@@ -30,7 +32,7 @@ def _viewer_name() -> str:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8765, show_default=True, type=int, help="0 picks a free port.")
+@click.option("--port", default=8765, show_default=True, type=PORT, help="0 picks a free port.")
 @click.option("--as", "subject", default=None,
               help="Who the login link logs in as (an approver's identity); default: unix:<your "
               "login>, as `agent-saga approve` votes.")  # fmt: skip
@@ -38,13 +40,16 @@ def _viewer_name() -> str:
               help="Another host name browsers may reach the dashboard by.")  # fmt: skip
 def ui(host: str, port: int, subject: str | None, allowed_host: tuple[str, ...]) -> None:
     """The dashboard on this home: sagas, approvals, kill switch, budgets, live log."""
+    from ..store.tokens import NAME
+
+    if subject is not None and not NAME.fullmatch(subject):  # as a token's subject must
+        raise click.BadParameter(f"must match {NAME.pattern}, got {subject!r}", param_hint="'--as'")
     import uvicorn
     from agent_saga import FileLogStore
 
     from ..api.app import create_app
     from ..client.http import ServerClient
     from ..client.shipper import Shipper
-    from ..listen import listen
     from ..store.db import open_database
     from ..store.tokens import issue, revoke
     from .home import LocalHome
@@ -71,7 +76,7 @@ def ui(host: str, port: int, subject: str | None, allowed_host: tuple[str, ...])
             app, log_level="warning", timeout_graceful_shutdown=2, access_log=False
         )
         try:
-            uvicorn.Server(config).run(sockets=[sock])
+            run_until_stopped(config, sock)
         finally:
             shipper.close(deadline=1.0)
             revoke(db, info.id)
