@@ -199,3 +199,23 @@ def test_the_package_readme_commands_exist(command: str) -> None:
     assert result.returncode == 0, result.stderr
     assert "--config" in result.stdout
     assert f"agent-saga mcp {command} --config gateway.toml" in PACKAGE_README.read_text()
+
+
+def test_serve_with_stdin_from_dev_null_ends_cleanly(tmp_path: Path) -> None:
+    """A client that is no pipe (stdin from ``/dev/null``, as a service manager may start it):
+    the gateway reads the end of its input and exits, without a traceback or a hang."""
+    config = tmp_path / "gateway.toml"
+    adapted = readme_config("http://127.0.0.1:9/unused", tmp_path / "issues.jsonl")
+    config.write_text(issues_only(adapted))
+    serve = [AGENT_SAGA, "--home", str(tmp_path / "home"), "mcp", "serve", "--config"]
+    result = subprocess.run(
+        [*serve, str(config)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""

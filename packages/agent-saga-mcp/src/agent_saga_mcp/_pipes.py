@@ -8,7 +8,7 @@ is handed each line in the loop's callback, with no reading task in between; :cl
 instead. While they are in use, file descriptor 1 points at stderr, so nothing printed by
 accident can corrupt the protocol stream.
 
-When stdin or stdout is not such a file (a regular file), :func:`client_pipes` yields ``None``
+When stdin or stdout is not such a file (a regular file, or a character device such as `/dev/null` that the event loop cannot watch), :func:`client_pipes` yields ``None``
 and the caller serves through the SDK's default stdio transport.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -163,6 +164,16 @@ class PipeWriter:
         await self.writer.drain()
 
 
+def _not_pollable(fd: int) -> bool:
+    """Whether ``fd`` is a character device other than a terminal (``/dev/null``): the event
+    loop accepts one as a pipe but cannot watch it (``epoll`` refuses), so it is read otherwise."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return True
+    return stat.S_ISCHR(mode) and not os.isatty(fd)
+
+
 @asynccontextmanager
 async def client_pipes(
     limit: int = DEFAULT_LINE_LIMIT,
@@ -170,6 +181,9 @@ async def client_pipes(
     """The client's stdin (lines of at most ``limit`` bytes) and stdout as event-loop streams,
     or ``None`` if they cannot be."""
     loop = asyncio.get_running_loop()
+    if _not_pollable(0):
+        yield None
+        return
     stdin = os.fdopen(os.dup(0), "rb", buffering=0)
     stdout = os.fdopen(os.dup(1), "wb", buffering=0)
     try:
