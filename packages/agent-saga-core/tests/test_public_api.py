@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import agent_saga
 
@@ -142,6 +143,33 @@ def test_import_loads_no_cli_library_or_framework() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == ""
+
+
+def test_opening_a_kit_and_running_a_saga_loads_no_audit_code(tmp_path: Path) -> None:
+    """What opening a kit costs stays what it needs: the proofs it checks the index with, not
+    certify, disclosures, passkeys or the history views (each imported at its first use)."""
+    probe = (
+        "import sys\n"
+        "from agent_saga import REVERSIBLE, AgentKit\n"
+        "kit = AgentKit(home=sys.argv[1])\n"
+        "@kit.tool(semantics=REVERSIBLE)\n"
+        "def add(x: int) -> int:\n"
+        "    return x + 1\n"
+        "with kit.transaction('one-step'):\n"
+        "    add(1)\n"
+        "heavy = ['agent_saga.proofs._certify', 'agent_saga.proofs._disclosure',"
+        " 'agent_saga.proofs._passkey', 'agent_saga._history.views', 'cryptography']\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+        "kit.close()\n"
+    )
+    for _ in range(2):  # a new home, then an existing one
+        result = subprocess.run(
+            [sys.executable, "-c", probe, str(tmp_path / "home")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert result.stdout.strip() == ""
 
 
 def test_version_matches_package_metadata() -> None:

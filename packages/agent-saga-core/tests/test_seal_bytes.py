@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_saga._log import lineforms
 from agent_saga._log.chain import Chain, ChainBreak, check_line_fast, parse_line
 from agent_saga._log.commit import SALT_LEN, SALT_POOL, sealed_forms
 from agent_saga._log.lineforms import hashed_data
@@ -24,6 +25,13 @@ from hypothesis import strategies as st
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "sealed_records_v2.json").read_text())
 KEY = b"k" * 32
+
+
+@pytest.fixture(autouse=True)
+def _warm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line check takes the rebuilt-form shortcut from the first line (a process otherwise
+    decodes its first lines, see ``lineforms.WARM_AFTER``)."""
+    monkeypatch.setattr(lineforms, "WARM_AFTER", 0)
 
 
 def salts_of(line: bytes) -> list[bytes]:
@@ -107,8 +115,14 @@ def test_flat_values_are_rebuilt_from_the_stored_bytes(data: dict[str, Any]) -> 
     assert rebuilt == b'{"data":' + reference[0]
 
 
+@pytest.mark.parametrize("warm", [True, False], ids=["shortcut", "decoded"])
 @pytest.mark.parametrize("keyed", [False, True])
-def test_any_changed_byte_of_a_committed_record_is_caught(keyed: bool) -> None:
+def test_any_changed_byte_of_a_committed_record_is_caught(
+    keyed: bool, warm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways a line is checked (the shortcut, and decoding before a process warms up to
+    it) catch every changed byte and accept the sealed line."""
+    monkeypatch.setattr(lineforms, "WARM_AFTER", 0 if warm else 10**9)
     chain = Chain(KEY if keyed else None)
     data: dict[str, Any] = {
         "ordinal": 1,

@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple, overload
 from .codec import CodecError, canonical
 from .commit import COMMITTED, masked_leaves
 from .forms import Prepared, open_forms_fast, prepare
-from .lineforms import hashed_data
+from .lineforms import hashed_data_when_warm
 from .records import GENESIS, RECORD_VERSION, Entry, Record
 
 MAX_RECORD_BYTES = 4 * 1024 * 1024
@@ -360,7 +360,7 @@ def check_line_fast(
     elif salts is not None or any(key in line for key in _COMMITTED_KEYS):
         if salts is not None:  # the usual shapes: checked from the bytes (see .lineforms)
             start, stop = found.span(2)
-            head = hashed_data(line, cut, line[start + 10 : stop - 1])
+            head = hashed_data_when_warm(line, cut, line[start + 10 : stop - 1])
             if head is not None:
                 computed = chain.hex_digest(prev, head, line[cut + 74 : start], line[stop:])
                 if computed == stored:

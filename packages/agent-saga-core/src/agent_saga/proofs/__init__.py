@@ -26,33 +26,89 @@ Everything here works offline on bytes and keys; nothing opens a log for writing
 
 from __future__ import annotations
 
-from ._certify import Finding, certify_records, verify_certificate
-from ._checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    ForkError,
-    check_extension,
-    open_checkpoint,
-    parse_checkpoint,
-)
-from ._disclosure import DisclosureError, DisclosureReport, build_bundle, verify_bundle
-from ._logtree import record_leaf, tree_of
-from ._merkle import (
-    EMPTY_ROOT,
-    InvalidProofError,
-    ProofError,
-    RootMismatchError,
-    leaf_hash,
-    node_hash,
-    root_from_consistency_proof,
-    root_from_inclusion_proof,
-    verify_consistency,
-    verify_inclusion,
-)
-from ._note import NoteError, NoteSigner, NoteVerifier
-from ._passkey import PasskeyKey, PasskeyRegistry, passkey_challenge, webauthn_available
-from ._received import ChainError, check_record, check_records
-from ._tree import MerkleTree
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._certify import Finding, certify_records, verify_certificate
+    from ._checkpoint import (
+        Checkpoint,
+        CheckpointError,
+        ForkError,
+        check_extension,
+        open_checkpoint,
+        parse_checkpoint,
+    )
+    from ._disclosure import DisclosureError, DisclosureReport, build_bundle, verify_bundle
+    from ._logtree import record_leaf, tree_of
+    from ._merkle import (
+        EMPTY_ROOT,
+        InvalidProofError,
+        ProofError,
+        RootMismatchError,
+        leaf_hash,
+        node_hash,
+        root_from_consistency_proof,
+        root_from_inclusion_proof,
+        verify_consistency,
+        verify_inclusion,
+    )
+    from ._note import NoteError, NoteSigner, NoteVerifier
+    from ._passkey import PasskeyKey, PasskeyRegistry, passkey_challenge, webauthn_available
+    from ._received import ChainError, check_record, check_records
+    from ._tree import MerkleTree
+
+_SOURCES: dict[str, str] = {
+    "ChainError": "._received",
+    "Checkpoint": "._checkpoint",
+    "CheckpointError": "._checkpoint",
+    "DisclosureError": "._disclosure",
+    "DisclosureReport": "._disclosure",
+    "EMPTY_ROOT": "._merkle",
+    "Finding": "._certify",
+    "ForkError": "._checkpoint",
+    "InvalidProofError": "._merkle",
+    "MerkleTree": "._tree",
+    "NoteError": "._note",
+    "NoteSigner": "._note",
+    "NoteVerifier": "._note",
+    "PasskeyKey": "._passkey",
+    "PasskeyRegistry": "._passkey",
+    "ProofError": "._merkle",
+    "RootMismatchError": "._merkle",
+    "build_bundle": "._disclosure",
+    "certify_records": "._certify",
+    "check_extension": "._checkpoint",
+    "check_record": "._received",
+    "check_records": "._received",
+    "leaf_hash": "._merkle",
+    "node_hash": "._merkle",
+    "open_checkpoint": "._checkpoint",
+    "parse_checkpoint": "._checkpoint",
+    "passkey_challenge": "._passkey",
+    "record_leaf": "._logtree",
+    "root_from_consistency_proof": "._merkle",
+    "root_from_inclusion_proof": "._merkle",
+    "tree_of": "._logtree",
+    "verify_bundle": "._disclosure",
+    "verify_certificate": "._certify",
+    "verify_consistency": "._merkle",
+    "verify_inclusion": "._merkle",
+    "webauthn_available": "._passkey",
+}
+"""Where each public name lives: the submodule is imported at the name's first use, so that
+opening a kit (which needs two of them) does not import them all."""
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its submodule at first use."""
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(source, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "EMPTY_ROOT",
