@@ -6,12 +6,12 @@ from __future__ import annotations
 import tracemalloc
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from agent_saga import REVERSIBLE, AgentKit, build_history
 from agent_saga._log.codec import JSONValue
 from agent_saga._log.records import Entry, Record, SagaStatus
 from agent_saga._log.source import FileLogSource
+from agent_saga._log.store import VerifyReport
 from agent_saga.proofs._audit import certify
 from agent_saga.proofs._findings import Finding, approved_steps, saga_findings
 from agent_saga.proofs._judge import LogJudge
@@ -47,16 +47,11 @@ def streamed(
         return iter(records)
 
     judge.finish(reread)
-    findings = [f for f in judge.findings(_OK, None) if f.saga is not None]
+    chain = VerifyReport(True, len(records))
+    findings = [f for f in judge.findings(chain, None) if f.saga is not None]
     counts = judge.counts(findings)
     return findings, {s.value: counts[s.value] for s in SagaStatus}, rereads[0]
 
-
-class _Report:
-    ok, error = True, None
-
-
-_OK: Any = _Report()
 
 _KINDS: list[tuple[str, dict[str, JSONValue]]] = [
     ("saga.begin", {"name": "n", "owner": "o1", "pid": 1, "host": "h"}),
