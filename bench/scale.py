@@ -15,9 +15,9 @@ core's own chain code rather than by running the engine, then prints for each si
     ``verify --since`` the latest checkpoint, against a floor that reads the log's bytes;
   * ``agent-saga certify --since latest`` (from the resume point the verify stored; streams)
     and the full ``agent-saga certify``: wall time, peak RSS and CPU time. The full certify
-    keeps every record in memory (about 1.7 GB per million records of this shape), so it is
-    left out above ``--full-certify-max`` records (2 million by default) rather than run a
-    shared host out of memory.
+    streams (its memory holds the sagas open at once), but reads and judges every record
+    (about 50 s of CPU per million records of this shape), so it is left out above
+    ``--full-certify-max`` records (2 million by default) to keep a run short.
 
 Each figure is the median of ``--rounds`` runs (min-max range printed beside it). Write
 throughput and a step's latency are measured by ``bench/durability.py`` and
@@ -351,7 +351,7 @@ def main() -> None:
         "--full-certify-max",
         type=int,
         default=2_000_000,
-        help="run the full certify (every record in memory) only up to this many records",
+        help="run the full certify (every record read and judged) only up to this many records",
     )
     args = parser.parse_args()
     for wanted in args.records:

@@ -10,7 +10,7 @@ a checkpoint writes only under ``checkpoints/`` (and creates the key on first us
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,12 @@ from .._log.redaction import REDACTION_KIND
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
 from .._log.unfinishedset import fold
-from ._certify import CRITICAL, WARNING, Finding, certificate, certify_records
+from ._certify import CRITICAL, WARNING, Finding, signed
 from ._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ._checkpoints import CheckpointLog
 from ._disclosure import build_bundle
 from ._frontier import MerkleFrontier
+from ._judge import LogJudge
 from ._logtree import record_leaf
 from ._note import NoteVerifier
 from ._notefiles import note_size
@@ -101,6 +102,7 @@ def snapshot(
     frontier: MerkleFrontier | None = None,
     observer: Observer | None = None,
     unfinished: bool = False,
+    each: Callable[[Record], None] | None = None,
 ) -> LogSnapshot:
     """Read and verify a log once: records stop at the first break, which the report holds.
 
@@ -115,7 +117,8 @@ def snapshot(
     truncated). With ``unfinished`` (a snapshot to publish) the sagas unfinished at its end
     are counted from the records read; a resumed file log starts from the set the resume
     point's checkpoint signs, checked (:func:`._unfinished.signed_set`), and is read from its
-    first record when that checkpoint signs none.
+    first record when that checkpoint signs none. With ``each`` (and without ``keep_records``)
+    every verified record is handed to it in order as the pass reads it, from the first.
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (or without one): a
@@ -140,8 +143,9 @@ def snapshot(
             if isinstance(source, FileLogSource):
                 start = signed_set(source.home, source.key)
         streamed = stream_log(
-            source, sizes, resume, frontier=frontier, observer=observer, unfinished=start
-        )
+            source, sizes, resume, frontier=frontier, observer=observer, unfinished=start,
+            each=each,
+        )  # fmt: skip
         counted = None if streamed.unfinished is None else tuple(streamed.unfinished)
         return LogSnapshot(
             (), None, streamed.chain, tuple(streamed.redactions), source.where, checkpoint,
@@ -279,16 +283,21 @@ def certify(home: Path, source: LogSource | None = None) -> tuple[dict[str, Any]
 
     ``source`` is the log (default: ``home``'s file log); checkpoints and the signing key are
     ``home``'s. A checkpoint is published first only when the log is sound: one signed over a
-    broken, cut or rewritten log would vouch for it.
+    broken, cut or rewritten log would vouch for it. The log is read in one streaming pass
+    that keeps a Merkle frontier and the records of the sagas not yet ended
+    (:class:`._judge.LogJudge`), and read again only when a saga has records after its end.
     """
     source = source or FileLogSource(home)
-    log = snapshot(source, home=home, unfinished=True)
+    judge = LogJudge(source.owner_alive)
+    log = snapshot(source, keep_records=False, home=home, unfinished=True, each=judge.add)
     signer = home_signer(home)
     latest, problem = latest_problem(home, log, [signer.verifier])
     covered = latest
     if log.chain.ok and (problem is None or problem.severity != CRITICAL):
         covered = publish(home, log)
     now = time.time()
-    findings = certify_records(log.records, log.chain, problem, source.owner_alive, now)
-    cert = certificate(log.records, findings, covered, signer, int(now))
+    judge.now_ms = int(now * 1000)
+    judge.finish(source.records)
+    findings = judge.findings(log.chain, problem)
+    cert = signed({"counts": judge.counts(findings)}, findings, covered, signer, int(now))
     return cert, findings

@@ -25,7 +25,7 @@ from ._passkey import (
     check_passkey,
 )
 
-__all__ = ["PasskeyAudit", "audit_passkeys"]
+__all__ = ["PasskeyAudit", "PasskeyAuditor", "audit_passkeys"]
 
 _REQUESTED = "approval.requested"
 _VOTE = "approval.vote"
@@ -45,12 +45,26 @@ class PasskeyAudit:
 
 def audit_passkeys(records: Iterable[Record]) -> PasskeyAudit:
     """Check every passkey vote and registration in ``records`` (in log order)."""
-    audit = PasskeyAudit()
-    registry = PasskeyRegistry()
-    requests: dict[str, tuple[str, int, str]] = {}
-    nonces: set[str] = set()
+    auditor = PasskeyAuditor()
     for record in records:
-        data = record.data
+        auditor.take(record)
+    return auditor.audit
+
+
+class PasskeyAuditor:
+    """:func:`audit_passkeys` one record at a time, for a pass that keeps no record: it holds
+    the registry, the approval requests and the vote nonces seen so far (what a vote is checked
+    against), nothing else."""
+
+    def __init__(self) -> None:
+        self.audit = PasskeyAudit()
+        self.registry = PasskeyRegistry()
+        self.requests: dict[str, tuple[str, int, str]] = {}
+        self.nonces: set[str] = set()
+
+    def take(self, record: Record) -> None:
+        """Check ``record``, the next of the log, against what came before it."""
+        data, audit, registry = record.data, self.audit, self.registry
         if record.kind in (PASSKEY_REGISTERED, "passkey.revoked"):
             before = len(registry.refused)
             registry.take(record)
@@ -59,12 +73,12 @@ def audit_passkeys(records: Iterable[Record]) -> PasskeyAudit:
         elif record.kind == _REQUESTED and record.saga is not None:
             ordinal, digest = data.get("ordinal"), data.get("digest")
             if type(ordinal) is int and isinstance(digest, str):
-                requests[str(data.get("request"))] = (record.saga, ordinal, digest)
+                self.requests[str(data.get("request"))] = (record.saga, ordinal, digest)
         elif record.kind == _VOTE:
             nonce = data.get("nonce")
             passkey = data.get("passkey")
             if isinstance(passkey, dict):
-                problem = _vote_problem(record, passkey, requests, registry, nonces)
+                problem = _vote_problem(record, passkey, self.requests, registry, self.nonces)
                 if problem == EXTRA_MISSING:
                     audit.unverifiable = True
                 elif problem is not None:
@@ -75,8 +89,7 @@ def audit_passkeys(records: Iterable[Record]) -> PasskeyAudit:
                 else:
                     audit.verified += 1
             if isinstance(nonce, str) and nonce:
-                nonces.add(nonce)
-    return audit
+                self.nonces.add(nonce)
 
 
 def _vote_problem(

@@ -85,6 +85,7 @@ def stream_log(
     frontier: MerkleFrontier | None = None,
     observer: Observer | None = None,
     unfinished: StartSet | None = None,
+    each: Callable[[Record], None] | None = None,
 ) -> StreamedLog:
     """Read ``source`` once (after ``resume`` when given and usable; see the module docstring).
 
@@ -97,7 +98,8 @@ def stream_log(
     ``observer`` sees each record of a file log (see :data:`Observer`) with the frontier up to
     date, and turns the second process off (every leaf is then appended here). With
     ``unfinished`` the pass counts the unfinished sagas (see the module docstring) and reads
-    every record here (no second process).
+    every record here (no second process). With ``each``, the log is read through its verified
+    records from the first one (``resume`` is not used), each handed to ``each`` in order.
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (a key problem).
@@ -105,8 +107,8 @@ def stream_log(
     """
     sizes = frozenset(capture)
     counted: dict[str, None] | None = None if unfinished is None else {}
-    if not isinstance(source, FileLogSource):
-        log = _stream_records(source, sizes, frontier or MerkleFrontier(), counted)
+    if each is not None or not isinstance(source, FileLogSource):
+        log = _stream_records(source, sizes, frontier or MerkleFrontier(), counted, each)
         if resume is not None:
             log.notes.append("this log cannot be resumed: it was read from its first record")
         return log
@@ -211,6 +213,7 @@ def _stream_records(
     sizes: frozenset[int],
     frontier: MerkleFrontier,
     unfinished: dict[str, None] | None,
+    each: Callable[[Record], None] | None = None,
 ) -> StreamedLog:
     log = StreamedLog(VerifyReport(True, 0), frontier, unfinished=unfinished)
     head, error = GENESIS, None
@@ -228,6 +231,8 @@ def _stream_records(
                 fold(unfinished, record)
             if record.kind == REDACTION_KIND:
                 log.redactions.append(record)
+            if each is not None:
+                each(record)
     except ChainKeyError:
         raise
     except CorruptLogError as exc:

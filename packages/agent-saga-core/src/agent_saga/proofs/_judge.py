@@ -1,0 +1,259 @@
+"""certify's findings over a log read once, in order, keeping only the sagas still open.
+
+:class:`LogJudge` takes the records of a log one at a time and gives the same findings and
+counts as judging every saga from all of its records at the end
+(:func:`._certify.certify_records` runs it over records in memory), while holding only:
+
+* the records of each *open* saga: one seen and not yet ended (no ``saga.end`` so far);
+* a fixed-size Bloom filter of the sagas already ended and judged;
+* the findings so far, the redaction records' findings, the passkey audit's registry, requests
+  and nonces (:class:`~._passkey_audit.PasskeyAuditor`), the targets of ``saga.settled``
+  records and the ended sagas that need a human (a settlement anywhere in the log changes
+  their findings);
+* the ids of *reopened* sagas (below), with the ``seq`` where each was reopened.
+
+A saga is judged when its ``saga.end`` is read, from the records it has then. What can follow
+that end changes the verdict (a record of the saga after its end is CRITICAL; a late
+compensation or approval changes its steps), so every later record of a saga whose id the
+filter holds marks the saga *reopened*: its records are not kept in this pass; at the end the
+log is read a second time (the ``reread`` given to :meth:`LogJudge.finish`, verified again and
+required to reach the same head), every record of the reopened sagas is collected, the verdict
+given at their end is taken back and each is judged from all of its records. A false positive
+of the filter (a new saga whose id it seems to hold) costs only that second read: the saga is
+judged from all of its records like the others. The second read happens only when a saga was
+reopened, which a log written by the engine does not do.
+
+A saga's verdict depends only on its own records (those whose ``saga`` is its id), the
+``saga.settled`` records naming it, ``now`` when it is suspended and whether its owner lives
+when it is running; neither of the last two applies to a saga that has ended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
+
+from .._errors import CorruptLogError
+from .._history.build import build_history
+from .._history.views import SagaView
+from .._log.records import Kind, Record, SagaStatus
+from .._log.redaction import REDACTION_KIND
+from .._log.store import VerifyReport
+from ._findings import (
+    CRITICAL,
+    WARNING,
+    Finding,
+    approved_steps,
+    redaction_findings,
+    saga_findings,
+)
+from ._passkey import EXTRA_MISSING, PASSKEY_LIMIT
+from ._passkey_audit import PasskeyAuditor
+
+__all__ = ["BLOOM_BITS", "LogJudge"]
+
+BLOOM_BITS = 1 << 26
+"""Bits of the filter of ended sagas (8 MiB): with four probes, under one false positive
+expected over ten million sagas."""
+_PROBES = 4
+
+
+class _Ended:
+    """A Bloom filter of saga ids: no false negatives, rare false positives."""
+
+    def __init__(self, bits: int) -> None:
+        self.bits = bits
+        self.table = bytearray((bits + 7) // 8)
+
+    def _slots(self, saga_id: str) -> Iterator[int]:
+        digest = hashlib.blake2b(saga_id.encode(), digest_size=4 * _PROBES).digest()
+        for probe in range(_PROBES):
+            yield int.from_bytes(digest[4 * probe : 4 * probe + 4], "little") % self.bits
+
+    def add(self, saga_id: str) -> None:
+        for slot in self._slots(saga_id):
+            self.table[slot >> 3] |= 1 << (slot & 7)
+
+    def __contains__(self, saga_id: str) -> bool:
+        return all(self.table[slot >> 3] & (1 << (slot & 7)) for slot in self._slots(saga_id))
+
+
+class LogJudge:
+    """Certify's findings over a log fed in order (see the module docstring).
+
+    ``owner_alive`` answers for a saga still running at the end; ``now_ms`` decides whether a
+    suspended saga expired (``None``: the newest record's time).
+    """
+
+    def __init__(
+        self,
+        owner_alive: Callable[[str], bool],
+        now_ms: int | None = None,
+        bloom_bits: int = BLOOM_BITS,
+    ) -> None:
+        self.owner_alive = owner_alive
+        self.now_ms = now_ms
+        self.records = 0
+        self.newest: int | None = None
+        self.head = ""
+        self.open: dict[str, tuple[int, list[Record]]] = {}
+        """Each open saga's records, with the index in the log of its first one."""
+        self.ended = _Ended(bloom_bits)
+        self.reopened: dict[str, int] = {}
+        """Reopened sagas, each with the index in the log of the record that reopened it."""
+        self.problem: str | None = None
+        self.verdicts: dict[str, tuple[int, list[Finding]]] = {}
+        """Findings of each judged saga that has any, with the index of its first record (the
+        order of the sagas in the findings, as in the log)."""
+        self.waiting: dict[str, tuple[int, SagaView, set[int]]] = {}
+        """Ended sagas that need a human: judged at the end, once every settlement is known."""
+        self.settled: dict[str, str] = {}
+        self.statuses: dict[SagaStatus, int] = {}
+        self.redactions: list[Finding] = []
+        self.passkeys = PasskeyAuditor()
+
+    def add(self, record: Record) -> None:
+        """Take the next record of the log (verified by the caller)."""
+        index = self.records
+        self.records += 1
+        self.newest = record.ts if self.newest is None else max(self.newest, record.ts)
+        self.head = record.hash
+        self.passkeys.take(record)
+        if record.kind == REDACTION_KIND:
+            self.redactions += redaction_findings((record,))
+        saga_id = record.saga
+        if saga_id is None:
+            if record.kind == Kind.SETTLED:
+                target, by, note = (record.data.get(k) for k in ("saga", "by", "note"))
+                if isinstance(target, str):
+                    by = by if isinstance(by, str) else None
+                    note = note if isinstance(note, str) else None
+                    self.settled[target] = f"{by or '?'}: {note or ''}"
+            return
+        held = self.open.get(saga_id)
+        if held is None:
+            if saga_id in self.reopened:
+                return
+            if saga_id in self.ended:
+                self.reopened[saga_id] = index
+                return
+            held = self.open[saga_id] = (index, [])
+        held[1].append(record)
+        if record.kind == Kind.SAGA_END:
+            del self.open[saga_id]
+            self.ended.add(saga_id)
+            self._judge(saga_id, *held)
+
+    def _judge(self, saga_id: str, first: int, records: Sequence[Record]) -> None:
+        (view,) = build_history(records).sagas
+        approved = approved_steps(records).get(saga_id, set())
+        if view.status is SagaStatus.NEEDS_HUMAN:
+            self.waiting[saga_id] = (first, view, approved)
+        else:
+            self._verdict(first, view, approved)
+
+    def _verdict(self, first: int, view: SagaView, approved: set[int]) -> None:
+        if view.id in self.settled and view.status is SagaStatus.NEEDS_HUMAN:
+            view = replace(view, settled=self.settled[view.id])
+        alive = None
+        if view.status is SagaStatus.RUNNING and view.owner is not None:
+            alive = self.owner_alive(view.owner)
+        now_ms = self.now_ms
+        if now_ms is None:
+            now_ms = 0 if self.newest is None else self.newest
+        found = saga_findings(view, approved, alive, now_ms)
+        if found:
+            self.verdicts[view.id] = (first, found)
+        self.statuses[view.status] = self.statuses.get(view.status, 0) + 1
+
+    def _take_back(self, saga_id: str, records: Sequence[Record]) -> None:
+        """Undo the verdict this pass gave ``saga_id`` at its end from ``records``, the ones
+        it had before it was reopened (none: a false positive, never judged)."""
+        if not records or self.waiting.pop(saga_id, None) is not None:
+            return  # never judged, or waiting for the end: nothing counted yet
+        (view,) = build_history(records).sagas
+        self.statuses[view.status] -= 1
+        self.verdicts.pop(saga_id, None)
+
+    def finish(self, reread: Callable[[], Iterable[Record]]) -> None:
+        """Judge the reopened sagas (reading the log again with ``reread``, which must give
+        the same records), what is still open and the ended sagas that need a human.
+
+        A second read that does not reach the first one's head (the log was changed under
+        this pass) leaves the reopened sagas as judged at their end and sets :attr:`problem`,
+        which :meth:`findings` reports as a CRITICAL break of the chain.
+        """
+        if self.reopened:
+            self._reread(reread)
+        for saga_id, (first, records) in self.open.items():
+            (view,) = build_history(records).sagas
+            self._verdict(first, view, approved_steps(records).get(saga_id, set()))
+        self.open.clear()
+        for first, view, approved in self.waiting.values():
+            self._verdict(first, view, approved)
+        self.waiting.clear()
+
+    def _reread(self, reread: Callable[[], Iterable[Record]]) -> None:
+        collected: dict[str, list[tuple[int, Record]]] = {saga_id: [] for saga_id in self.reopened}
+        count, head = 0, ""
+        stream = iter(reread())
+        try:
+            while count < self.records:
+                record = next(stream, None)
+                if record is None:
+                    break
+                if record.saga is not None and record.saga in collected:
+                    collected[record.saga].append((count, record))
+                count, head = count + 1, record.hash
+        except CorruptLogError:
+            pass  # short of the first read: reported below
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        if (count, head) != (self.records, self.head):
+            self.problem = (
+                f"the log changed while certify read it: a second read of its first "
+                f"{self.records} records did not reach the same record {self.records}"
+            )
+            return
+        for saga_id, indexed in collected.items():
+            before = [record for index, record in indexed if index < self.reopened[saga_id]]
+            self._take_back(saga_id, before)
+            records = [record for _, record in indexed]
+            (view,) = build_history(records).sagas
+            self._verdict(indexed[0][0], view, approved_steps(records).get(saga_id, set()))
+        self.reopened.clear()
+
+    def findings(self, chain: VerifyReport, checkpoint_problem: Finding | None) -> list[Finding]:
+        """Every finding, in the order certify lists them (call after :meth:`finish`)."""
+        findings: list[Finding] = []
+        if not chain.ok:
+            findings.append(Finding(CRITICAL, "chain", f"the hash chain is broken: {chain.error}"))
+        if self.problem is not None:
+            findings.append(Finding(CRITICAL, "chain", self.problem))
+        if checkpoint_problem is not None:
+            findings.append(checkpoint_problem)
+        findings += self.redactions
+        audit = self.passkeys.audit
+        if audit.unverifiable:
+            findings.append(Finding(CRITICAL, "passkey_unverifiable", EXTRA_MISSING))
+        for _, message in audit.problems:
+            findings.append(Finding(CRITICAL, "passkey", message))
+        if audit.verified:
+            message = f"{audit.verified} passkey vote(s) verified; {PASSKEY_LIMIT}"
+            findings.append(Finding(WARNING, "passkey_registrations", message))
+        for _, found in sorted(self.verdicts.values(), key=lambda item: item[0]):
+            findings += found
+        return findings
+
+    def counts(self, findings: Sequence[Finding]) -> dict[str, int]:
+        """The certificate's ``counts`` (after :meth:`finish`)."""
+        counts = {"records": self.records, "sagas": sum(self.statuses.values())}
+        for status in SagaStatus:
+            counts[status.value] = self.statuses.get(status, 0)
+        counts["passkey_votes"] = self.passkeys.audit.verified
+        counts["critical"] = sum(1 for f in findings if f.severity == CRITICAL)
+        counts["warning"] = sum(1 for f in findings if f.severity == WARNING)
+        return counts
