@@ -154,15 +154,7 @@ def test_the_package_readme_error_example_names_the_line_the_gateway_reports(
     expected_line = TomlLines(config.read_text()).line_of(
         ("upstreams", "issues", "tools", "create_isue")
     )
-    serve = [AGENT_SAGA, "--home", str(tmp_path / "home"), "mcp", "serve", "--config"]
-    result = subprocess.run(
-        [*serve, str(config)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = serve_from_dev_null(tmp_path / "home", config)
     assert result.returncode == 1
     assert f"{config}:{expected_line}: {message} (add_label, close_issue" in result.stderr
     assert not (tmp_path / "home" / "log.jsonl").exists()  # nothing ran
@@ -201,21 +193,25 @@ def test_the_package_readme_commands_exist(command: str) -> None:
     assert f"agent-saga mcp {command} --config gateway.toml" in PACKAGE_README.read_text()
 
 
+def serve_from_dev_null(home: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    """``agent-saga mcp serve --config CONFIG`` with no client: stdin from ``/dev/null``."""
+    return subprocess.run(
+        [AGENT_SAGA, "--home", str(home), "mcp", "serve", "--config", str(config)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_serve_with_stdin_from_dev_null_ends_cleanly(tmp_path: Path) -> None:
     """A client that is no pipe (stdin from ``/dev/null``, as a service manager may start it):
     the gateway reads the end of its input and exits, without a traceback or a hang."""
     config = tmp_path / "gateway.toml"
     adapted = readme_config("http://127.0.0.1:9/unused", tmp_path / "issues.jsonl")
     config.write_text(issues_only(adapted))
-    serve = [AGENT_SAGA, "--home", str(tmp_path / "home"), "mcp", "serve", "--config"]
-    result = subprocess.run(
-        [*serve, str(config)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = serve_from_dev_null(tmp_path / "home", config)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
