@@ -45,7 +45,7 @@ def test_one_token_holds_a_bounded_number_of_long_polls(server: RunningServer) -
     agent = server.token("agent", "greedy", origin="host-greedy")
     other = server.token("agent", "modest", origin="host-modest")
     approver = server.token("approver", "ann-limits")
-    target = f"apr-{secrets.token_hex(8)}"
+    target, second, third = (f"apr-{secrets.token_hex(8)}" for _ in range(3))
 
     async def scenario() -> tuple[list[int], httpx.Response, httpx.Response, int]:
         limits = httpx.Limits(max_connections=LIMIT + 8)
@@ -69,7 +69,7 @@ def test_one_token_holds_a_bounded_number_of_long_polls(server: RunningServer) -
             posted = await client.post(
                 "/v1/approvals",
                 params={"wait": 5},
-                json=request_body(f"apr-{secrets.token_hex(8)}", 2),
+                json=request_body(second, 2),
             )
             assert time.monotonic() - started < 4  # answered without waiting
             assert (posted.status_code, posted.json()["status"]) == (201, "pending")
@@ -81,7 +81,7 @@ def test_one_token_holds_a_bounded_number_of_long_polls(server: RunningServer) -
                 allowed = await modest.post(
                     "/v1/approvals",
                     params={"wait": 0.2},
-                    json=request_body(f"apr-{secrets.token_hex(8)}", 3),
+                    json=request_body(third, 3),
                 )
             vote_headers = {"Authorization": f"Bearer {approver}"}
             async with httpx.AsyncClient(
@@ -91,6 +91,11 @@ def test_one_token_holds_a_bounded_number_of_long_polls(server: RunningServer) -
                     f"/v1/approvals/{target}/votes", json={"decision": "approve"}
                 )
                 assert voted.status_code == 200, voted.text
+                for extra in (second, third):  # the session's server is shared: none left pending
+                    denied = await voter.post(
+                        f"/v1/approvals/{extra}/votes", json={"decision": "deny"}
+                    )
+                    assert denied.status_code == 200, denied.text
             answered = [w.status_code for w in await asyncio.gather(*waits)]
             again = await client.get(f"/v1/approvals/{target}", params={"wait": 1})
             return answered, refused, allowed, again.status_code
