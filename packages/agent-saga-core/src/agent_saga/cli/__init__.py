@@ -5,8 +5,22 @@
 :func:`saga_records` reads one saga's records from the configured log (file or PostgreSQL).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._main import main
-from ._sagarecords import saga_records
 from ._settings import Settings, current_settings
+
+if TYPE_CHECKING:
+    from ._sagarecords import saga_records
+
+
+def __getattr__(name: str) -> Any:
+    """``saga_records``, imported at its first use (the command line does not need it)."""
+    if name != "saga_records":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ._sagarecords import saga_records
+
+    return saga_records
+
 
 __all__ = ["Settings", "current_settings", "main", "saga_records"]

@@ -15,47 +15,51 @@ Invariants:
 
 from __future__ import annotations
 
+import importlib
 import json
 import shlex
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from .._config import resolve_home
 from .._errors import AgentSagaError, CorruptLogError, LogError
-from .._gate.killswitch import FileKillSwitch, KillSwitch
-from .._history.build import SagaLookupError
-from .._history.indexed import find_indexed
-from .._history.lookup import find_saga
-from .._kit.manifest import Status
 from .._kit.version import __version__
 from .._log.records import SagaStatus
-from ..proofs._mesh.layout import is_mesh
-from ._approvals import COMMANDS as APPROVAL_COMMANDS
-from ._archive import archive
+from ._console import make_console
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
-from ._logfile import (
-    is_fleet,
-    key_problem,
-    read_history,
-    require_home,
-    require_store,
-    through_index,
-)
-from ._mesh import COMMANDS as MESH_COMMANDS
-from ._mesh import verify_mesh
 from ._plugins import load_plugin_command, plugin_commands
-from ._proofs import COMMANDS as PROOF_COMMANDS
-from ._proofs import KEY_HELP
-from ._recover import recover
-from ._redact import admin_key_option
-from ._render import make_console, render_replay, render_sagas, render_status
 from ._settings import Settings, pass_settings
-from ._settle import settle
-from ._since import newest_sagas, parse_since
-from ._verify import run_verify
+
+if TYPE_CHECKING:
+    from .._gate.killswitch import KillSwitch
+
+LAZY_COMMANDS = {
+    **dict.fromkeys(("archive",), "._archive"),
+    **dict.fromkeys(("approvals", "approve", "deny"), "._approvals"),
+    **dict.fromkeys(("merge", "sync"), "._mesh"),
+    **dict.fromkeys(
+        ("keys", "checkpoint", "prove", "verify-proof", "certify", "redact"), "._proofs"
+    ),
+    **dict.fromkeys(("recover",), "._recover"),
+    **dict.fromkeys(("settle",), "._settle"),
+    **dict.fromkeys(("verify",), "._verify"),
+}
+"""The built-in commands defined in other modules, each imported when it is run or its help is
+shown (a module's ``COMMANDS``, or its attribute of the command's name): starting the command
+line imports only what the command called needs."""
+
+
+def load_lazy_command(name: str) -> click.Command:
+    """The built-in command ``name`` of :data:`LAZY_COMMANDS`, importing its module."""
+    module = importlib.import_module(LAZY_COMMANDS[name], __package__)
+    for command in getattr(module, "COMMANDS", ()):
+        if command.name == name:
+            return cast(click.Command, command)
+    return cast(click.Command, getattr(module, name))
+
 
 EPILOG = """\b
 Exit codes:
@@ -105,11 +109,13 @@ class _Group(click.Group):
             raise _one_line_usage(exc) from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *plugin_commands()})
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS, *plugin_commands()})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
-        if command is None and cmd_name in plugin_commands():
+        if command is None and cmd_name in LAZY_COMMANDS:
+            command = load_lazy_command(cmd_name)
+        elif command is None and cmd_name in plugin_commands():
             command = load_plugin_command(cmd_name)
         return command
 
@@ -119,6 +125,8 @@ class _Group(click.Group):
         except click.UsageError as exc:
             raise _one_line_usage(exc) from exc
         except CorruptLogError as exc:
+            from ._logfile import key_problem
+
             explained = key_problem(ctx.obj, exc) if isinstance(ctx.obj, Settings) else None
             raise CliError(explained or f"{type(exc).__name__}: {exc}") from exc
         except (AgentSagaError, OSError) as exc:
@@ -166,6 +174,9 @@ def main(
 
 def kill_switch_for(settings: Settings) -> KillSwitch:
     """The switch agents read: a row beside a PostgreSQL log (fleet mode), else the HALT file."""
+    from .._gate.killswitch import FileKillSwitch
+    from ._logfile import is_fleet, require_home
+
     if is_fleet(settings):
         from .._gate.killswitch_pg import PostgresKillSwitch
         from .._postgres.connection import DEFAULT_SCHEMA
@@ -222,6 +233,10 @@ def demo(settings: Settings) -> None:
 def sagas(settings: Settings, wanted: str | None, limit: int | None, since: str | None) -> None:
     """List the sagas in the log, oldest first (newest last); with --limit or --since, newest
     first, reading only the sagas shown through the saga index."""
+    from ._logfile import read_history
+    from ._render import render_sagas
+    from ._since import newest_sagas, parse_since
+
     status = None if wanted is None else SagaStatus(wanted)
     if limit is None and since is None:
         history, where = read_history(settings)
@@ -243,6 +258,12 @@ def replay(settings: Settings, saga_id: str) -> None:
     Read-only: arguments, outcomes, refusals, compensations and the cause are read from the
     log; no tool and no compensator is run.
     """
+    from .._history.build import SagaLookupError
+    from .._history.indexed import find_indexed
+    from .._history.lookup import find_saga
+    from ._logfile import read_history, through_index
+    from ._render import render_replay
+
     try:
         view = through_index(settings, lambda index: find_indexed(index, saga_id))
         if view is None:
@@ -251,34 +272,6 @@ def replay(settings: Settings, saga_id: str) -> None:
     except SagaLookupError as exc:
         raise BadInputError(str(exc)) from exc
     render_replay(settings.console, view)
-
-
-@main.command()
-@click.option(
-    "--since",
-    default=None,
-    metavar="NOTE|latest",
-    help="A checkpoint saved earlier (or 'latest', the home's): the log must still extend it; "
-    "reading starts after the newest checkpoint a verify confirmed, up to this one.",
-)
-@click.option("--key", default=None, help=KEY_HELP)
-@admin_key_option
-@pass_settings
-def verify(settings: Settings, since: str | None, key: str | None) -> None:
-    """Verify the hash chain from disk, then the log against its checkpoints.
-
-    The chain alone catches a modified, deleted, inserted, swapped or duplicated record; the
-    file log's synced watermark (log.synced) catches records cut from its end; a checkpoint
-    also catches a truncated tail or a log rewritten from some record on. Exit 1 at the first
-    break or inconsistency. Checkpoints are the home's, for a fleet log too. With --since, the
-    records a verify already confirmed against a signed checkpoint are not read again (a full
-    verify, without --since, reads them all).
-    """
-    if is_mesh(settings.home):  # a merged log: every origin against its own key
-        if not verify_mesh(settings):
-            raise SystemExit(EXIT_FAILED)
-        return
-    run_verify(settings, since, key)
 
 
 @main.command()
@@ -291,6 +284,8 @@ def halt(settings: Settings, reason: str) -> None:
     log when the log can be written; exit 0 means the switch is engaged, and a warning on stderr
     says when the record could not be written (a corrupt log does not stop a halt).
     """
+    from ._logfile import key_problem
+
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="'--reason'")
     switch = kill_switch_for(settings)
@@ -312,6 +307,8 @@ def halt(settings: Settings, reason: str) -> None:
 @pass_settings
 def resume(settings: Settings) -> None:
     """Release the kill switch and record it (refused while the log cannot be written)."""
+    from ._logfile import key_problem
+
     state = kill_switch_for(settings).state()
     if not state.halted:
         settings.console.print("not halted; nothing to resume")
@@ -337,6 +334,10 @@ def status(settings: Settings) -> None:
 
     Compensators are checked only for tools declared in this process (none, from the shell).
     """
+    from .._kit.manifest import Status
+    from ._logfile import key_problem, require_store
+    from ._render import render_status
+
     require_store(settings)
     try:
         kit = settings.open_kit()
@@ -369,6 +370,8 @@ def guarantees(settings: Settings, raw: bool) -> None:
     and no tools declared. An agent's own kit adds its rules and tools: ask it for
     kit.guarantees() to see those.
     """
+    from ._logfile import require_store
+
     require_store(settings)
     with settings.open_kit() as kit:
         manifest = kit.guarantees()
@@ -376,10 +379,3 @@ def guarantees(settings: Settings, raw: bool) -> None:
         click.echo(json.dumps(manifest, sort_keys=True, ensure_ascii=False))
     else:
         settings.console.print_json(data=manifest, sort_keys=True)
-
-
-main.add_command(recover)
-main.add_command(settle)
-main.add_command(archive)
-for _command in (*PROOF_COMMANDS, *APPROVAL_COMMANDS, *MESH_COMMANDS):
-    main.add_command(_command)

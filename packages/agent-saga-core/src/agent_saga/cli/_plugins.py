@@ -14,17 +14,22 @@ when it is run or its help is shown. A built-in command of the same name wins.
 from __future__ import annotations
 
 from functools import cache
-from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING
 
 import click
 
 from ._errors import CliError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 GROUP = "agent_saga.commands"
 
 
 @cache
 def _entry_points() -> dict[str, EntryPoint]:
+    from importlib.metadata import entry_points  # deferred: a built-in command never needs it
+
     return {point.name: point for point in entry_points(group=GROUP)}
 
 

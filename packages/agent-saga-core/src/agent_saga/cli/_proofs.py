@@ -38,8 +38,6 @@ from ._redact import admin_key_option, redact
 from ._settings import KEY_SOURCES, Settings, current_settings
 from ._verify import named_checkpoint, store_point
 
-KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
-
 
 def _verifier(key: str | None) -> NoteVerifier | None:
     return None if key is None else read_verifier(key)

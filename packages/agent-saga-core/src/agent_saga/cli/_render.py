@@ -8,7 +8,6 @@ inject rich markup nor terminal control sequences.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,9 +29,6 @@ from .._log.records import SagaStatus
 from .._log.store import VerifyReport
 from ._errors import one_line
 
-PIPE_WIDTH = 160
-"""Line width when output is not a terminal and ``COLUMNS`` is unset (rich would use 80)."""
-
 VALUE_LIMIT = 400
 """Characters of an argument or result shown before it is cut (the log keeps all of it)."""
 
@@ -42,22 +38,6 @@ STATUS_STYLE = {
     SagaStatus.NEEDS_HUMAN: "bold red",
     SagaStatus.RUNNING: "cyan",
 }
-
-
-def make_console(*, no_color: bool, stderr: bool = False) -> Console:
-    """A console writing to stdout (or stderr); plain text with ``no_color`` or ``NO_COLOR``."""
-    plain_text = no_color or bool(os.environ.get("NO_COLOR"))
-    console = Console(
-        stderr=stderr,
-        color_system=None if plain_text else "auto",
-        no_color=plain_text,
-        highlight=False,
-        soft_wrap=True,
-        emoji=False,
-    )
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = PIPE_WIDTH
-    return console
 
 
 def plain(value: object) -> str:

@@ -15,20 +15,24 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import click
+
 from ..proofs._audit import LogSnapshot, check_checkpoint, home_verifiers, latest_problem, snapshot
 from ..proofs._certify import CRITICAL
 from ..proofs._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ..proofs._checkpoints import CheckpointLog
+from ..proofs._mesh.layout import is_mesh
 from ..proofs._note import NoteVerifier
 from ..proofs._resume import ResumePoint, load_point, save_point
 from ..proofs._signing import read_verifier
 from ._errors import EXIT_FAILED, BadInputError, one_line
 from ._logfile import reading
-from ._redact import redaction_lines
+from ._redact import admin_key_option, redaction_lines
 from ._render import render_verify
-from ._settings import Settings
+from ._settings import Settings, pass_settings
 
 LATEST = "latest"
+KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
 
 
 def run_verify(settings: Settings, since: str | None, key: str | None) -> None:
@@ -120,3 +124,33 @@ def named_checkpoint(
         return open_checkpoint(note, verifiers), None
     except CheckpointError as exc:
         return None, str(exc)
+
+
+@click.command()
+@click.option(
+    "--since",
+    default=None,
+    metavar="NOTE|latest",
+    help="A checkpoint saved earlier (or 'latest', the home's): the log must still extend it; "
+    "reading starts after the newest checkpoint a verify confirmed, up to this one.",
+)
+@click.option("--key", default=None, help=KEY_HELP)
+@admin_key_option
+@pass_settings
+def verify(settings: Settings, since: str | None, key: str | None) -> None:
+    """Verify the hash chain from disk, then the log against its checkpoints.
+
+    The chain alone catches a modified, deleted, inserted, swapped or duplicated record; the
+    file log's synced watermark (log.synced) catches records cut from its end; a checkpoint
+    also catches a truncated tail or a log rewritten from some record on. Exit 1 at the first
+    break or inconsistency. Checkpoints are the home's, for a fleet log too. With --since, the
+    records a verify already confirmed against a signed checkpoint are not read again (a full
+    verify, without --since, reads them all).
+    """
+    if is_mesh(settings.home):  # a merged log: every origin against its own key
+        from ._mesh import verify_mesh
+
+        if not verify_mesh(settings):
+            raise SystemExit(EXIT_FAILED)
+        return
+    run_verify(settings, since, key)

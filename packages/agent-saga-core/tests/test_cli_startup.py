@@ -1,0 +1,53 @@
+"""The command line imports what the command called needs: built-in commands defined in other
+modules are loaded when they run (``LAZY_COMMANDS``), plugins' metadata only when a name is not
+built in."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+from agent_saga.cli import main
+from agent_saga.cli._main import LAZY_COMMANDS, load_lazy_command
+from click.testing import CliRunner
+
+
+def test_every_lazy_name_loads_its_command_and_every_module_command_is_listed() -> None:
+    for name in LAZY_COMMANDS:
+        assert load_lazy_command(name).name == name
+    for module_name in set(LAZY_COMMANDS.values()):
+        module = importlib.import_module(module_name, "agent_saga.cli")
+        for command in getattr(module, "COMMANDS", ()):
+            assert isinstance(command, click.Command)
+            assert LAZY_COMMANDS.get(str(command.name)) == module_name, command.name
+
+
+def test_the_help_lists_the_lazy_commands_with_their_summaries() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0, result.output
+    for name in ("verify", "certify", "recover", "approve", "archive", "sync"):
+        assert f"  {name} " in result.output
+
+
+def test_listing_sagas_imports_no_audit_mesh_or_plugin_code(tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "from agent_saga.cli import main\n"
+        "try:\n"
+        "    main(['--home', sys.argv[1], 'sagas', '--limit', '5'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ['agent_saga.proofs._audit', 'agent_saga.proofs._mesh.merge',"
+        " 'agent_saga.cli._proofs', 'agent_saga.cli._approvals', 'importlib.metadata']\n"
+        "print(','.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+    )
+    home = tmp_path / "home"
+    assert CliRunner().invoke(main, ["--home", str(home), "demo"]).exit_code == 0
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(home)], capture_output=True, text=True, check=True
+    )
+    assert "book-trip" in result.stdout  # the demo's saga
+    assert result.stderr.strip() == ""
