@@ -32,7 +32,7 @@ from .._log.sagaindex import IndexMismatch, SagaIndex
 from .._log.solo import waiting_room
 from .._log.source import ChainKeyError, FileLogSource, LogSource
 from .._log.store import VerifyReport
-from ..proofs._mesh.layout import is_mesh
+from ..proofs._mesh.marker import is_mesh
 from ._errors import BadInputError, CliError
 from ._settings import KEY_SOURCES, Settings
 

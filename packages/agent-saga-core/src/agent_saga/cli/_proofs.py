@@ -28,7 +28,7 @@ from ..proofs._audit import (
 from ..proofs._certify import Finding
 from ..proofs._checkpoint import CheckpointError
 from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
-from ..proofs._mesh.layout import is_mesh
+from ..proofs._mesh.marker import is_mesh
 from ..proofs._note import NoteVerifier
 from ..proofs._signing import home_signer, read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line

@@ -21,7 +21,7 @@ from ..proofs._audit import LogSnapshot, check_checkpoint, home_verifiers, lates
 from ..proofs._certify import CRITICAL
 from ..proofs._checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from ..proofs._checkpoints import CheckpointLog
-from ..proofs._mesh.layout import is_mesh
+from ..proofs._mesh.marker import is_mesh
 from ..proofs._note import NoteVerifier
 from ..proofs._resume import ResumePoint, load_point, save_point
 from ..proofs._signing import read_verifier

@@ -32,9 +32,9 @@ from pathlib import Path
 from ..._errors import ConfigurationError
 from ..._log.files import LOG_NAME, OS, ensure_dir, fsync_dir, fsync_fd, write_fully
 from .._checkpoint import Checkpoint
+from .marker import MARKER, is_mesh
 from .origin import LATEST, PUBLIC_KEY, SEEN, Branch
 
-MARKER = "mesh.json"
 LOCK = "mesh.lock"
 ORIGINS = "origins"
 FORKS = "forks"
@@ -42,11 +42,6 @@ REJECTED = "rejected"
 STAGING = ".staging"
 FORMAT = "agent-saga.mesh/1"
 _CHUNK = 1 << 20
-
-
-def is_mesh(path: Path) -> bool:
-    """Whether ``path`` is a mesh directory."""
-    return (path / MARKER).is_file()
 
 
 def create_mesh(path: Path) -> None:

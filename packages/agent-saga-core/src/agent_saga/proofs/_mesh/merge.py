@@ -37,13 +37,13 @@ from .layout import (
     STAGING,
     branch_dirs,
     create_mesh,
-    is_mesh,
     mesh_lock,
     plan_origin,
     replace_origin,
     retire_origin,
     unchanged,
 )
+from .marker import is_mesh
 from .origin import Branch, Rejection, check_branch, read_notes
 
 __all__ = ["MergeReport", "OriginSummary", "maximal_branches", "merge_logs"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..._errors import CorruptLogError
 from ..._log.records import Record
-from .layout import is_mesh
+from .marker import is_mesh
 from .view import merged_view
 
 __all__ = ["MeshLogSource"]
