@@ -49,8 +49,10 @@ PROOFS_API = {
 
 def test_the_proofs_module_exports_exactly_its_documented_names() -> None:
     assert set(agent_saga.proofs.__all__) == PROOFS_API
+    assert set(dir(agent_saga.proofs)) >= PROOFS_API  # listed before their first use too
     for name in PROOFS_API:
         assert getattr(agent_saga.proofs, name) is not None
+    assert not hasattr(agent_saga.proofs, "certify_record")  # a near miss is no name
 
 
 def test_importing_the_package_or_opening_a_kit_does_not_load_cryptography() -> None:

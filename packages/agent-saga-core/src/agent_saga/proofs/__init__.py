@@ -110,6 +110,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """The module's names, the public ones included before their first use."""
+    return sorted({*globals(), *_SOURCES})
+
+
 __all__ = [
     "EMPTY_ROOT",
     "ChainError",
