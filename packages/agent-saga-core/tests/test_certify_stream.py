@@ -35,11 +35,14 @@ def whole_log(
 
 
 def streamed(
-    records: Sequence[Record], now_ms: int, alive: bool, bloom_bits: int
+    records: Sequence[Record], now_ms: int, alive: bool, bloom_bits: int, late_now: bool = False
 ) -> tuple[list[Finding], dict[str, int], int]:
-    judge = LogJudge(lambda _: alive, now_ms, bloom_bits)
+    """The judge fed ``records``; with ``late_now``, told the time only after the pass (as
+    ``certify`` does, once it knows the log's newest record)."""
+    judge = LogJudge(lambda _: alive, None if late_now else now_ms, bloom_bits)
     for record in records:
         judge.add(record)
+    judge.now_ms = now_ms
     rereads = [0]
 
     def reread() -> Iterator[Record]:
@@ -69,6 +72,8 @@ _KINDS: list[tuple[str, dict[str, JSONValue]]] = [
     ("saga.end", {"status": "rolled_back"}),
     ("saga.end", {"status": "needs_human"}),
     ("saga.end", {"status": "bogus"}),
+    ("saga.end", {"status": "suspended"}),
+    ("saga.end", {"status": "running"}),
 ]
 _SAGAS = ["s1", "s2", "s3", "s4"]
 
@@ -95,12 +100,12 @@ def logs(draw: st.DrawFn) -> list[Record]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(logs(), st.integers(0, 100), st.booleans(), st.sampled_from([8, 64, 1 << 16]))
+@given(logs(), st.integers(0, 100), st.booleans(), st.sampled_from([8, 64, 1 << 16]), st.booleans())
 def test_streamed_findings_equal_a_whole_log_reading(
-    records: list[Record], now_ms: int, alive: bool, bloom_bits: int
+    records: list[Record], now_ms: int, alive: bool, bloom_bits: int, late_now: bool
 ) -> None:
     # a filter of 8 bits reopens nearly every saga (false positives): the second read's path
-    findings, counts, _ = streamed(records, now_ms, alive, bloom_bits)
+    findings, counts, _ = streamed(records, now_ms, alive, bloom_bits, late_now)
     assert (findings, counts) == whole_log(records, now_ms, alive)
 
 
@@ -210,3 +215,22 @@ def test_a_full_certify_peaks_the_same_on_a_log_twice_as_long(tmp_path: Path) ->
     large_peak, small_peak = _certify_peak(large), _certify_peak(small)
     # holding the records would add about 8 MB; the pass holds a frontier and the open sagas
     assert large_peak < small_peak + 256 * 1024, (small_peak, large_peak)
+
+
+def test_an_end_that_says_suspended_is_judged_with_the_log_s_last_time() -> None:
+    """A saga whose end says suspended expires by the time of the log's end, not by the time
+    its end was read (the pass does not know that yet)."""
+    kinds = [
+        ("saga.begin", "a", {"name": "n", "owner": "o1"}, 1000),
+        ("saga.suspended", "a", {"expires_at": 5000}, 2000),
+        ("saga.end", "a", {"status": "suspended"}, 3000),
+        ("saga.begin", "b", {"name": "n", "owner": "o1"}, 9000),
+        ("saga.end", "b", {"status": "committed"}, 9000),
+    ]
+    records = [
+        Record(seq, ts, kind, saga, dict(data), f"h{seq - 1}", f"h{seq}")
+        for seq, (kind, saga, data, ts) in enumerate(kinds, 1)
+    ]
+    expected = whole_log(records, 9000, False)
+    assert [f.check for f in expected[0]] == ["suspension_expired"]
+    assert streamed(records, 9000, False, 1 << 16, late_now=True)[:2] == expected

@@ -20,12 +20,13 @@ log is read a second time (the ``reread`` given to :meth:`LogJudge.finish`, veri
 required to reach the same head), every record of the reopened sagas is collected, the verdict
 given at their end is taken back and each is judged from all of its records. A false positive
 of the filter (a new saga whose id it seems to hold) costs only that second read: the saga is
-judged from all of its records like the others. The second read happens only when a saga was
-reopened, which a log written by the engine does not do.
+judged from all of its records like the others. The engine never reopens a saga, so on its
+logs the second read comes only from false positives (see :data:`BLOOM_BITS` for how likely).
 
 A saga's verdict depends only on its own records (those whose ``saga`` is its id), the
 ``saga.settled`` records naming it, ``now`` when it is suspended and whether its owner lives
-when it is running; neither of the last two applies to a saga that has ended.
+when it is running: an ended saga whose end says it needs a human, is suspended or is running is
+judged after the pass (``_JUDGED_LAST``), with the log's last time.
 """
 
 from __future__ import annotations
@@ -54,9 +55,16 @@ from ._passkey_audit import PasskeyAuditor
 __all__ = ["BLOOM_BITS", "LogJudge"]
 
 BLOOM_BITS = 1 << 26
-"""Bits of the filter of ended sagas (8 MiB): with four probes, under one false positive
-expected over ten million sagas."""
+"""Bits of the filter of ended sagas (8 MiB). With four probes a new saga is taken for an ended
+one with probability (1 - e^(-4n/2^26))^4 after n ended sagas: about 1e-6 at 555,556 sagas (the
+10-million-record bench log: under one false positive expected), 2.3 false positives expected
+over a million sagas, hundreds over three million. Each false positive costs the second read
+and holds that saga's records meanwhile."""
 _PROBES = 4
+_JUDGED_LAST = frozenset({SagaStatus.NEEDS_HUMAN, SagaStatus.SUSPENDED, SagaStatus.RUNNING})
+"""Ended sagas judged only after the pass: a settlement anywhere in the log settles one that
+needs a human, and an end that says suspended or running is judged against ``now`` and the
+owner as at the end of the log (as a whole-log reading judges it)."""
 
 
 class _Ended:
@@ -107,7 +115,8 @@ class LogJudge:
         """Findings of each judged saga that has any, with the index of its first record (the
         order of the sagas in the findings, as in the log)."""
         self.waiting: dict[str, tuple[int, SagaView, set[int]]] = {}
-        """Ended sagas that need a human: judged at the end, once every settlement is known."""
+        """Ended sagas of :data:`_JUDGED_LAST`: judged after the pass, once every settlement,
+        the log's newest time and ``now_ms`` are known."""
         self.settled: dict[str, str] = {}
         self.statuses: dict[SagaStatus, int] = {}
         self.redactions: list[Finding] = []
@@ -148,7 +157,7 @@ class LogJudge:
     def _judge(self, saga_id: str, first: int, records: Sequence[Record]) -> None:
         (view,) = build_history(records).sagas
         approved = approved_steps(records).get(saga_id, set())
-        if view.status is SagaStatus.NEEDS_HUMAN:
+        if view.status in _JUDGED_LAST:
             self.waiting[saga_id] = (first, view, approved)
         else:
             self._verdict(first, view, approved)
