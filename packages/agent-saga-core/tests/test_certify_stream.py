@@ -220,7 +220,7 @@ def test_a_full_certify_peaks_the_same_on_a_log_twice_as_long(tmp_path: Path) ->
 def test_an_end_that_says_suspended_is_judged_with_the_log_s_last_time() -> None:
     """A saga whose end says suspended expires by the time of the log's end, not by the time
     its end was read (the pass does not know that yet)."""
-    kinds = [
+    kinds: list[tuple[str, str, dict[str, JSONValue], int]] = [
         ("saga.begin", "a", {"name": "n", "owner": "o1"}, 1000),
         ("saga.suspended", "a", {"expires_at": 5000}, 2000),
         ("saga.end", "a", {"status": "suspended"}, 3000),
