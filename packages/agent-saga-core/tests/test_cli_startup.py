@@ -51,3 +51,15 @@ def test_listing_sagas_imports_no_audit_mesh_or_plugin_code(tmp_path: Path) -> N
     )
     assert "book-trip" in result.stdout  # the demo's saga
     assert result.stderr.strip() == ""
+
+
+def test_a_misspelled_command_is_offered_the_lazy_ones_too(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--home", str(tmp_path / "home"), "verfy"])
+    assert result.exit_code == 2
+    assert "Did you mean one of: 'certify', 'verify'?" in result.output
+
+
+def test_saga_records_is_listed_before_its_first_use() -> None:
+    import agent_saga.cli
+
+    assert "saga_records" in dir(agent_saga.cli)

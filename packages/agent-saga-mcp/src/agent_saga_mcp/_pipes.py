@@ -8,9 +8,9 @@ is handed each line in the loop's callback, with no reading task in between; :cl
 instead. While they are in use, file descriptor 1 points at stderr, so nothing printed by
 accident can corrupt the protocol stream.
 
-When stdin or stdout is not such a file (a regular file, or a character device such as
-``/dev/null`` that the event loop cannot watch), :func:`client_pipes` yields ``None`` and the
-caller serves through the SDK's default stdio transport.
+When stdin or stdout is not such a file (a regular file), or stdin is a character device the
+event loop cannot watch (``/dev/null``), :func:`client_pipes` yields ``None`` and the caller
+serves through the SDK's default stdio transport.
 """
 
 from __future__ import annotations

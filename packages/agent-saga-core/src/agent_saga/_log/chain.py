@@ -332,7 +332,9 @@ def check_line_fast(
     chain: Chain, line: bytes, expect_seq: int, expect_prev: bytes
 ) -> tuple[int, bytes] | ChainBreak | Masked:
     """Check a stored line's framing, chain position and hash, decoding ``data`` only when the
-    record commits values in shapes :mod:`.lineforms` does not rebuild, or fails the check.
+    record commits values in shapes :mod:`.lineforms` does not rebuild, or fails the check, or
+    is among the process's first :data:`.lineforms.WARM_AFTER` committed lines (see
+    :func:`.lineforms.hashed_data_when_warm`).
 
     ``expect_prev`` is the previous record's hash as ASCII hex bytes. A record that commits
     nothing is hashed as stored, and one that commits values is hashed in a form rebuilt from

@@ -2,7 +2,8 @@
 record only what the index keeps, read from the fields after its ``data``.
 
 A record's framing, ``seq``, ``prev`` link and hash are checked as the fast verify checks them
-(:func:`.chain.check_line_fast`, no JSON decoding of ``data``); its ``kind``, ``saga`` and
+(:func:`.chain.check_line_fast`: no JSON decoding of ``data`` once a process has checked
+:data:`.lineforms.WARM_AFTER` committed lines); its ``kind``, ``saga`` and
 ``ts`` are read from the canonical fields that follow ``data``, which that check has just
 matched. ``data`` is decoded only for the two kinds whose data the index keeps (a
 ``saga.end``'s status, the saga a ``saga.settled`` settles), so indexing costs a hash and a

@@ -60,7 +60,10 @@ _checked = count()
 
 def hashed_data_when_warm(line: bytes, end: int, salts: bytes) -> bytes | None:
     """:func:`hashed_data`, or ``None`` for the process's first :data:`WARM_AFTER` lines (the
-    caller then checks the line by decoding it, with the same verdict)."""
+    caller then checks the line by decoding it: the same verdict on any line the engine
+    sealed; decoding also refuses ``data`` that is not canonical JSON, which the rebuilt form
+    does not look at, so a hand-made line of that kind is refused among the first lines and
+    passed by the shortcut after them, as a full read refuses it)."""
     if next(_checked) < WARM_AFTER:
         return None
     return hashed_data(line, end, salts)

@@ -14,13 +14,21 @@ if TYPE_CHECKING:
     from ._sagarecords import saga_records
 
 
-def __getattr__(name: str) -> Any:
-    """``saga_records``, imported at its first use (the command line does not need it)."""
-    if name != "saga_records":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from ._sagarecords import saga_records
+if not TYPE_CHECKING:  # type checkers see the import above, and so refuse a misspelled name
 
-    return saga_records
+    def __getattr__(name: str) -> Any:
+        """``saga_records``, imported at its first use (the command line does not need it)."""
+        if name != "saga_records":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from ._sagarecords import saga_records
+
+        globals()["saga_records"] = saga_records
+        return saga_records
+
+
+def __dir__() -> list[str]:
+    """The module's names, ``saga_records`` included before its first use."""
+    return sorted({*globals(), *__all__})
 
 
 __all__ = ["Settings", "current_settings", "main", "saga_records"]

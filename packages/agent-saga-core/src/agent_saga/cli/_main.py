@@ -119,6 +119,17 @@ class _Group(click.Group):
             command = load_plugin_command(cmd_name)
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand:  # suggest the lazy and plugin ones too
+            possible = self.list_commands(ctx)
+            raise click.exceptions.NoSuchCommand(
+                str(args[0]), possibilities=possible, ctx=ctx
+            ) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

@@ -100,14 +100,16 @@ _SOURCES: dict[str, str] = {
 opening a kit (which needs two of them) does not import them all."""
 
 
-def __getattr__(name: str) -> Any:
-    """The public name ``name``, imported from its submodule at first use."""
-    source = _SOURCES.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(source, __name__), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # type checkers see the imports above, and so refuse a misspelled name
+
+    def __getattr__(name: str) -> Any:
+        """The public name ``name``, imported from its submodule at first use."""
+        source = _SOURCES.get(name)
+        if source is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(source, __name__), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
