@@ -32,7 +32,7 @@ def test_the_help_lists_the_lazy_commands_with_their_summaries() -> None:
         assert f"  {name} " in result.output
 
 
-def test_listing_sagas_imports_no_audit_mesh_or_plugin_code(tmp_path: Path) -> None:
+def test_listing_sagas_imports_no_audit_mesh_plugin_or_engine_code(tmp_path: Path) -> None:
     probe = (
         "import sys\n"
         "from agent_saga.cli import main\n"
@@ -41,7 +41,8 @@ def test_listing_sagas_imports_no_audit_mesh_or_plugin_code(tmp_path: Path) -> N
         "except SystemExit:\n"
         "    pass\n"
         "heavy = ['agent_saga.proofs._audit', 'agent_saga.proofs._mesh.merge',"
-        " 'agent_saga.cli._proofs', 'agent_saga.cli._approvals', 'importlib.metadata']\n"
+        " 'agent_saga.cli._proofs', 'agent_saga.cli._approvals', 'importlib.metadata',"
+        " 'agent_saga._engine.runtime', 'agent_saga._kit.agentkit', 'agent_saga._gate.decisions']\n"
         "print(','.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
     )
     home = tmp_path / "home"

@@ -132,6 +132,46 @@ def test_public_names_are_pinned_and_sorted() -> None:
         assert hasattr(agent_saga, name), name
 
 
+def test_every_public_name_is_listed_before_its_first_use_and_a_near_miss_is_no_name() -> None:
+    probe = (
+        "import agent_saga\n"
+        "print(sorted(set(agent_saga.__all__) - set(dir(agent_saga))))\n"
+        "namespace = {}\n"
+        "exec('from agent_saga import *', namespace)\n"
+        "print(sorted(set(agent_saga.__all__) - set(namespace)))\n"
+        "print(agent_saga.REVERSIBLE is agent_saga.Semantics.REVERSIBLE)\n"
+        "try:\n"
+        "    agent_saga.AgentKitt\n"
+        "except AttributeError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.splitlines() == [
+        "[]",
+        "[]",
+        "True",
+        "module 'agent_saga' has no attribute 'AgentKitt'",
+    ]
+
+
+def test_importing_the_package_loads_no_module_of_the_engine_or_the_log() -> None:
+    """``import agent_saga`` (as the command line does) costs only what a name first used
+    needs: a command that shows a saga does not load the engine, the gate or the kit."""
+    probe = (
+        "import sys, agent_saga\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('agent_saga.'))))\n"
+        "agent_saga.SagaStatus\n"
+        "print('agent_saga._log.records' in sys.modules,"
+        " 'agent_saga._engine.saga' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.splitlines() == ["agent_saga._kit,agent_saga._kit.version", "True False"]
+
+
 def test_import_loads_no_cli_library_or_framework() -> None:
     probe = (
         "import sys, agent_saga\n"

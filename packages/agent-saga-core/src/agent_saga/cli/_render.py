@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
@@ -23,11 +24,13 @@ from .._history.build import (
     StepOutcome,
     StepView,
 )
-from .._kit.manifest import Status
 from .._log.codec import JSONValue
 from .._log.records import SagaStatus
 from .._log.store import VerifyReport
 from ._errors import one_line
+
+if TYPE_CHECKING:  # the manifest imports the engine, which showing a saga does not need
+    from .._kit.manifest import Status
 
 VALUE_LIMIT = 400
 """Characters of an argument or result shown before it is cut (the log keeps all of it)."""
