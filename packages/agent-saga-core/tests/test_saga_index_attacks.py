@@ -12,11 +12,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from agent_saga import Entry, FileLogStore, read_log
 from agent_saga._history.sagareads import own_records, unfinished_sagas
 from agent_saga._log.chain import Chain
 from agent_saga._log.records import IN_SAGA
-from agent_saga._log.sagaindex import INDEX_DIR, INDEX_NAME, SagaIndex
+from agent_saga._log.sagaindex import INDEX_DIR, INDEX_NAME, IndexMismatch, SagaIndex
 
 
 def begin(sid: str, n: int = 0) -> Entry:
@@ -206,3 +207,48 @@ def test_an_index_that_hides_a_whole_unfinished_saga_is_not_believed(tmp_path: P
         db.execute("DELETE FROM sagas WHERE id = 's-2'")
     with FileLogStore(tmp_path) as store:
         assert [v.id for v in unfinished_sagas(store)] == ["s-1", "s-2"]
+
+
+def test_a_saga_read_through_the_index_across_segments_and_far_apart_equals_the_log(
+    tmp_path: Path,
+) -> None:
+    """Records of one saga are read together when near one another; far apart (beyond
+    ``GAP``) and in several segments they are still read, each verified, in log order."""
+    from agent_saga._log.indexpoint import GAP
+
+    filler = {"blob": "x" * 4000, "owner": "o"}
+    with FileLogStore(tmp_path, segment_records=25) as store:
+        store.append([placed("saga.begin", "s-1", 0, name="x", owner="o")], sync=False)
+        for n in range(60):
+            store.append([Entry("saga.begin", f"f-{n}", filler, n)], sync=False)
+            if n % 20 == 0:  # 20 records of 4 KB apart: more than GAP
+                store.append([placed("step.intent", "s-1", n // 20 + 1, ordinal=n // 20 + 1,
+                                     tool="t")], sync=False)  # fmt: skip
+        store.append([placed("step.done", "s-1", 4, ordinal=3, result=1)], sync=False)
+    assert GAP < 20 * 4000
+    assert len(list((tmp_path / "segments").glob("*.jsonl"))) >= 2
+    index = SagaIndex(tmp_path, Chain())
+    index.refresh()
+    read = index.saga_records("s-1")
+    assert [(r.seq, r.hash) for r in read] == [
+        (r.seq, r.hash) for r in read_log(tmp_path) if r.saga == "s-1"
+    ]
+    assert len(read) == 5
+
+
+def test_an_index_row_with_a_forged_offset_or_length_is_not_believed(tmp_path: Path) -> None:
+    """A negative offset, a zero or huge length: the index's reader says the index does not
+    describe the log (no error of the operating system, no allocation of the forged size),
+    and a store's reader falls back to the log."""
+    with FileLogStore(tmp_path) as store:
+        store.append([placed("saga.begin", "s-1", 0, name="x", owner="o")], sync=True)
+        store.append([placed("step.intent", "s-1", 1, ordinal=1, tool="t")], sync=True)
+        assert store.saga_index is not None
+        store.saga_index.refresh()
+    for forged in ("off = -5", "len = 0", "len = 1 << 40", "off = 1 << 40"):
+        with sqlite3.connect(tmp_path / INDEX_DIR / INDEX_NAME) as db:
+            db.execute(f"UPDATE records SET {forged} WHERE seq = 2")
+        with pytest.raises(IndexMismatch):
+            SagaIndex(tmp_path, Chain()).saga_records("s-1")
+        with FileLogStore(tmp_path) as store:
+            assert [r.seq for r in own_records(store, "s-1")] == [1, 2], forged

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from .chain import Chain, Masked, parse_line
+from .chain import MAX_RECORD_BYTES, Chain, Masked, parse_line
 from .files import OS, open_read
 from .records import GENESIS, Record
 from .segments import segment
@@ -40,12 +41,75 @@ def read_at(
         IndexMismatch: those bytes are not that record (or hold masked values).
         OSError: the segment cannot be read.
     """
-    path = segment(home, seg).path
-    fd = open_read(OS, path)
-    try:
-        line = OS.pread(fd, length, off)
-    finally:
-        OS.close(fd)
+    (record,) = read_places(home, chain, [Place(seq, seg, off, length, prev)])
+    return record
+
+
+class Place(NamedTuple):
+    """Where the index says record ``seq`` lies: ``length`` bytes at ``off`` of the segment
+    starting at ``seg``, after the record whose hash is ``prev``."""
+
+    seq: int
+    seg: int
+    off: int
+    length: int
+    prev: str
+
+
+GAP = 1 << 14
+"""Records of one segment at most this many bytes apart are read in one ``pread`` (with what
+lies between them): a saga's records are usually near one another."""
+
+
+def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Record]:
+    """The records at ``places``, in their order, each read and verified as :func:`read_at`
+    reads one: each segment is opened once and neighbouring records are read together.
+
+    Raises:
+        IndexMismatch: the bytes at a place are not its record (or hold masked values).
+        OSError: a segment cannot be read.
+    """
+    lines: dict[int, bytes] = {}
+    paths: dict[int, str] = {}
+    by_segment: dict[int, list[int]] = {}
+    for index, place in enumerate(places):
+        if place.off < 0 or not 0 < place.length <= MAX_RECORD_BYTES + 1:
+            raise IndexMismatch(f"no record of {place.length} bytes at offset {place.off}")
+        by_segment.setdefault(place.seg, []).append(index)
+    for seg, indexes in by_segment.items():
+        indexes.sort(key=lambda index: places[index].off)
+        paths[seg] = segment(home, seg).path
+        fd = open_read(OS, paths[seg])
+        try:
+            run = indexes[:1]
+            for index in indexes[1:]:
+                last = places[run[-1]]
+                if places[index].off - (last.off + last.length) > GAP:
+                    lines.update(_read_run(fd, places, run))
+                    run = []
+                run.append(index)
+            lines.update(_read_run(fd, places, run))
+        finally:
+            OS.close(fd)
+    return [
+        _verified(chain, place, lines[index], paths[place.seg])
+        for index, place in enumerate(places)
+    ]
+
+
+def _read_run(fd: int, places: Sequence[Place], run: list[int]) -> dict[int, bytes]:
+    """The bytes of each place of ``run`` (sorted by offset), read in one ``pread``."""
+    start = places[run[0]].off
+    end = max(places[index].off + places[index].length for index in run)
+    data = OS.pread(fd, end - start, start)
+    return {
+        index: data[places[index].off - start : places[index].off - start + places[index].length]
+        for index in run
+    }
+
+
+def _verified(chain: Chain, place: Place, line: bytes, path: str) -> Record:
+    seq, _, off, length, prev = place
     if len(line) != length or not line.endswith(b"\n"):
         raise IndexMismatch(f"no record of {length} bytes at offset {off} of {path}")
     # A record with masked values is valid only with the signed redaction that accounts for

@@ -45,7 +45,7 @@ from .chain import Chain
 from .files import LOG_NAME, OS, unlink_planted_links
 from .indexer import BURST, BehindWriter
 from .indexpoint import START as _START
-from .indexpoint import IndexMismatch, Point, read_at
+from .indexpoint import IndexMismatch, Place, Point, read_at, read_places
 from .indexwalk import walk_for_index
 from .records import Record
 from .sagarows import (
@@ -332,14 +332,13 @@ class SagaIndex:
             stated is not None and (len(own) != stated[0] or own[-1:] != [stated[1]])
         ):
             raise IndexMismatch(f"the index does not hold every record of saga {saga_id}")
-        records = []
-        for seq, is_own, seg, off, length, prev, digest in rows:
-            record = read_at(self.home, self.chain, seg, off, length, seq, bytes(prev).hex())
+        places = [Place(r[0], r[2], r[3], r[4], bytes(r[5]).hex()) for r in rows]
+        records = read_places(self.home, self.chain, places)
+        for (seq, is_own, *_, digest), record in zip(rows, records, strict=True):
             if record.hash != bytes(digest).hex():
                 raise IndexMismatch(f"record {seq} is not the one the index was built from")
             if (record.saga if is_own else settles(record)) != saga_id:
                 raise IndexMismatch(f"record {seq} is not one of saga {saga_id}")
-            records.append(record)
         problem = check_places(saga_id, [r for r in records if r.saga == saga_id])
         if problem is not None:
             raise IndexMismatch(problem)
