@@ -16,6 +16,7 @@ import pytest
 from agent_saga import Entry, FileLogStore, read_log
 from agent_saga._history.sagareads import own_records, unfinished_sagas
 from agent_saga._log.chain import Chain
+from agent_saga._log.codec import JSONValue
 from agent_saga._log.records import IN_SAGA
 from agent_saga._log.sagaindex import INDEX_DIR, INDEX_NAME, IndexMismatch, SagaIndex
 
@@ -216,7 +217,7 @@ def test_a_saga_read_through_the_index_across_segments_and_far_apart_equals_the_
     ``GAP``) and in several segments they are still read, each verified, in log order."""
     from agent_saga._log.indexpoint import GAP
 
-    filler = {"blob": "x" * 4000, "owner": "o"}
+    filler: dict[str, JSONValue] = {"blob": "x" * 4000, "owner": "o"}
     with FileLogStore(tmp_path, segment_records=25) as store:
         store.append([placed("saga.begin", "s-1", 0, name="x", owner="o")], sync=False)
         for n in range(60):
