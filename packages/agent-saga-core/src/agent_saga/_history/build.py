@@ -166,7 +166,8 @@ class _SagaBuilder:
         self.ended: int | None = None
         self.end_status: SagaStatus | None = None
         self.end_cause: ErrorInfo | None = None
-        self.steps: dict[int, StepView] = {}
+        self.steps: dict[int, dict[str, Any]] = {}
+        """Each step's fields so far (a :class:`StepView` is built once, at the end)."""
         self.undo_logged: set[int] = set()
         """Ordinals whose compensation has a record: their state is taken from the log."""
         self.rollbacks: list[_RollbackDraft] = []
@@ -184,8 +185,13 @@ class _SagaBuilder:
         step = self.steps.get(ordinal)
         if step is None:
             tool = _str(record.data, "tool") or "?"
-            step = StepView(ordinal, tool, StepOutcome.UNKNOWN, ts=record.ts)
-        self.steps[ordinal] = replace(step, **changes)
+            step = self.steps[ordinal] = {
+                "ordinal": ordinal,
+                "tool": tool,
+                "outcome": StepOutcome.UNKNOWN,
+                "ts": record.ts,
+            }
+        step.update(changes)
         return ordinal
 
     def _open_rollback(self) -> _RollbackDraft | None:
@@ -263,7 +269,7 @@ class _SagaBuilder:
             return False
         ordinal = _int(record.data, "ordinal")
         if ordinal is not None:  # else a lease refused before it named a step of this saga
-            before = self.steps[ordinal].speculation if ordinal in self.steps else None
+            before = self.steps.get(ordinal, {}).get("speculation")
             self._update(record, speculation=ahead_note(record, before))
         return True
 
@@ -327,10 +333,10 @@ class _SagaBuilder:
             unfinished = [r for r in self.rollbacks if not r.finished]
             cause = unfinished[-1].cause if unfinished else None
         steps = tuple(
-            step
+            StepView(**fields)
             if ordinal in self.undo_logged
-            else replace(step, compensation_state=_unlogged_undo(step, status))
-            for ordinal, step in sorted(self.steps.items())
+            else StepView(**fields, compensation_state=_unlogged_undo(fields, status))
+            for ordinal, fields in sorted(self.steps.items())
         )
         return SagaView(
             id=self.id,
@@ -353,14 +359,15 @@ class _SagaBuilder:
         )
 
 
-def _unlogged_undo(step: StepView, status: SagaStatus) -> CompensationState:
-    """The compensation state of a step with no compensation record, from what else is known."""
-    if step.outcome in (StepOutcome.FAILED, StepOutcome.REFUSED):
+def _unlogged_undo(step: Mapping[str, Any], status: SagaStatus) -> CompensationState:
+    """The compensation state of a step (its fields) with no compensation record, from what
+    else is known."""
+    if step["outcome"] in (StepOutcome.FAILED, StepOutcome.REFUSED):
         return CompensationState.NOT_NEEDED
     if status is SagaStatus.COMMITTED:
         return CompensationState.NOT_NEEDED
-    if step.compensation is None:
-        if step.semantics in (None, "reversible"):
+    if step.get("compensation") is None:
+        if step.get("semantics") in (None, "reversible"):
             return CompensationState.NOT_NEEDED
         return CompensationState.NONE_DECLARED
     return CompensationState.PENDING
