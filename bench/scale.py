@@ -10,7 +10,8 @@ core's own chain code rather than by running the engine, then prints for each si
     saga) measured alternately;
   * ``agent-saga replay <id>`` (< 100 ms) and ``agent-saga sagas --limit 50`` (< 200 ms), as
     wall time of the command, beside the same command on the empty home (the interpreter, the
-    CLI's imports and the command's fixed work) measured alternately in the same run;
+    CLI's imports and the command's fixed work) and the interpreter importing click and rich's
+    console (where any command starts), measured alternately in the same run;
   * ``agent-saga verify``: records per second (target >= 200,000) and peak RSS (< 100 MB), and
     ``verify --since`` the latest checkpoint, against a floor that reads the log's bytes;
   * ``agent-saga certify --since latest`` (from the resume point the verify stored; streams)
@@ -175,6 +176,10 @@ print(opened, recovered, opened_cpu)
 """
 
 
+LIBRARIES = "import click, rich.console, rich.text"
+"""What every command of the command line imports before any of agent-saga's own modules."""
+
+
 def run_python(code: str, home: Path) -> str:
     done = subprocess.run(
         [sys.executable, "-c", code, str(home)], check=True, capture_output=True, text=True
@@ -257,6 +262,7 @@ def measure(home: Path, records: int, rounds: int, full_certify: bool) -> None:
         add("open_floor", opened)
         add("open_floor_cpu", opened_cpu)
         add("recover_floor", recovered)
+        add("libraries", run_measured([sys.executable, "-c", LIBRARIES])[0])
         add("replay_floor", run_measured(cli(empty, "replay", empty_target))[0])
         add("replay", run_measured(cli(home, "replay", target))[0])
         add("sagas_floor", run_measured(cli(empty, *sagas_args))[0])
@@ -310,6 +316,10 @@ def report(
             f"on an empty home {span(results[f'{name}_floor'], 'ms', 1000)}, over it "
             f"{span(over, 'ms')}"
         )
+    print(
+        f"    the interpreter with click and rich's console (any command's start) "
+        f"{span(results['libraries'], 'ms', 1000)}"
+    )
     print(
         f"  verify                      {span(rates, 'records/s')}, peak RSS "
         f"{span(results['verify_rss'], 'MB')}   target >= 200,000/s, < 100 MB"
