@@ -40,3 +40,20 @@ def test_the_check_sees_a_missing_dependency() -> None:
     assert _name("PyGithub>=2.4") == "pygithub"
     assert "moto" in _root_names()
     assert "surely-not-a-dependency" not in _root_names()
+
+
+def test_the_commands_that_listen_do_not_share_a_default_port() -> None:
+    """``agent-saga ui``, ``agent-saga-server serve`` and ``agent-saga mcp serve --http`` run
+    side by side on one machine with their defaults."""
+    import click
+    from agent_saga_mcp.cli import mcp
+    from agent_saga_server.cli import cloud_server
+    from agent_saga_server.dashboard.cli import ui
+
+    def default_port(command: click.Command) -> object:
+        (port,) = [p for p in command.params if p.name == "port"]
+        return port.default
+
+    serve_mcp = mcp.commands["serve"] if isinstance(mcp, click.Group) else mcp
+    ports = [default_port(ui), default_port(cloud_server), default_port(serve_mcp)]
+    assert len(set(ports)) == 3, ports

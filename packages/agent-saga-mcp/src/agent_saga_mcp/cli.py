@@ -61,7 +61,7 @@ def mcp() -> None:
 @_CONFIG
 @click.option("--http", "http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address (--http).")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+@click.option("--port", default=8766, show_default=True, type=click.IntRange(0, 65535),
               help="Port (--http); 0 picks a free one.")  # fmt: skip
 @click.option("--path", "url_path", default="/mcp", show_default=True, help="Endpoint (--http).")
 @click.option(
