@@ -67,6 +67,7 @@ def test_the_diagram_tells_what_happened(recorded: list[dict[str, Any]]) -> None
         ("serviceTask", "1. stock.reserve"),
         ("serviceTask", "undo 1: stock.release (compensated)"),
         ("serviceTask", "2. pay.charge (refused)"),
+        ("serviceTask", "undo 2: pay.refund (not needed)"),
         ("serviceTask", "3. pay.charge"),
         ("serviceTask", "undo 3: pay.refund (compensated)"),
         ("userTask", "approval of 4"),
@@ -88,12 +89,13 @@ def test_parse_flow_reads_the_drawing_back_as_the_flow_that_ran(
     service = [(t.tool, t.semantics, t.compensator) for t in flow.tasks if t.kind == "service"]
     assert service == [
         ("stock.reserve", "COMPENSABLE", "stock.release"),
-        ("pay.charge", "IRREVERSIBLE", None),  # refused: the gate decided before any intent
+        ("pay.charge", "COMPENSABLE", "pay.refund"),  # refused: as its refusal declares it
         ("pay.charge", "COMPENSABLE", "pay.refund"),
         ("bank.wire", "IRREVERSIBLE", None),
     ]
     problems = [p.element_id for p in validate(flow)]
     assert "step_4" not in problems  # the approval stands before the wire
+    assert "step_2" not in problems  # the refused call drawn as declared, not as IRREVERSIBLE
 
 
 def test_records_of_no_saga_are_skipped_and_two_sagas_are_refused(
@@ -150,3 +152,45 @@ def test_a_running_saga_has_no_end_drawn(tmp_path: Path) -> None:
         ("compensation", "notes.delete"),
     ]
     assert "pending" in saga_to_bpmn(records)  # the undo has not run (the saga is open)
+
+
+def test_a_saga_with_refused_calls_exports_a_diagram_that_passes_its_check(
+    tmp_path: Path,
+) -> None:
+    """A call the gate refused has no intent record; its refusal carries the tool's declared
+    semantics and compensation, so the drawing shows the design that was called (a refused
+    REVERSIBLE tool is not read back as IRREVERSIBLE without an approval)."""
+    from agent_saga import REVERSIBLE, DenyTools, GateRefused
+
+    kit = AgentKit(home=tmp_path / "home", rules=[DenyTools(frozenset({"wire", "hold"}))])
+
+    @kit.compensator("unbook")
+    def unbook(result: Any) -> None:
+        pass
+
+    @kit.tool(name="book", compensate="unbook")
+    def book(x: int) -> int:
+        return x
+
+    @kit.tool(name="wire", semantics=REVERSIBLE)
+    def wire(x: int) -> int:
+        return x
+
+    @kit.tool(name="hold", compensate="unbook")
+    def hold(x: int) -> int:
+        return x
+
+    with kit.transaction("refusals"):
+        book(1)
+        for refused, value in ((hold, 2), (wire, 3)):
+            with pytest.raises(GateRefused):
+                refused(value)
+    kit.close()
+    records = [r.to_json() for r in read_log(tmp_path / "home")]
+    flow = parse_flow(saga_to_bpmn(records))
+    assert {t.tool: t.semantics for t in flow.tasks if t.kind == "service"} == {
+        "book": "COMPENSABLE",
+        "hold": "COMPENSABLE",
+        "wire": "REVERSIBLE",
+    }
+    assert validate(flow) == []

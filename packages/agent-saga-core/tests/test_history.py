@@ -142,6 +142,10 @@ def test_rolled_back_saga_shows_refusal_failure_and_compensation(kit: AgentKit) 
     assert "exceeds the cap" in refused.refusal.reason
     assert refused.args == {"amount": 4000}
     assert refused.compensation_state is CompensationState.NOT_NEEDED
+    # the refusal (no intent record) carries the design that was called
+    assert (refused.semantics, refused.compensation) == ("compensable", "test_history.refund")
+    (refusal,) = [r for r in _records(kit) if r.kind == Kind.GATE_REFUSED]
+    assert refusal.data["semantics"] == "compensable"
     assert view.refusals == (refused,)
     assert noted.compensation_state is CompensationState.NOT_NEEDED
     assert failed.error == ErrorInfo("ValueError", "boom")

@@ -22,6 +22,7 @@ from .approval import ask_approval
 from .compensation import resolve_compensator
 from .report import StepRef
 from .runtime import Runtime
+from .spec import ToolSpec
 from .state import SagaState
 from .steps import Doom, Step
 
@@ -56,15 +57,15 @@ class SagaAdmission(SagaState):
                 f"{self.runtime.tools.label!r}; a tool runs only under its own kit's gate, "
                 "kill switch and log"
             )
-            self._refuse(ref, jsonable_args, "kit", reason)
+            self._refuse(ref, spec, jsonable_args, "kit", reason)
         halt = self._halt_state()
         if halt.halted:
-            self._refuse(ref, jsonable_args, "kill_switch", halt.reason)
+            self._refuse(ref, spec, jsonable_args, "kill_switch", halt.reason)
         if self._doom.cause is not None:
             cause = self._doom.refuses(step.scopes)
             if cause is not None:
                 reason = f"an earlier step failed ({type(cause).__name__}: {cause}); rolling back"
-                self._refuse(ref, jsonable_args, "saga_failed", reason)
+                self._refuse(ref, spec, jsonable_args, "saga_failed", reason)
         gate = self._gatekeeper
         if not gate.rules and spec.semantics is not Semantics.IRREVERSIBLE:
             if spec.compensation is None:  # no compensation to resolve
@@ -75,16 +76,16 @@ class SagaAdmission(SagaState):
         )
         decision = gate.evaluate(call)
         if isinstance(decision, Deny):
-            self._refuse(ref, jsonable_args, decision.rule, decision.reason)
+            self._refuse(ref, spec, jsonable_args, decision.rule, decision.reason)
         if isinstance(decision, RequireApproval):
             denied = ask_approval(self, step, decision, jsonable_args)
             if denied is not None:
-                self._refuse(ref, jsonable_args, *denied)
+                self._refuse(ref, spec, jsonable_args, *denied)
         compensation = self._resolve_compensation(step, jsonable_args)
         if gate.reservers:  # last: a reservation is taken only for a call that will run
             holds, refusal = gate.reserve(call)
             if refusal is not None:
-                self._refuse(ref, jsonable_args, refusal.rule, refusal.reason)
+                self._refuse(ref, spec, jsonable_args, refusal.rule, refusal.reason)
             self.holds.add(ref.ordinal, holds)
         return compensation
 
@@ -100,10 +101,14 @@ class SagaAdmission(SagaState):
             spec.compensation, spec.signature.parameters, self.runtime.registry
         )
         if problem is not None:
-            self._refuse(step.ref, jsonable_args, "compensation", problem)
+            self._refuse(step.ref, spec, jsonable_args, "compensation", problem)
         return func
 
-    def _refuse(self, ref: StepRef, args: JSONValue, rule: str, reason: str) -> NoReturn:
+    def _refuse(
+        self, ref: StepRef, spec: ToolSpec, args: JSONValue, rule: str, reason: str
+    ) -> NoReturn:
+        """Log the refusal of the call (with the tool's declared semantics and compensation:
+        a refused call has no intent record to carry them) and raise its error."""
         if self.events is not None:
             self.events.gate_refused(self, ref, rule, reason)
         self.log(
@@ -114,6 +119,8 @@ class SagaAdmission(SagaState):
                 "rule": rule,
                 "reason": reason,
                 "args": args,
+                "semantics": spec.semantics_value,
+                "compensation": spec.compensation_json,
             },
             durable=False,
         )

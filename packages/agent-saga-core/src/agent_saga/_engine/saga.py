@@ -167,7 +167,7 @@ class Saga(SagaAdmission):
                 named = spec.bind(args, call_kwargs)
         except TypeError as exc:
             given = AT_WRITE if spec.redact else to_jsonable({"args": args, "kwargs": kwargs})
-            self._refuse(ref, given, "signature", str(exc))
+            self._refuse(ref, spec, given, "signature", str(exc))
         step = Step(ref, spec, named, SCOPES.get())
         # The dict is ours (bind made it): when it holds plain scalars it is stored as is.
         jsonable_args = named if flat else to_jsonable(named)

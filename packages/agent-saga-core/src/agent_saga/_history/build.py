@@ -20,9 +20,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .._log.codec import JSONValue
 from .._log.records import Kind, Record, SagaStatus
 from .ahead import AHEAD_KINDS, ahead_note
+from .fields import compensation_of as _compensation
+from .fields import error_info as _error
+from .fields import int_field as _int
+from .fields import str_field as _str
 from .views import (
     AmbiguousSagaError,
     CompensationState,
@@ -78,41 +81,6 @@ def build_history(records: Iterable[Record]) -> History:
 def sagas(records: Iterable[Record]) -> list[SagaView]:
     """The sagas of ``records``, in order of their first record (newest last)."""
     return list(build_history(records).sagas)
-
-
-# -- reading record data defensively --------------------------------------------------------
-
-
-def _str(data: Mapping[str, JSONValue], key: str) -> str | None:
-    value = data.get(key)
-    return value if isinstance(value, str) else None
-
-
-def _int(data: Mapping[str, JSONValue], key: str) -> int | None:
-    value = data.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _error(value: JSONValue) -> ErrorInfo | None:
-    if not isinstance(value, dict):
-        return None
-    kind, message = value.get("type"), value.get("message")
-    return ErrorInfo(
-        kind if isinstance(kind, str) else "?", message if isinstance(message, str) else ""
-    )
-
-
-def _compensation(value: JSONValue) -> tuple[str | None, bool | None]:
-    if not isinstance(value, dict):
-        return None, None
-    recoverable = value.get("recoverable")
-    flag = recoverable if isinstance(recoverable, bool) else None
-    name, func = value.get("name"), value.get("callable")
-    if isinstance(name, str):
-        return name, flag
-    if isinstance(func, str):
-        return f"callable {func}", flag
-    return None, flag
 
 
 def _event(record: Record) -> LogEvent:
@@ -194,6 +162,21 @@ class _SagaBuilder:
         step.update(changes)
         return ordinal
 
+    def _refused(self, record: Record) -> None:
+        data = record.data
+        refusal = Refusal(_str(data, "rule") or "?", _str(data, "reason") or "")
+        changes: dict[str, Any] = {"outcome": StepOutcome.REFUSED, "refusal": refusal}
+        if "args" in data:  # a refusal after the intent (rule "arguments") has none
+            changes["args"] = data.get("args")
+        if "semantics" in data:  # the declared design of a call refused before its intent
+            name, recoverable = _compensation(data.get("compensation"))
+            changes.update(
+                semantics=_str(data, "semantics"),
+                compensation=name,
+                compensation_recoverable=recoverable,
+            )
+        self._update(record, **changes)
+
     def _open_rollback(self) -> _RollbackDraft | None:
         if self.rollbacks and not self.rollbacks[-1].finished:
             return self.rollbacks[-1]
@@ -226,10 +209,7 @@ class _SagaBuilder:
             case Kind.STEP_FAILED:
                 self._update(record, outcome=StepOutcome.FAILED, error=_error(data.get("error")))
             case Kind.GATE_REFUSED:
-                refusal = Refusal(_str(data, "rule") or "?", _str(data, "reason") or "")
-                if "args" in data:  # a refusal after the intent (rule "arguments") has none
-                    self._update(record, args=data.get("args"))
-                self._update(record, outcome=StepOutcome.REFUSED, refusal=refusal)
+                self._refused(record)
             case Kind.ROLLBACK_BEGIN:
                 start = _int(data, "from_ordinal") or 1
                 cause = _error(data.get("cause"))
