@@ -7,6 +7,7 @@ import tracemalloc
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import pytest
 from agent_saga import REVERSIBLE, AgentKit, build_history
 from agent_saga._log.codec import JSONValue
 from agent_saga._log.records import Entry, Record, SagaStatus
@@ -15,6 +16,7 @@ from agent_saga._log.store import VerifyReport
 from agent_saga.proofs._audit import certify
 from agent_saga.proofs._findings import Finding, approved_steps, saga_findings
 from agent_saga.proofs._judge import LogJudge
+from agent_saga.proofs._stream import stream_log
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -234,3 +236,18 @@ def test_an_end_that_says_suspended_is_judged_with_the_log_s_last_time() -> None
     expected = whole_log(records, 9000, False)
     assert [f.check for f in expected[0]] == ["suspension_expired"]
     assert streamed(records, 9000, False, 1 << 16, late_now=True)[:2] == expected
+
+
+def test_a_pass_refuses_an_observer_with_each(home: Path) -> None:
+    """``each`` reads the log through its verified records, where no stored line is seen: an
+    ``observer`` given with it would never be called, so the two together are refused."""
+    with AgentKit(home=home) as kit:
+        add = kit.tool(semantics=REVERSIBLE)(_add)
+        with kit.transaction("done"):
+            add(1)
+    seen: list[Record] = []
+    with pytest.raises(ValueError, match="an observer or each, not both"):
+        stream_log(FileLogSource(home), observer=lambda *_: None, each=seen.append)
+    assert seen == []
+    assert stream_log(FileLogSource(home), each=seen.append).chain.ok
+    assert [r.kind for r in seen][-1] == "saga.end"
