@@ -4,11 +4,11 @@ log in memory, with memory that does not grow with the log's length."""
 from __future__ import annotations
 
 import tracemalloc
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from agent_saga import REVERSIBLE, AgentKit, build_history
+from agent_saga import REVERSIBLE, AgentKit, FileLogStore, build_history
 from agent_saga._log.codec import JSONValue
 from agent_saga._log.records import Entry, Record, SagaStatus
 from agent_saga._log.source import FileLogSource
@@ -251,3 +251,40 @@ def test_a_pass_refuses_an_observer_with_each(home: Path) -> None:
     assert seen == []
     assert stream_log(FileLogSource(home), each=seen.append).chain.ok
     assert [r.kind for r in seen][-1] == "saga.end"
+
+
+class _SecondReadFails(FileLogSource):
+    """A home's file log whose second read fails as an unreadable segment would."""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(home)
+        self.reads = 0
+
+    def records(self) -> Generator[Record]:
+        self.reads += 1
+        if self.reads > 1:
+            raise OSError("segment unreadable")
+        yield from super().records()
+
+
+def test_a_second_read_that_fails_publishes_no_checkpoint(home: Path) -> None:
+    """The second read happens before the checkpoint is published: when it fails, certify
+    fails with the store's error and nothing is published or certified."""
+    with AgentKit(home=home) as kit:
+        add = kit.tool(semantics=REVERSIBLE)(_add)
+        with kit.transaction("done") as saga:
+            add(1)
+    late = Entry("step.done", saga.id, {"ordinal": 2, "tool": "late", "result": None}, 0)
+    with FileLogStore(home) as store:  # after the kit's last checkpoint
+        store.append([late], sync=True)
+    latest = home / "checkpoints" / "latest.note"
+    before = latest.read_bytes() if latest.exists() else None
+    failing = _SecondReadFails(home)
+    with pytest.raises(OSError, match="segment unreadable"):
+        certify(home, failing)
+    assert failing.reads == 2  # the late record reopened the saga: a second read
+    assert (latest.read_bytes() if latest.exists() else None) == before
+    cert, findings = certify(home)  # the same home read twice without failing: published
+    assert latest.read_bytes() != before
+    assert [(f.check, f.saga) for f in findings if f.saga] == [("after_end", saga.id)]
+    assert cert["checkpoint"] == latest.read_text()
