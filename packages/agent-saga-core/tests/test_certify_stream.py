@@ -288,3 +288,27 @@ def test_a_second_read_that_fails_publishes_no_checkpoint(home: Path) -> None:
     assert latest.read_bytes() != before
     assert [(f.check, f.saga) for f in findings if f.saga] == [("after_end", saga.id)]
     assert cert["checkpoint"] == latest.read_text()
+
+
+def test_a_second_read_that_fails_counts_every_saga_once() -> None:
+    """Reopened sagas, true (a record after an end) and false (the filter's mistake, which a
+    tiny filter makes often), are each counted once when the second read stops short: each is
+    judged from its records before its reopening (read again, unchanged up to it) and those
+    after it (kept by the first pass)."""
+    records = [r for i in range(40) for r in _saga(i)]
+    late = _saga(3, late=True)[-1]
+    records.insert(100, late._replace(seq=101, prev="h100", hash="h101"))
+    records += _saga(40)
+    records = [r._replace(seq=n, prev=f"h{n - 1}", hash=f"h{n}") for n, r in enumerate(records, 1)]
+    judge = LogJudge(lambda _: False, 0, 8)
+    for record in records:
+        judge.add(record)
+    assert len(judge.reopened) > 10  # mostly the filter's mistakes
+    judge.finish(lambda: records[:-1])  # the log lost its last record meanwhile
+    chain = VerifyReport(True, len(records))
+    findings = judge.findings(chain, None)
+    assert judge.problem is not None and findings[0].check == "chain"
+    expected, counts = whole_log(records, 0, False)
+    assert [f for f in findings if f.saga is not None] == expected
+    assert judge.counts(findings)["sagas"] == 41
+    assert {s.value: judge.counts(findings)[s.value] for s in SagaStatus} == counts

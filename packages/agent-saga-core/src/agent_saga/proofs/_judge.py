@@ -108,8 +108,9 @@ class LogJudge:
         self.open: dict[str, tuple[int, list[Record]]] = {}
         """Each open saga's records, with the index in the log of its first one."""
         self.ended = _Ended(bloom_bits)
-        self.reopened: dict[str, int] = {}
-        """Reopened sagas, each with the index in the log of the record that reopened it."""
+        self.reopened: dict[str, tuple[int, str, list[Record]]] = {}
+        """Reopened sagas, each with the index in the log and the hash of the record that
+        reopened it, and its records from that one on."""
         self.problem: str | None = None
         self.verdicts: dict[str, tuple[int, list[Finding]]] = {}
         """Findings of each judged saga that has any, with the index of its first record (the
@@ -142,10 +143,12 @@ class LogJudge:
             return
         held = self.open.get(saga_id)
         if held is None:
-            if saga_id in self.reopened:
+            reopened = self.reopened.get(saga_id)
+            if reopened is not None:
+                reopened[2].append(record)
                 return
             if saga_id in self.ended:
-                self.reopened[saga_id] = index
+                self.reopened[saga_id] = (index, record.hash, [record])
                 return
             held = self.open[saga_id] = (index, [])
         held[1].append(record)
@@ -190,8 +193,12 @@ class LogJudge:
         the same records), what is still open and the ended sagas that need a human.
 
         A second read that does not reach the first one's head (the log was changed under
-        this pass) leaves the reopened sagas as judged at their end and sets :attr:`problem`,
-        which :meth:`findings` reports as a CRITICAL break of the chain.
+        this pass) sets :attr:`problem`, which :meth:`findings` reports as a CRITICAL break of
+        the chain; a reopened saga is still judged from all of its records when the second read
+        reached the record that reopened it unchanged (the records before it are then the
+        first read's: the chain), and otherwise keeps the verdict given at its end (see the
+        module docstring). An error of ``reread`` other than :class:`CorruptLogError` (the
+        store cannot be read) propagates.
         """
         if self.reopened:
             self._reread(reread)
@@ -204,7 +211,11 @@ class LogJudge:
         self.waiting.clear()
 
     def _reread(self, reread: Callable[[], Iterable[Record]]) -> None:
+        """Collect each reopened saga's records before its reopening, confirm the record
+        that reopened it, and judge it again from all of its records."""
         collected: dict[str, list[tuple[int, Record]]] = {saga_id: [] for saga_id in self.reopened}
+        marks = {index: digest for index, digest, _ in self.reopened.values()}
+        confirmed: set[int] = set()
         count, head = 0, ""
         stream = iter(reread())
         try:
@@ -212,8 +223,12 @@ class LogJudge:
                 record = next(stream, None)
                 if record is None:
                     break
-                if record.saga is not None and record.saga in collected:
-                    collected[record.saga].append((count, record))
+                saga_id = record.saga
+                if saga_id is not None and saga_id in collected:
+                    if count < self.reopened[saga_id][0]:
+                        collected[saga_id].append((count, record))
+                if marks.get(count) == record.hash:
+                    confirmed.add(count)
                 count, head = count + 1, record.hash
         except CorruptLogError:
             pass  # short of the first read: reported below
@@ -221,18 +236,21 @@ class LogJudge:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
-        if (count, head) != (self.records, self.head):
+        if (count, head) != (self.records, self.head) or len(confirmed) < len(marks):
             self.problem = (
                 f"the log changed while certify read it: a second read of its first "
                 f"{self.records} records did not reach the same record {self.records}"
             )
-            return
         for saga_id, indexed in collected.items():
-            before = [record for index, record in indexed if index < self.reopened[saga_id]]
+            at, _, after = self.reopened[saga_id]
+            if at not in confirmed:
+                continue  # its records before the reopening are unknown: judged at its end
+            before = [record for _, record in indexed]
             self._take_back(saga_id, before)
-            records = [record for _, record in indexed]
+            records = before + after
             (view,) = build_history(records).sagas
-            self._verdict(indexed[0][0], view, approved_steps(records).get(saga_id, set()))
+            first = indexed[0][0] if indexed else at
+            self._verdict(first, view, approved_steps(records).get(saga_id, set()))
         self.reopened.clear()
 
     def findings(self, chain: VerifyReport, checkpoint_problem: Finding | None) -> list[Finding]:
