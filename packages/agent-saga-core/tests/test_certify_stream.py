@@ -324,3 +324,19 @@ def test_a_second_read_that_fails_counts_every_saga_once() -> None:
     assert [f for f in findings if f.saga is not None] == expected
     assert judge.counts(findings)["sagas"] == 41
     assert {s.value: judge.counts(findings)[s.value] for s in SagaStatus} == counts
+
+
+def test_a_second_read_that_differs_before_a_reopening_keeps_the_verdict_at_the_end() -> None:
+    """A reopened saga whose reopening record the second read did not reach unchanged keeps
+    the verdict given at its end: still counted once, the log NOT CERTIFIED."""
+    records = [r for i in range(3) for r in _saga(i)] + _saga(0, late=True)[-1:]
+    records = [r._replace(seq=n, prev=f"h{n - 1}", hash=f"h{n}") for n, r in enumerate(records, 1)]
+    judge = LogJudge(lambda _: False, 0)
+    for record in records:
+        judge.add(record)
+    assert list(judge.reopened) == ["saga-00000000"]
+    changed = [r._replace(hash=f"{r.hash}x") for r in records]  # record 1 changed: every hash
+    judge.finish(lambda: changed)
+    findings = judge.findings(VerifyReport(True, len(records)), None)
+    assert [f.check for f in findings] == ["chain"]  # no after_end: its late record unread
+    assert judge.counts(findings)["sagas"] == judge.counts(findings)["committed"] == 3
