@@ -286,18 +286,21 @@ def certify(home: Path, source: LogSource | None = None) -> tuple[dict[str, Any]
     broken, cut or rewritten log would vouch for it. The log is read in one streaming pass
     that keeps a Merkle frontier and the records of the sagas not yet ended
     (:class:`._judge.LogJudge`), and read again only when a saga has records after its end.
+    That second read comes before anything is published: when it cannot be done (the store
+    cannot be read), certify raises the store's error as a failed first read does, and no
+    checkpoint is published and no certificate signed.
     """
     source = source or FileLogSource(home)
     judge = LogJudge(source.owner_alive)
     log = snapshot(source, keep_records=False, home=home, unfinished=True, each=judge.add)
     signer = home_signer(home)
     latest, problem = latest_problem(home, log, [signer.verifier])
-    covered = latest
-    if log.chain.ok and (problem is None or problem.severity != CRITICAL):
-        covered = publish(home, log)
     now = time.time()
     judge.now_ms = int(now * 1000)
     judge.finish(source.records)
+    covered = latest
+    if log.chain.ok and (problem is None or problem.severity != CRITICAL):
+        covered = publish(home, log)
     findings = judge.findings(log.chain, problem)
     cert = signed({"counts": judge.counts(findings)}, findings, covered, signer, int(now))
     return cert, findings

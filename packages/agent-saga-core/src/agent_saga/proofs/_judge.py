@@ -5,23 +5,36 @@ counts as judging every saga from all of its records at the end
 (:func:`._certify.certify_records` runs it over records in memory), while holding only:
 
 * the records of each *open* saga: one seen and not yet ended (no ``saga.end`` so far);
-* a fixed-size Bloom filter of the sagas already ended and judged;
+* a filter of the sagas already ended and judged that grows with them (:mod:`._bloom`: a
+  series of Bloom filters, 7,395 bytes up to 1,024 sagas, 9.2 bytes a saga at a million, 11.8
+  at a billion);
 * the findings so far, the redaction records' findings, the passkey audit's registry, requests
   and nonces (:class:`~._passkey_audit.PasskeyAuditor`), the targets of ``saga.settled``
   records and the ended sagas that need a human (a settlement anywhere in the log changes
   their findings);
-* the ids of *reopened* sagas (below), with the ``seq`` where each was reopened.
+* the *reopened* sagas (below): for each, the index and hash of the record that reopened it
+  and its records from that one on.
 
 A saga is judged when its ``saga.end`` is read, from the records it has then. What can follow
 that end changes the verdict (a record of the saga after its end is CRITICAL; a late
-compensation or approval changes its steps), so every later record of a saga whose id the
-filter holds marks the saga *reopened*: its records are not kept in this pass; at the end the
-log is read a second time (the ``reread`` given to :meth:`LogJudge.finish`, verified again and
-required to reach the same head), every record of the reopened sagas is collected, the verdict
-given at their end is taken back and each is judged from all of its records. A false positive
-of the filter (a new saga whose id it seems to hold) costs only that second read: the saga is
-judged from all of its records like the others. The engine never reopens a saga, so on its
-logs the second read comes only from false positives (see :data:`BLOOM_BITS` for how likely).
+compensation or approval changes its steps), so a later record of a saga whose id the filter
+holds marks the saga *reopened*, and its records from there on are kept; at the end the log is
+read a second time (the ``reread`` given to :meth:`LogJudge.finish`, verified again and
+required to reach the same head), the records of each reopened saga before its reopening are
+collected, the verdict given at its end is taken back and it is judged from all of its records.
+A false positive of the filter (a new saga whose id it seems to hold: under 1.82e-12 a saga,
+under 0.01 expected in a log of fewer than 5.5 billion sagas, see :mod:`._bloom`) costs only
+that second read: the saga is judged from all of its records like the others. The engine never
+reopens a saga, so on its logs the second read comes only from false positives.
+
+A second read that does not reach the first one's head (the log changed under the pass) makes
+the certificate NOT CERTIFIED (a CRITICAL chain finding), and its counts stay exact for every
+reopened saga whose reopening record the second read reached unchanged: the chain makes the
+records before it the first read's, and those after it were kept. One that the second read did
+not reach unchanged (the log changed before it) keeps the verdict given at its end: counted
+once when it was ended before, missing from the counts only when the filter was wrong about
+it (under 1.82e-12 a saga). Any other error of the second read (the store cannot be read)
+propagates: certify then publishes and signs nothing (:func:`._audit.certify`).
 
 A saga's verdict depends only on its own records (those whose ``saga`` is its id), the
 ``saga.settled`` records naming it, ``now`` when it is suspended and whether its owner lives
@@ -31,8 +44,7 @@ judged after the pass (``_JUDGED_LAST``), with the log's last time.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from .._errors import CorruptLogError
@@ -41,6 +53,7 @@ from .._history.views import SagaView
 from .._log.records import Kind, Record, SagaStatus
 from .._log.redaction import REDACTION_KIND
 from .._log.store import VerifyReport
+from ._bloom import FIRST_CAPACITY, PROBES, Ended
 from ._findings import (
     CRITICAL,
     WARNING,
@@ -52,53 +65,28 @@ from ._findings import (
 from ._passkey import EXTRA_MISSING, PASSKEY_LIMIT
 from ._passkey_audit import PasskeyAuditor
 
-__all__ = ["BLOOM_BITS", "LogJudge"]
+__all__ = ["LogJudge"]
 
-BLOOM_BITS = 1 << 26
-"""Bits of the filter of ended sagas (8 MiB). With four probes a new saga is taken for an ended
-one with probability (1 - e^(-4n/2^26))^4 after n ended sagas: about 1e-6 at 555,556 sagas (the
-10-million-record bench log: under one false positive expected), 2.3 false positives expected
-over a million sagas, hundreds over three million. Each false positive costs the second read
-and holds that saga's records meanwhile."""
-_PROBES = 4
 _JUDGED_LAST = frozenset({SagaStatus.NEEDS_HUMAN, SagaStatus.SUSPENDED, SagaStatus.RUNNING})
 """Ended sagas judged only after the pass: a settlement anywhere in the log settles one that
 needs a human, and an end that says suspended or running is judged against ``now`` and the
 owner as at the end of the log (as a whole-log reading judges it)."""
 
 
-class _Ended:
-    """A Bloom filter of saga ids: no false negatives, rare false positives."""
-
-    def __init__(self, bits: int) -> None:
-        self.bits = bits
-        self.table = bytearray((bits + 7) // 8)
-
-    def _slots(self, saga_id: str) -> Iterator[int]:
-        digest = hashlib.blake2b(saga_id.encode(), digest_size=4 * _PROBES).digest()
-        for probe in range(_PROBES):
-            yield int.from_bytes(digest[4 * probe : 4 * probe + 4], "little") % self.bits
-
-    def add(self, saga_id: str) -> None:
-        for slot in self._slots(saga_id):
-            self.table[slot >> 3] |= 1 << (slot & 7)
-
-    def __contains__(self, saga_id: str) -> bool:
-        return all(self.table[slot >> 3] & (1 << (slot & 7)) for slot in self._slots(saga_id))
-
-
 class LogJudge:
     """Certify's findings over a log fed in order (see the module docstring).
 
     ``owner_alive`` answers for a saga still running at the end; ``now_ms`` decides whether a
-    suspended saga expired (``None``: the newest record's time).
+    suspended saga expired (``None``: the newest record's time). ``bloom`` is the filter's
+    first capacity and its probes (:class:`._bloom.Ended`; tests make it small to make false
+    positives frequent).
     """
 
     def __init__(
         self,
         owner_alive: Callable[[str], bool],
         now_ms: int | None = None,
-        bloom_bits: int = BLOOM_BITS,
+        bloom: tuple[int, int] = (FIRST_CAPACITY, PROBES),
     ) -> None:
         self.owner_alive = owner_alive
         self.now_ms = now_ms
@@ -107,9 +95,10 @@ class LogJudge:
         self.head = ""
         self.open: dict[str, tuple[int, list[Record]]] = {}
         """Each open saga's records, with the index in the log of its first one."""
-        self.ended = _Ended(bloom_bits)
-        self.reopened: dict[str, int] = {}
-        """Reopened sagas, each with the index in the log of the record that reopened it."""
+        self.ended = Ended(*bloom)
+        self.reopened: dict[str, tuple[int, str, list[Record]]] = {}
+        """Reopened sagas, each with the index in the log and the hash of the record that
+        reopened it, and its records from that one on."""
         self.problem: str | None = None
         self.verdicts: dict[str, tuple[int, list[Finding]]] = {}
         """Findings of each judged saga that has any, with the index of its first record (the
@@ -142,10 +131,12 @@ class LogJudge:
             return
         held = self.open.get(saga_id)
         if held is None:
-            if saga_id in self.reopened:
+            reopened = self.reopened.get(saga_id)
+            if reopened is not None:
+                reopened[2].append(record)
                 return
             if saga_id in self.ended:
-                self.reopened[saga_id] = index
+                self.reopened[saga_id] = (index, record.hash, [record])
                 return
             held = self.open[saga_id] = (index, [])
         held[1].append(record)
@@ -190,8 +181,12 @@ class LogJudge:
         the same records), what is still open and the ended sagas that need a human.
 
         A second read that does not reach the first one's head (the log was changed under
-        this pass) leaves the reopened sagas as judged at their end and sets :attr:`problem`,
-        which :meth:`findings` reports as a CRITICAL break of the chain.
+        this pass) sets :attr:`problem`, which :meth:`findings` reports as a CRITICAL break of
+        the chain; a reopened saga is still judged from all of its records when the second read
+        reached the record that reopened it unchanged (the records before it are then the
+        first read's: the chain), and otherwise keeps the verdict given at its end (see the
+        module docstring). An error of ``reread`` other than :class:`CorruptLogError` (the
+        store cannot be read) propagates.
         """
         if self.reopened:
             self._reread(reread)
@@ -204,7 +199,11 @@ class LogJudge:
         self.waiting.clear()
 
     def _reread(self, reread: Callable[[], Iterable[Record]]) -> None:
+        """Collect each reopened saga's records before its reopening, confirm the record
+        that reopened it, and judge it again from all of its records."""
         collected: dict[str, list[tuple[int, Record]]] = {saga_id: [] for saga_id in self.reopened}
+        marks = {index: digest for index, digest, _ in self.reopened.values()}
+        confirmed: set[int] = set()
         count, head = 0, ""
         stream = iter(reread())
         try:
@@ -212,8 +211,11 @@ class LogJudge:
                 record = next(stream, None)
                 if record is None:
                     break
-                if record.saga is not None and record.saga in collected:
-                    collected[record.saga].append((count, record))
+                saga_id = record.saga
+                if saga_id in collected and count < self.reopened[saga_id][0]:
+                    collected[saga_id].append((count, record))
+                if marks.get(count) == record.hash:
+                    confirmed.add(count)
                 count, head = count + 1, record.hash
         except CorruptLogError:
             pass  # short of the first read: reported below
@@ -221,18 +223,21 @@ class LogJudge:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
-        if (count, head) != (self.records, self.head):
+        if (count, head) != (self.records, self.head) or len(confirmed) < len(marks):
             self.problem = (
                 f"the log changed while certify read it: a second read of its first "
                 f"{self.records} records did not reach the same record {self.records}"
             )
-            return
         for saga_id, indexed in collected.items():
-            before = [record for index, record in indexed if index < self.reopened[saga_id]]
+            at, _, after = self.reopened[saga_id]
+            if at not in confirmed:
+                continue  # its records before the reopening are unknown: judged at its end
+            before = [record for _, record in indexed]
             self._take_back(saga_id, before)
-            records = [record for _, record in indexed]
+            records = before + after
             (view,) = build_history(records).sagas
-            self._verdict(indexed[0][0], view, approved_steps(records).get(saga_id, set()))
+            first = indexed[0][0] if indexed else at
+            self._verdict(first, view, approved_steps(records).get(saga_id, set()))
         self.reopened.clear()
 
     def findings(self, chain: VerifyReport, checkpoint_problem: Finding | None) -> list[Finding]:

@@ -99,12 +99,16 @@ def stream_log(
     date, and turns the second process off (every leaf is then appended here). With
     ``unfinished`` the pass counts the unfinished sagas (see the module docstring) and reads
     every record here (no second process). With ``each``, the log is read through its verified
-    records from the first one (``resume`` is not used), each handed to ``each`` in order.
+    records from the first one (``resume`` is not used), each handed to ``each`` in order; no
+    stored line is seen then, so ``observer`` and ``each`` together are refused.
 
     Raises:
+        ValueError: both ``observer`` and ``each`` were given.
         ChainKeyError: record 1 does not verify with the chain key given (a key problem).
         StoreFailedError: the store cannot be read.
     """
+    if observer is not None and each is not None:
+        raise ValueError("stream_log takes an observer or each, not both")
     sizes = frozenset(capture)
     counted: dict[str, None] | None = None if unfinished is None else {}
     if each is not None or not isinstance(source, FileLogSource):
