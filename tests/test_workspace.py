@@ -43,7 +43,7 @@ def test_the_check_sees_a_missing_dependency() -> None:
 
 
 def test_the_commands_that_listen_do_not_share_a_default_port() -> None:
-    """``agent-saga ui``, ``agent-saga-server serve`` and ``agent-saga mcp serve --http`` run
+    """``agent-saga ui``, ``agent-saga cloud-server`` and ``agent-saga mcp serve --http`` run
     side by side on one machine with their defaults."""
     import click
     from agent_saga_mcp.cli import mcp

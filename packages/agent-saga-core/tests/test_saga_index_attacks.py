@@ -246,10 +246,39 @@ def test_an_index_row_with_a_forged_offset_or_length_is_not_believed(tmp_path: P
         store.append([placed("step.intent", "s-1", 1, ordinal=1, tool="t")], sync=True)
         assert store.saga_index is not None
         store.saga_index.refresh()
-    for forged in ("off = -5", "len = 0", "len = 1 << 40", "off = 1 << 40"):
+    forged_places = (
+        "off = -5", "len = 0", "len = 1 << 40", "off = 1 << 40", "off = 9223372036854775700",
+        "off = 'abc'", "len = 2.5", "seg = 'a'", "seg = 0", "prev = 'zz'", "hash = 'zz'",
+    )  # fmt: skip
+    for forged in forged_places:
         with sqlite3.connect(tmp_path / INDEX_DIR / INDEX_NAME) as db:
             db.execute(f"UPDATE records SET {forged} WHERE seq = 2")
         with pytest.raises(IndexMismatch):
             SagaIndex(tmp_path, Chain()).saga_records("s-1")
         with FileLogStore(tmp_path) as store:
             assert [r.seq for r in own_records(store, "s-1")] == [1, 2], forged
+
+
+def test_index_rows_spanning_more_than_memory_are_not_read_in_one_piece(tmp_path: Path) -> None:
+    """Rows of other sagas (``own = 0``) placed a little apart across a huge span: the reader
+    reads at most ``RUN_BYTES`` at once and refuses places beyond the segment's end, so a forged
+    index costs a mismatch, never an allocation of the span."""
+    from agent_saga._log.chain import MAX_RECORD_BYTES
+    from agent_saga._log.indexpoint import GAP
+
+    with FileLogStore(tmp_path) as store:
+        store.append([placed("saga.begin", "s-1", 0, name="x", owner="o")], sync=True)
+        store.append([placed("step.intent", "s-1", 1, ordinal=1, tool="t")], sync=True)
+        assert store.saga_index is not None
+        store.saga_index.refresh()
+    length = MAX_RECORD_BYTES + 1
+    with sqlite3.connect(tmp_path / INDEX_DIR / INDEX_NAME) as db:
+        (row,) = db.execute("SELECT prev, hash FROM records WHERE seq = 2").fetchall()
+        db.executemany(
+            "INSERT INTO records VALUES (?, 's-1', 0, 1, ?, ?, ?, ?)",
+            [(100 + n, 10**6 + n * (length + GAP), length, *row) for n in range(10_000)],
+        )
+    with pytest.raises(IndexMismatch):
+        SagaIndex(tmp_path, Chain()).saga_records("s-1")
+    with FileLogStore(tmp_path) as store:
+        assert [r.seq for r in own_records(store, "s-1")] == [1, 2]

@@ -65,8 +65,9 @@ class Refusal:
 class StepView:
     """One step of a saga, identified by ``(saga_id, ordinal, tool)``.
 
-    ``semantics``, ``idempotency_key`` and ``compensation`` come from the step's intent record and
-    are ``None`` for a refused call (the gate decides before the intent is logged).
+    ``semantics``, ``idempotency_key`` and ``compensation`` come from the step's intent record.
+    A call refused before its intent has no key; its ``semantics`` and ``compensation`` come
+    from its ``gate.refused`` record (``None`` in logs written before refusals carried them).
     """
 
     ordinal: int

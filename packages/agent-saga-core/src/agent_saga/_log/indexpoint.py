@@ -59,11 +59,15 @@ class Place(NamedTuple):
 GAP = 1 << 14
 """Records of one segment at most this many bytes apart are read in one ``pread`` (with what
 lies between them): a saga's records are usually near one another."""
+RUN_BYTES = 1 << 20
+"""The most bytes one ``pread`` of several records spans (a single record may exceed it)."""
 
 
 def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Record]:
     """The records at ``places``, in their order, each read and verified as :func:`read_at`
-    reads one: each segment is opened once and neighbouring records are read together.
+    reads one: each segment is opened once and neighbouring records are read together, at most
+    :data:`RUN_BYTES` a read. A place that is not a pair of integers within its segment's bytes
+    (a forged or damaged index) is a mismatch before anything is read.
 
     Raises:
         IndexMismatch: the bytes at a place are not its record (or hold masked values).
@@ -73,7 +77,9 @@ def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Recor
     paths: dict[int, str] = {}
     by_segment: dict[int, list[int]] = {}
     for index, place in enumerate(places):
-        if place.off < 0 or not 0 < place.length <= MAX_RECORD_BYTES + 1:
+        if not all(type(value) is int for value in place[:4]) or type(place.prev) is not str:
+            raise IndexMismatch(f"the index's place of record {place.seq!r} is not well formed")
+        if place.off < 0 or not 0 < place.length <= MAX_RECORD_BYTES + 1 or place.seg < 1:
             raise IndexMismatch(f"no record of {place.length} bytes at offset {place.off}")
         by_segment.setdefault(place.seg, []).append(index)
     for seg, indexes in by_segment.items():
@@ -81,10 +87,20 @@ def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Recor
         paths[seg] = segment(home, seg).path
         fd = open_read(OS, paths[seg])
         try:
+            size = OS.size(fd)
+            for index in indexes:
+                if places[index].off + places[index].length > size:
+                    raise IndexMismatch(
+                        f"no record of {places[index].length} bytes at offset "
+                        f"{places[index].off} of {paths[seg]}"
+                    )
             run = indexes[:1]
             for index in indexes[1:]:
-                last = places[run[-1]]
-                if places[index].off - (last.off + last.length) > GAP:
+                last, end = places[run[-1]], places[index].off + places[index].length
+                if (
+                    places[index].off - (last.off + last.length) > GAP
+                    or end - places[run[0]].off > RUN_BYTES
+                ):
                     lines.update(_read_run(fd, places, run))
                     run = []
                 run.append(index)

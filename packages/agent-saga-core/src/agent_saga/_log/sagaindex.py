@@ -332,7 +332,9 @@ class SagaIndex:
             stated is not None and (len(own) != stated[0] or own[-1:] != [stated[1]])
         ):
             raise IndexMismatch(f"the index does not hold every record of saga {saga_id}")
-        places = [Place(r[0], r[2], r[3], r[4], bytes(r[5]).hex()) for r in rows]
+        if not all(isinstance(r[5], bytes) and isinstance(r[6], bytes) for r in rows):
+            raise IndexMismatch(f"the index's hashes of saga {saga_id} are not well formed")
+        places = [Place(r[0], r[2], r[3], r[4], r[5].hex()) for r in rows]
         records = read_places(self.home, self.chain, places)
         for (seq, is_own, *_, digest), record in zip(rows, records, strict=True):
             if record.hash != bytes(digest).hex():
