@@ -25,6 +25,7 @@ from .ahead import AHEAD_KINDS, ahead_note
 from .fields import compensation_of as _compensation
 from .fields import error_info as _error
 from .fields import int_field as _int
+from .fields import settlement
 from .fields import str_field as _str
 from .views import (
     AmbiguousSagaError,
@@ -56,10 +57,9 @@ def build_history(records: Iterable[Record]) -> History:
         count += 1
         if record.saga is None:
             events.append(_event(record))
-            if record.kind == Kind.SETTLED:
-                target, by, note = (_str(record.data, k) for k in ("saga", "by", "note"))
-                if target is not None:
-                    settled[target] = f"{by or '?'}: {note or ''}"
+            settles = settlement(record)
+            if settles is not None:
+                settled[settles[0]] = settles[1]
             continue
         builder = builders.get(record.saga)
         if builder is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._log.codec import JSONValue
+from .._log.records import Kind, Record
 from .views import ErrorInfo
 
 
@@ -41,4 +42,13 @@ def compensation_of(value: JSONValue) -> tuple[str | None, bool | None]:
     return None, flag
 
 
-__all__ = ["compensation_of", "error_info", "int_field", "str_field"]
+def settlement(record: Record) -> tuple[str, str] | None:
+    """The saga a ``saga.settled`` record settles and the note a view shows (``by: note``);
+    ``None`` for any other record, or one that names no saga."""
+    if record.saga is not None or record.kind != Kind.SETTLED:
+        return None
+    target, by, note = (str_field(record.data, key) for key in ("saga", "by", "note"))
+    return None if target is None else (target, f"{by or '?'}: {note or ''}")
+
+
+__all__ = ["compensation_of", "error_info", "int_field", "settlement", "str_field"]

@@ -49,17 +49,17 @@ from .._log.sagaindex import IndexMismatch, SagaIndex
 from .._log.sagarows import belongs_to
 from .._log.source import FileLogSource
 from ._audit import LogSnapshot, check_checkpoint, latest_problem, publish, snapshot
-from ._certify import (
+from ._certify import signed
+from ._checkpoint import Checkpoint
+from ._checkpoints import CHECKPOINTS_DIR, LATEST_NAME
+from ._findings import (
     CRITICAL,
     WARNING,
     Finding,
     approved_steps,
     redaction_findings,
     saga_findings,
-    signed,
 )
-from ._checkpoint import Checkpoint
-from ._checkpoints import CHECKPOINTS_DIR, LATEST_NAME
 from ._resume import load_point
 from ._signing import home_signer
 from ._unfinished import LatestStatement

@@ -49,6 +49,7 @@ from dataclasses import replace
 
 from .._errors import CorruptLogError
 from .._history.build import build_history
+from .._history.fields import settlement
 from .._history.views import SagaView
 from .._log.records import Kind, Record, SagaStatus
 from .._log.redaction import REDACTION_KIND
@@ -122,12 +123,9 @@ class LogJudge:
             self.redactions += redaction_findings((record,))
         saga_id = record.saga
         if saga_id is None:
-            if record.kind == Kind.SETTLED:
-                target, by, note = (record.data.get(k) for k in ("saga", "by", "note"))
-                if isinstance(target, str):
-                    by = by if isinstance(by, str) else None
-                    note = note if isinstance(note, str) else None
-                    self.settled[target] = f"{by or '?'}: {note or ''}"
+            settles = settlement(record)
+            if settles is not None:
+                self.settled[settles[0]] = settles[1]
             return
         held = self.open.get(saga_id)
         if held is None:
