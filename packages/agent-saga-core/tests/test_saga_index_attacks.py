@@ -282,3 +282,38 @@ def test_index_rows_spanning_more_than_memory_are_not_read_in_one_piece(tmp_path
         SagaIndex(tmp_path, Chain()).saga_records("s-1")
     with FileLogStore(tmp_path) as store:
         assert [r.seq for r in own_records(store, "s-1")] == [1, 2]
+
+
+def test_forged_rows_over_one_span_are_refused_at_the_first_without_buffering_them(
+    tmp_path: Path,
+) -> None:
+    """Thousands of forged rows of one saga, each within the segment and each read within the
+    1 MiB limit but all over the same large span: the first that is not its record ends the
+    read, before the others' bytes are copied (memory stays far below rows x span)."""
+    import tracemalloc
+
+    filler: dict[str, JSONValue] = {"blob": "x" * 4000, "owner": "o"}
+    with FileLogStore(tmp_path) as store:
+        store.append([placed("saga.begin", "s-1", 0, name="x", owner="o")], sync=True)
+        for n in range(200):
+            store.append([Entry("saga.begin", f"f-{n}", filler, n)], sync=False)
+        assert store.saga_index is not None
+        store.saga_index.refresh()
+    span = 600_000
+    with sqlite3.connect(tmp_path / INDEX_DIR / INDEX_NAME) as db:
+        db.executemany(
+            "INSERT INTO records VALUES (?, 's-1', 1, 1, ?, ?, ?, ?)",
+            [(10_000 + n, n, span, b"\0" * 32, b"\0" * 32) for n in range(2000)],
+        )
+        db.execute("UPDATE sagas SET n = n + 2000, last_seq = 11999 WHERE id = 's-1'")
+    index = SagaIndex(tmp_path, Chain())
+    tracemalloc.start()
+    try:
+        with pytest.raises(IndexMismatch):
+            index.saga_records("s-1")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20_000_000, peak  # one run (1 MiB) and its copies, not 2,000 x 600 KB
+    with FileLogStore(tmp_path) as store:
+        assert [r.seq for r in own_records(store, "s-1")] == [1]

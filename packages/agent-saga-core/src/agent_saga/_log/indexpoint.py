@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -66,15 +66,15 @@ RUN_BYTES = 1 << 20
 def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Record]:
     """The records at ``places``, in their order, each read and verified as :func:`read_at`
     reads one: each segment is opened once and neighbouring records are read together, at most
-    :data:`RUN_BYTES` a read. A place that is not a pair of integers within its segment's bytes
-    (a forged or damaged index) is a mismatch before anything is read.
+    :data:`RUN_BYTES` a read, each read's records verified before the next read (so a forged
+    index costs one read, never the bytes of all its rows). A place that is not a pair of
+    integers within its segment's bytes is a mismatch before anything is read.
 
     Raises:
         IndexMismatch: the bytes at a place are not its record (or hold masked values).
         OSError: a segment cannot be read.
     """
-    lines: dict[int, bytes] = {}
-    paths: dict[int, str] = {}
+    found: dict[int, Record] = {}
     by_segment: dict[int, list[int]] = {}
     for index, place in enumerate(places):
         if not all(type(value) is int for value in place[:4]) or type(place.prev) is not str:
@@ -84,44 +84,45 @@ def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Recor
         by_segment.setdefault(place.seg, []).append(index)
     for seg, indexes in by_segment.items():
         indexes.sort(key=lambda index: places[index].off)
-        paths[seg] = segment(home, seg).path
-        fd = open_read(OS, paths[seg])
+        path = segment(home, seg).path
+        fd = open_read(OS, path)
         try:
             size = OS.size(fd)
             for index in indexes:
                 if places[index].off + places[index].length > size:
                     raise IndexMismatch(
                         f"no record of {places[index].length} bytes at offset "
-                        f"{places[index].off} of {paths[seg]}"
+                        f"{places[index].off} of {path}"
                     )
-            run = indexes[:1]
-            for index in indexes[1:]:
-                last, end = places[run[-1]], places[index].off + places[index].length
-                if (
-                    places[index].off - (last.off + last.length) > GAP
-                    or end - places[run[0]].off > RUN_BYTES
-                ):
-                    lines.update(_read_run(fd, places, run))
-                    run = []
-                run.append(index)
-            lines.update(_read_run(fd, places, run))
+            for run in _runs(places, indexes):
+                start = places[run[0]].off
+                data = OS.pread(
+                    fd, max(places[i].off + places[i].length for i in run) - start, start
+                )
+                for index in run:
+                    place = places[index]
+                    line = data[place.off - start : place.off - start + place.length]
+                    found[index] = _verified(chain, place, line, path)
         finally:
             OS.close(fd)
-    return [
-        _verified(chain, place, lines[index], paths[place.seg])
-        for index, place in enumerate(places)
-    ]
+    return [found[index] for index in range(len(places))]
 
 
-def _read_run(fd: int, places: Sequence[Place], run: list[int]) -> dict[int, bytes]:
-    """The bytes of each place of ``run`` (sorted by offset), read in one ``pread``."""
-    start = places[run[0]].off
-    end = max(places[index].off + places[index].length for index in run)
-    data = OS.pread(fd, end - start, start)
-    return {
-        index: data[places[index].off - start : places[index].off - start + places[index].length]
-        for index in run
-    }
+def _runs(places: Sequence[Place], indexes: list[int]) -> Iterator[list[int]]:
+    """``indexes`` (sorted by offset) in runs read together: neighbours at most :data:`GAP`
+    bytes apart, at most :data:`RUN_BYTES` from a run's first byte to its last."""
+    run = indexes[:1]
+    for index in indexes[1:]:
+        last, end = places[run[-1]], places[index].off + places[index].length
+        if (
+            places[index].off - (last.off + last.length) > GAP
+            or end - places[run[0]].off > RUN_BYTES
+        ):
+            yield run
+            run = []
+        run.append(index)
+    if run:
+        yield run
 
 
 def _verified(chain: Chain, place: Place, line: bytes, path: str) -> Record:
