@@ -163,9 +163,10 @@ def _peak(sagas: int) -> int:
 def test_the_judges_memory_does_not_grow_with_the_log() -> None:
     _peak(1_000)  # the first run also allocates what lives on (caches, free lists)
     small, large = _peak(1_000), _peak(4_000)  # 4,000 and 16,000 records
-    # keeping the records would hold about 7.6 MB at the larger size; each run peaks near 7 KB
-    # besides the filter (7,395 bytes for 1,000 sagas, 55,135 for 4,000: see test_certify_filter)
-    assert large < small * 1.25, (small, large)
+    # keeping the records would hold about 7.6 MB at the larger size; each run peaks near 6-9 KB
+    # besides the filter (7,395 bytes for 1,000 sagas, 55,135 for 4,000: see test_certify_filter),
+    # a few KB more when the worker's earlier tests left garbage to collect: a fixed margin
+    assert large < small + 64_000, (small, large)
 
 
 def _add(x: int) -> int:
@@ -299,6 +300,41 @@ def test_a_second_read_that_fails_publishes_no_checkpoint(home: Path) -> None:
     assert latest.read_bytes() != before
     assert [(f.check, f.saga) for f in findings if f.saga] == [("after_end", saga.id)]
     assert cert["checkpoint"] == latest.read_text()
+
+
+class _RewrittenBetweenReads(FileLogSource):
+    """A hostile writer rewrites record 1 after certify's first read, before its second."""
+
+    reads = 0
+
+    def records(self) -> Generator[Record, None, None]:
+        self.reads += 1
+        if self.reads == 2:
+            log = self.home / "log.jsonl"
+            log.write_bytes(log.read_bytes().replace(b'"name":"done"', b'"name":"dune"', 1))
+        yield from super().records()
+
+
+def test_a_log_changed_between_the_two_reads_publishes_no_checkpoint(home: Path) -> None:
+    """The second read finds the log rewritten: the certificate is NOT CERTIFIED with a
+    CRITICAL chain finding, and no checkpoint is published over the first read (it would
+    vouch for a log that no longer exists)."""
+    with AgentKit(home=home) as kit:
+        add = kit.tool(semantics=REVERSIBLE)(_add)
+        with kit.transaction("done") as saga:
+            add(1)
+    late = Entry("step.done", saga.id, {"ordinal": 2, "tool": "late", "result": None}, 0)
+    with FileLogStore(home) as store:
+        store.append([late], sync=True)
+    latest = home / "checkpoints" / "latest.note"
+    before = latest.read_bytes() if latest.exists() else None
+    source = _RewrittenBetweenReads(home)
+    cert, findings = certify(home, source)
+    assert source.reads == 2
+    assert not cert["ok"]
+    changed = [f for f in findings if "changed while certify read it" in f.message]
+    assert [f.check for f in changed] == ["chain"]
+    assert (latest.read_bytes() if latest.exists() else None) == before
 
 
 def test_a_second_read_that_fails_counts_every_saga_once() -> None:

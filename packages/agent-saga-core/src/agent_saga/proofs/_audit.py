@@ -288,7 +288,8 @@ def certify(home: Path, source: LogSource | None = None) -> tuple[dict[str, Any]
     (:class:`._judge.LogJudge`), and read again only when a saga has records after its end.
     That second read comes before anything is published: when it cannot be done (the store
     cannot be read), certify raises the store's error as a failed first read does, and no
-    checkpoint is published and no certificate signed.
+    checkpoint is published and no certificate signed; when it finds the log changed, nothing
+    is published and the certificate says so (a CRITICAL chain finding).
     """
     source = source or FileLogSource(home)
     judge = LogJudge(source.owner_alive)
@@ -299,7 +300,8 @@ def certify(home: Path, source: LogSource | None = None) -> tuple[dict[str, Any]
     judge.now_ms = int(now * 1000)
     judge.finish(source.records)
     covered = latest
-    if log.chain.ok and (problem is None or problem.severity != CRITICAL):
+    sound = log.chain.ok and judge.problem is None  # the second read saw the same log
+    if sound and (problem is None or problem.severity != CRITICAL):
         covered = publish(home, log)
     findings = judge.findings(log.chain, problem)
     cert = signed({"counts": judge.counts(findings)}, findings, covered, signer, int(now))
