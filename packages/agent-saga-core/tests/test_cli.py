@@ -15,11 +15,14 @@ import pytest
 from agent_saga import (
     AgentKit,
     CorruptLogError,
+    Entry,
+    FileLogStore,
     HaltedError,
     SagaRolledBack,
     compensator,
     tool,
 )
+from agent_saga._log.codec import JSONValue
 from agent_saga.cli import main
 from click.testing import CliRunner, Result
 
@@ -422,3 +425,49 @@ def test_help_documents_exit_codes() -> None:
     assert "Exit codes:" in result.stdout
     for code in ("0  success", "1  the answer is no", "2  bad input"):
         assert code in result.stdout
+
+
+def test_certify_shows_hostile_saga_ids_and_tools_escaped(tmp_path: Path) -> None:
+    """A record anyone who can write the log appends, whose saga id (or tool) holds terminal
+    sequences: certify's findings show them escaped, as replay and sagas do."""
+    home = tmp_path / "home"
+    with AgentKit(home=home) as kit, kit.transaction("ok"):
+        pass
+    hostile = "\x1b[2J\x1b[1;1HCERTIFIED: all good\x1b[8m"
+    with FileLogStore(home) as store:
+        begin: dict[str, JSONValue] = {"name": "n", "owner": "gone-1"}
+        store.append([Entry("saga.begin", hostile, begin, 0)], sync=True)
+        intent: dict[str, JSONValue] = {
+            "ordinal": 1, "tool": "\x1b[8mt", "semantics": "irreversible", "args": {}
+        }  # fmt: skip
+        store.append([Entry("step.intent", hostile, intent, 0)], sync=True)
+    result = run(home, "certify", env=NOT_A_TERMINAL)
+    assert result.exit_code == 1
+    assert "\x1b" not in result.stdout
+    assert "saga \\x1b[2J\\x1b[1;1HCERTIFIED: all good\\x1b[8m" in result.stdout
+    assert "(\\x1b[8mt)" in result.stdout
+
+
+def test_recover_shows_hostile_saga_ids_names_and_tools_escaped(tmp_path: Path) -> None:
+    """An unfinished saga whose id, name and tool hold terminal sequences, its owner gone:
+    recover's account (stdout) and its needs-a-human line (stderr) show them escaped."""
+    home = tmp_path / "home"
+    with AgentKit(home=home) as kit, kit.transaction("ok"):
+        pass
+    hostile = "\x1b[2Jid"
+    with FileLogStore(home) as store:
+        begin: dict[str, JSONValue] = {"name": "\x1b[8mname", "owner": "gone-1"}
+        store.append([Entry("saga.begin", hostile, begin, 0)], sync=True)
+        intent: dict[str, JSONValue] = {
+            "ordinal": 1,
+            "tool": "\x1b[8mt",
+            "semantics": "compensable",
+            "args": {},
+            "compensation": {"name": "missing.undo"},
+        }
+        store.append([Entry("step.intent", hostile, intent, 0)], sync=True)
+        store.append([Entry("step.done", hostile, {"ordinal": 1, "result": 1}, 0)], sync=True)
+    result = run(home, "recover", env=NOT_A_TERMINAL)
+    assert "\\x1b[2Jid" in result.stdout
+    assert "\x1b" not in result.stdout
+    assert "\x1b" not in result.stderr

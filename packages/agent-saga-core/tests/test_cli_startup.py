@@ -5,6 +5,7 @@ built in."""
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,31 @@ def test_saga_records_is_listed_before_its_first_use() -> None:
     import agent_saga.cli
 
     assert "saga_records" in dir(agent_saga.cli)
+
+
+def test_every_lazily_loaded_group_has_its_subcommands_in_a_fresh_process(tmp_path: Path) -> None:
+    """A command group loaded when it runs brings the subcommands other modules attach to it
+    (``keys add/list/revoke/new``), in a process that imported nothing else first."""
+    probe = (
+        "import sys, click\n"
+        "from agent_saga.cli._main import load_lazy_command\n"
+        "command = load_lazy_command(sys.argv[1])\n"
+        "if isinstance(command, click.Group):\n"
+        "    print(' '.join(sorted(command.commands)))\n"
+    )
+    for name in LAZY_COMMANDS:  # each first, alone: no other module attached anything yet
+        result = subprocess.run(
+            [sys.executable, "-c", probe, name], capture_output=True, text=True, check=True
+        )
+        if name == "keys":
+            assert result.stdout.split() == ["add", "list", "new", "revoke"]
+    script = str(Path(sys.executable).parent / "agent-saga")
+    new = subprocess.run(
+        [script, "--home", str(tmp_path / "h"), "keys", "new", str(tmp_path / "admin.key")],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "AGENT_SAGA_KEY_PASSPHRASE": "x"},
+    )
+    assert "No such command" not in new.stderr, new.stderr
+    assert (tmp_path / "admin.key.pub").exists(), new.stderr

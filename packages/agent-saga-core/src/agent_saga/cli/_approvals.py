@@ -40,10 +40,9 @@ from .._log.codec import JSONValue
 from .._log.records import Entry, Kind
 from .._log.store import LogStore
 from ..proofs._note import NoteVerifier
-from ..proofs._signing import PASSPHRASE_ENV
+from ..proofs._signing import PASSPHRASE_ENV, home_signer
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import reading, require_home
-from ._proofs import keys
 from ._settings import current_settings
 
 
@@ -236,6 +235,18 @@ def _change_key(
     _control(store, KEY_ADDED if action == "add" else KEY_REVOKED, {**data, **grant.to_data()})
 
 
+@click.group(invoke_without_command=True)
+@click.pass_context
+def keys(ctx: click.Context) -> None:
+    """The checkpoint public key (created on first use); approver keys: add, list, revoke, new."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = current_settings()
+    require_home(settings.home)
+    signer = home_signer(settings.home)
+    settings.console.print(signer.verifier.encode(), markup=False, soft_wrap=True)
+
+
 @keys.command(name="add")
 @click.argument("approver")
 @click.argument("public_key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -306,4 +317,4 @@ def keys_new(out: Path) -> None:
     settings.console.print(f"wrote {out} (private) and {out}.pub", markup=False)
 
 
-COMMANDS = (approvals, approve, deny)
+COMMANDS = (approvals, approve, deny, keys)

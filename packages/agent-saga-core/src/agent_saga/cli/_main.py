@@ -38,11 +38,9 @@ if TYPE_CHECKING:
 
 LAZY_COMMANDS = {
     **dict.fromkeys(("archive",), "._archive"),
-    **dict.fromkeys(("approvals", "approve", "deny"), "._approvals"),
+    **dict.fromkeys(("approvals", "approve", "deny", "keys"), "._approvals"),
     **dict.fromkeys(("merge", "sync"), "._mesh"),
-    **dict.fromkeys(
-        ("keys", "checkpoint", "prove", "verify-proof", "certify", "redact"), "._proofs"
-    ),
+    **dict.fromkeys(("checkpoint", "prove", "verify-proof", "certify", "redact"), "._proofs"),
     **dict.fromkeys(("recover",), "._recover"),
     **dict.fromkeys(("settle",), "._settle"),
     **dict.fromkeys(("verify",), "._verify"),

@@ -30,7 +30,7 @@ from ..proofs._checkpoint import CheckpointError
 from ..proofs._disclosure import MAX_BUNDLE_BYTES, DisclosureError, verify_bundle
 from ..proofs._mesh.marker import is_mesh
 from ..proofs._note import NoteVerifier
-from ..proofs._signing import home_signer, read_verifier
+from ..proofs._signing import read_verifier
 from ._errors import EXIT_FAILED, BadInputError, CliError, one_line
 from ._logfile import reading, require_home
 from ._mesh import fleet_budgets
@@ -48,18 +48,6 @@ def _write_json(path: Path, value: dict[str, Any]) -> None:
         path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc}") from exc
-
-
-@click.group(invoke_without_command=True)
-@click.pass_context
-def keys(ctx: click.Context) -> None:
-    """The checkpoint public key (created on first use); approver keys: add, list, revoke, new."""
-    if ctx.invoked_subcommand is not None:
-        return
-    settings = current_settings()
-    require_home(settings.home)
-    signer = home_signer(settings.home)
-    settings.console.print(signer.verifier.encode(), markup=False, soft_wrap=True)
 
 
 @click.command()
@@ -178,9 +166,8 @@ def certify_command(out: Path | None, budgets: tuple[str, ...], since: str | Non
     for finding in findings:
         where = f" saga {finding.saga}" if finding.saga else ""
         step = f" step {finding.ordinal} ({finding.tool})" if finding.ordinal is not None else ""
-        settings.console.print(
-            f"{finding.severity}{where}{step}: {one_line(finding.message)}", markup=False
-        )
+        line = f"{finding.severity}{where}{step}: {finding.message}"
+        settings.console.print(one_line(line), markup=False)  # ids and tools come from the log
     counts = cert["counts"]
     verdict = "certified" if cert["ok"] else "NOT CERTIFIED"
     passkeys = counts.get("passkey_votes", 0)
@@ -223,4 +210,4 @@ def _certify_since(settings: Settings, since: str) -> tuple[dict[str, Any], list
     return cert, findings
 
 
-COMMANDS = (keys, checkpoint, prove_command, verify_proof, certify_command, redact)
+COMMANDS = (checkpoint, prove_command, verify_proof, certify_command, redact)

@@ -61,7 +61,8 @@ def standing_needs_human(kit: AgentKit, report: RecoveryReport) -> list[tuple[st
 
 def report_lines(report: RecoveryReport, standing: Sequence[tuple[str, str]] = ()) -> list[str]:
     """A plain account of one pass: each recovered saga and what happened to each step, then
-    the sagas that still need a human from before."""
+    the sagas that still need a human from before (log values as they are: the command shows
+    each line through :func:`._errors.one_line`)."""
     lines: list[str] = []
     for saga in report.recovered:
         lines.append(f"{saga.saga_id}  {saga.name}  -> {saga.status.value}")
@@ -140,7 +141,7 @@ def recover(
                 click.echo(json.dumps(as_json(report, standing), sort_keys=True))
             elif report.recovered or not watch:
                 for line in report_lines(report, standing) or ["nothing to recover"]:
-                    settings.console.print(line, markup=False, highlight=False)
+                    settings.console.print(one_line(line), markup=False, highlight=False)
             if not watch:
                 break
             try:
@@ -149,5 +150,5 @@ def recover(
                 return
     waiting = [s.saga_id for s in report.needs_human] + [saga_id for saga_id, _ in standing]
     if waiting:
-        settings.err.print(f"needs a human: {', '.join(waiting)}", markup=False)
+        settings.err.print(one_line(f"needs a human: {', '.join(waiting)}"), markup=False)
         raise SystemExit(EXIT_NEEDS_HUMAN)
