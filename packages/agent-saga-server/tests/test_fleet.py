@@ -5,6 +5,8 @@ budgets, the kill switch, audit exports, and what the manifest and status say. T
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -348,3 +350,58 @@ def test_a_kit_made_to_require_passkeys_does_not_act_on_a_plain_approval(
     (decided,) = [r.data for r in kit.store.records() if r.kind == "approval.decided"]
     assert decided["decision"] == "expired"
     assert decided["ignored"] == ["erin: a vote without a passkey, but passkeys are required"]
+
+
+PAUSED_AGENT = """
+import os, sys
+from agent_saga import REVERSIBLE, AgentKit, HaltedError
+
+home, url, token, stop = sys.argv[1:5]
+kit = AgentKit(home=home, server=url, token=token)
+
+@kit.tool(name="crm.tag", semantics=REVERSIBLE)
+def tag(i: int) -> int:
+    return i
+
+print("ready", flush=True)
+while not os.path.exists(stop):
+    try:
+        with kit.transaction("tagging"):
+            tag(1)
+    except HaltedError as exc:
+        print("refused:", exc, flush=True)
+        break
+kit.close()
+print("done", flush=True)
+"""
+"""An agent that runs transactions back to back until told to stop, and says when one is
+refused."""
+
+
+def test_an_agent_paused_longer_than_stale_after_is_not_refused_on_waking(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """The agent's own pause (here SIGSTOP; in life CPU starvation or a suspended laptop) leaves
+    the server's newer states waiting in its socket: the first effect after it waits for one
+    instead of being refused as if the server had gone silent."""
+    script, stop = tmp_path / "paused_agent.py", tmp_path / "stop"
+    script.write_text(PAUSED_AGENT)
+    token = server.token("agent", "sleepy")
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "home"), server.url, token, str(stop)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        for _ in range(4):  # the agent is mid-transaction when paused, and goes on at once
+            time.sleep(0.3)
+            child.send_signal(signal.SIGSTOP)
+            time.sleep(1.7)  # more than stale_after (1 s) + grace (0.5 s)
+            child.send_signal(signal.SIGCONT)
+        stop.touch()
+        out, _ = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert out.strip() == "done", out
+    assert sum(1 for r in read_log(tmp_path / "home") if r.kind == "step.done") > 10

@@ -8,11 +8,16 @@ so checking the switch before every effect costs no round trip. It is fail-close
 * before the first state arrives, or when the last one is older than ``stale_after``
   seconds (server unreachable, stream stuck, token revoked), the switch reads as halted and
   unreadable;
+* a read that finds the state stale first waits up to ``grace`` seconds (half of
+  ``stale_after``, at most 0.5 s) for a fresh one: when this process itself was paused (CPU
+  starvation, a long collection, a suspended laptop) the stream's thread has the server's
+  newer states waiting in its socket, and an effect must not be refused for the agent's own
+  pause. A state is only ever taken when it is fresh, so this never lets a stale one through;
 * a state the server itself marks unreadable (its database is down) reads as halted.
 
 So a halt reaches a connected agent within one change notification (the server looks at its
 database every 50 ms), and an agent that stops hearing from the server refuses effects within
-``stale_after`` seconds.
+``stale_after`` + ``grace`` seconds.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ class ServerKillSwitch:
     def __init__(self, client: ServerClient, *, stale_after: float = 1.0) -> None:
         self.client = client
         self.stale_after = stale_after
+        self.grace = min(0.5, stale_after / 2)
         self._latest: tuple[HaltState, float] | None = None
+        self._arrived = threading.Condition()
         self.error = "no state received yet"
         self.received = 0
         self._stop = threading.Event()
@@ -48,6 +55,8 @@ class ServerKillSwitch:
 
     def state(self) -> HaltState:
         latest = self._latest
+        if latest is None or time.monotonic() - latest[1] > self.stale_after:
+            latest = self._fresh_within(self.grace)
         where = self.client.url
         if latest is None:
             reason = f"kill switch unknown: no state from the control plane {where} ({self.error})"
@@ -62,13 +71,27 @@ class ServerKillSwitch:
             return HaltState(True, reason, readable=False)
         return state
 
+    def _fresh_within(self, timeout: float) -> tuple[HaltState, float] | None:
+        """The latest state once it is fresh, waiting up to ``timeout`` seconds for one; the
+        latest (stale or missing) when none came."""
+
+        def fresh() -> bool:
+            latest = self._latest
+            return latest is not None and time.monotonic() - latest[1] <= self.stale_after
+
+        with self._arrived:
+            self._arrived.wait_for(fresh, timeout)
+        return self._latest
+
     def halt(self, reason: str, *, at: float) -> None:
         """Halt the fleet; the local state is halted at once.
 
         Raises:
             ConnectionError: the server did not take the halt (it may not be engaged fleet-wide).
         """
-        self._latest = (HaltState(True, reason, at), time.monotonic())
+        with self._arrived:
+            self._latest = (HaltState(True, reason, at), time.monotonic())
+            self._arrived.notify_all()
         try:
             self.client.post("/v1/killswitch/halt", {"reason": reason})
         except (ServerUnreachable, ServerRefused) as exc:
@@ -106,7 +129,9 @@ class ServerKillSwitch:
         reason = str(data.get("reason", ""))
         since = data.get("since")
         state = HaltState(halted, reason, since if isinstance(since, float) else None, readable)
-        self._latest = (state, time.monotonic())
+        with self._arrived:
+            self._latest = (state, time.monotonic())
+            self._arrived.notify_all()
         self.received += 1
         self._first.set()
 
