@@ -240,3 +240,36 @@ def test_catching_the_saga_index_up_touches_no_segment_before_its_point(
         assert index._known == 305
     finally:
         index.close()
+
+
+def test_sagas_in_archived_segments_are_read_through_the_index(tmp_path: Path) -> None:
+    """``replay``, ``sagas`` and ``certify --since`` read a saga's records where the index says
+    they are: in an archived segment, from the archive."""
+    home = tmp_path / "home"
+
+    def sagas(start: int, count: int) -> None:
+        with FileLogStore(home, segment_records=40) as store:
+            for n in range(start, start + count):
+                sid = f"s-{n:04d}"
+                store.append([Entry("saga.begin", sid, {"name": "x", "owner": "o"}, n)], sync=False)
+                store.append([Entry("saga.end", sid, {"status": "committed"}, n)], sync=True)
+
+    sagas(0, 100)
+    assert cli(home, "checkpoint").exit_code == 0
+    assert cli(home, "replay", "s-0003").exit_code == 0  # the index now covers the 200 records
+    saved = tmp_path / "saved.note"
+    saved.write_text((home / "checkpoints" / "latest.note").read_text())
+    sagas(100, 10)
+    moved = cli(home, "archive", "--to", str(tmp_path / "cold"))
+    assert "4 segment(s) moved to the archive" in moved.output, moved.output
+    assert not local(home, 41).exists()
+    shown = cli(home, "replay", "s-0030")  # records 61 and 62: segment 41, archived
+    assert shown.exit_code == 0, shown.output
+    assert "s-0030" in shown.output
+    listed = cli(home, "sagas", "--limit", "200")
+    assert listed.exit_code == 0, listed.output
+    assert "s-0000" in listed.output
+    assert "s-0109" in listed.output
+    certified = cli(home, "certify", "--since", str(saved))
+    assert certified.exit_code == 0, certified.output
+    assert "certified: 10 sagas, 20 records, 0 critical" in certified.output

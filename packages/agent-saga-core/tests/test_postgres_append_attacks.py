@@ -88,6 +88,9 @@ def test_ctrl_c_while_a_batch_waits_for_the_lock_fails_the_store_in_one_clear_li
     pg_url: str, schema: str, connections: int
 ) -> None:
     main = threading.get_ident()
+    # Python raises KeyboardInterrupt on SIGINT only where it was not ignored when it started
+    # (a shell's background job ignores it): this test stands for a Ctrl-C either way
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
     store = PostgresLogStore(pg_url, schema=schema, connections=connections)
     try:
         store.append([Entry("t.step", "x", {"n": 0}, 1)], sync=True)
@@ -114,6 +117,7 @@ def test_ctrl_c_while_a_batch_waits_for_the_lock_fails_the_store_in_one_clear_li
             assert [r.seq for r in other.append([Entry("t.z", "y", {"n": 3}, 1)], sync=True)] == [2]
     finally:
         store.close()
+        signal.signal(signal.SIGINT, ignored)
     assert stored(pg_url, schema) == [(1, 0), (2, 3)]
 
 

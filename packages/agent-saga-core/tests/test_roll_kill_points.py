@@ -27,7 +27,7 @@ POINTS = {
         "_switch",
         "after",
     ),
-    "inside the index update": ("agent_saga._log.sagaindex", "SagaIndex", "_save", "after"),
+    "inside the index update": ("agent_saga._log.sagaindex", "", "save_point", "after"),
     "after the index update": ("agent_saga._log.sagaindex", "SagaIndex", "refresh", "after"),
     "after a checkpoint": (
         "agent_saga.proofs._checkpoints",

@@ -394,10 +394,10 @@ def test_an_agent_paused_longer_than_stale_after_is_not_refused_on_waking(
     assert child.stdout is not None
     try:
         assert child.stdout.readline().strip() == "ready"
-        for _ in range(4):  # the agent is mid-transaction when paused, and goes on at once
+        for _ in range(3):  # the agent is mid-transaction when paused, and goes on at once
             time.sleep(0.3)
             child.send_signal(signal.SIGSTOP)
-            time.sleep(1.7)  # more than stale_after (1 s) + grace (0.5 s)
+            time.sleep(1.6)  # more than stale_after (1 s) + grace (0.5 s)
             child.send_signal(signal.SIGCONT)
         stop.touch()
         out, _ = child.communicate(timeout=30)

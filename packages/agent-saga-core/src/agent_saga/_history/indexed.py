@@ -22,11 +22,13 @@ from .._log.records import SagaStatus
 from .._log.sagaindex import IndexMismatch, SagaIndex
 from .build import build_history
 from .lookup import resolve_saga_id
-from .views import SagaView
+from .views import AmbiguousSagaError, SagaView, UnknownSagaError
 
 T = TypeVar("T")
 PAGE = 200
 """Sagas asked of the index at a time while a page is filled."""
+CHECKED_CANDIDATES = 16
+"""Candidates of an ambiguous prefix read and verified before the ambiguity is reported."""
 _OPEN = frozenset({SagaStatus.RUNNING, SagaStatus.SUSPENDED})
 
 
@@ -51,6 +53,34 @@ def saga_view(index: SagaIndex, saga_id: str) -> SagaView | None:
     return next((view for view in found if view.id == saga_id), None)
 
 
+def resolve_indexed(index: SagaIndex, id_or_prefix: str) -> str:
+    """The id an id or unique prefix names among the index's sagas, as
+    :func:`.lookup.resolve_saga_id` finds it among a full history's. A "no" is checked before
+    it is given: an ambiguity is only believed once each candidate (up to
+    :data:`CHECKED_CANDIDATES`) was read and verified, and an unknown id only if the index
+    holds no record of it, so a line added to or deleted from its ``sagas`` table alone does
+    not change the answer.
+
+    Raises:
+        UnknownSagaError: nothing matches.
+        AmbiguousSagaError: several ids start with the text.
+        IndexMismatch: the index does not describe the log.
+    """
+    ids, total = index.matching(id_or_prefix)
+    try:
+        return resolve_saga_id(ids, id_or_prefix, total=total)
+    except AmbiguousSagaError as exc:
+        for saga_id in exc.candidates[:CHECKED_CANDIDATES]:
+            if not any(r.saga == saga_id for r in index.saga_records(saga_id)):
+                raise IndexMismatch(f"the index names saga {saga_id}, the log has none") from None
+        raise
+    except UnknownSagaError:
+        if index.holds_records_of(id_or_prefix):
+            problem = f"the index holds records of {id_or_prefix!r} but no saga"
+            raise IndexMismatch(problem) from None
+        raise
+
+
 def find_indexed(index: SagaIndex, id_or_prefix: str) -> SagaView:
     """The saga an id or unique prefix names, as :func:`agent_saga._history.lookup.find_saga`
     finds it in a full history.
@@ -62,8 +92,7 @@ def find_indexed(index: SagaIndex, id_or_prefix: str) -> SagaView:
     """
 
     def answer() -> SagaView:
-        ids, total = index.matching(id_or_prefix)
-        saga_id = resolve_saga_id(ids, id_or_prefix, total=total)
+        saga_id = resolve_indexed(index, id_or_prefix)
         view = saga_view(index, saga_id)
         if view is None:
             raise IndexMismatch(f"the index names saga {saga_id} but holds none of its records")

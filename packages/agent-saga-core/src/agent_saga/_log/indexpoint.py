@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from .._errors import ConfigurationError
+from .archive import ArchiveReader, configured_target, read_marker
 from .chain import MAX_RECORD_BYTES, Chain, Masked, parse_line
 from .files import OS, open_read
+from .fs import FileSystem
 from .records import GENESIS, Record
 from .segments import segment
 
@@ -29,6 +33,25 @@ class Point(NamedTuple):
 
 
 START = Point(1, 0, 0, 0, GENESIS, GENESIS)
+VERSION = "2"
+"""The index's format; an index of another version is rebuilt from the start."""
+
+
+def read_point(db: sqlite3.Connection) -> Point:
+    """The point an index states in its ``meta`` table; :data:`START` for an index of another
+    version, or one whose point does not parse (it is then rebuilt from the start)."""
+    rows = dict(db.execute("SELECT k, v FROM meta").fetchall())
+    if rows.get("version") != VERSION or "point" not in rows:
+        return START
+    try:
+        seg, start, end, seq, prev, digest = str(rows["point"]).split()
+        return Point(int(seg), int(start), int(end), int(seq), prev, digest)
+    except ValueError:
+        return START
+
+
+def save_point(db: sqlite3.Connection, point: Point) -> None:
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('point', ?)", (" ".join(map(str, point)),))
 
 
 def read_at(
@@ -84,10 +107,9 @@ def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Recor
         by_segment.setdefault(place.seg, []).append(index)
     for seg, indexes in by_segment.items():
         indexes.sort(key=lambda index: places[index].off)
-        path = segment(home, seg).path
-        fd = open_read(OS, path)
+        path, fs, fd = _open_segment(home, seg)
         try:
-            size = OS.size(fd)
+            size = fs.size(fd)
             for index in indexes:
                 if places[index].off + places[index].length > size:
                     raise IndexMismatch(
@@ -96,7 +118,7 @@ def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Recor
                     )
             for run in _runs(places, indexes):
                 start = places[run[0]].off
-                data = OS.pread(
+                data = fs.pread(
                     fd, max(places[i].off + places[i].length for i in run) - start, start
                 )
                 for index in run:
@@ -104,8 +126,30 @@ def read_places(home: Path, chain: Chain, places: Sequence[Place]) -> list[Recor
                     line = data[place.off - start : place.off - start + place.length]
                     found[index] = _verified(chain, place, line, path)
         finally:
-            OS.close(fd)
+            fs.close(fd)
     return [found[index] for index in range(len(places))]
+
+
+def _open_segment(home: Path, first: int) -> tuple[str, FileSystem, int]:
+    """``(where, reader, descriptor)`` of the segment of ``home`` starting at ``seq``
+    ``first``: its file, or its copy in the archive once it was moved there (its marker says
+    where; the records read from it are verified as any are).
+
+    Raises:
+        OSError: neither the file nor an archived copy can be read.
+    """
+    path = segment(home, first).path
+    try:
+        return path, OS, open_read(OS, path)
+    except FileNotFoundError:
+        marker = read_marker(OS, home, first)
+        if marker is None:
+            raise
+    try:
+        reader, fd = ArchiveReader().open(marker.url, configured_target(home))
+    except ConfigurationError as exc:
+        raise OSError(f"archived segment cannot be read: {exc}") from exc
+    return marker.url, reader, fd
 
 
 def _runs(places: Sequence[Place], indexes: list[int]) -> Iterator[list[int]]:

@@ -45,11 +45,23 @@ from .chain import Chain
 from .files import LOG_NAME, OS, unlink_planted_links
 from .indexer import BURST, BehindWriter
 from .indexpoint import START as _START
-from .indexpoint import IndexMismatch, Place, Point, read_at, read_places
+from .indexpoint import (
+    VERSION,
+    IndexMismatch,
+    Place,
+    Point,
+    read_at,
+    read_places,
+    read_point,
+    save_point,
+)
 from .indexwalk import walk_for_index
 from .records import Record
 from .sagarows import (
+    SAGA_LINE,
+    SCHEMA,
     UNFINISHED_NOW,
+    check_line,
     check_places,
     chunk_rows,
     id_key,
@@ -58,29 +70,20 @@ from .sagarows import (
 )
 from .unfinishedset import Statement
 
-__all__ = ["INDEX_DIR", "INDEX_NAME", "IndexMismatch", "Point", "SagaIndex"]
+__all__ = ["INDEX_DIR", "INDEX_NAME", "IndexMismatch", "Point", "SagaIndex", "discard_index"]
 
 INDEX_DIR = "index"
 INDEX_NAME = "sagas.sqlite3"
-_VERSION = "2"
 _CHUNK = 20_000
 """Records indexed per SQLite transaction while catching up (bounds the journal)."""
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY, saga TEXT NOT NULL, own INTEGER NOT NULL,
-    seg INTEGER NOT NULL, off INTEGER NOT NULL, len INTEGER NOT NULL, prev BLOB NOT NULL,
-    hash BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS records_by_saga ON records (saga, seq);
-CREATE TABLE IF NOT EXISTS sagas (
-    id TEXT PRIMARY KEY, key TEXT NOT NULL, first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL, started INTEGER NOT NULL, n INTEGER NOT NULL,
-    end_status TEXT, began INTEGER, ended INTEGER);
-CREATE INDEX IF NOT EXISTS sagas_by_age ON sagas (first_seq);
-CREATE INDEX IF NOT EXISTS sagas_by_key ON sagas (key);
-CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (first_seq) WHERE end_status IS NULL;
-CREATE INDEX IF NOT EXISTS sagas_by_end ON sagas (ended) WHERE ended IS NOT NULL;
-"""
+
+
+def discard_index(home: Path) -> None:
+    """Delete the index of ``home`` and its journal; the next reader rebuilds it. For what
+    rewrites the log's bytes in place (a redaction): the index's places would be stale."""
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{home / INDEX_DIR / INDEX_NAME}{suffix}")
 
 
 _LIVE: weakref.WeakSet[SagaIndex] = weakref.WeakSet()
@@ -132,7 +135,7 @@ class SagaIndex:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA wal_autocheckpoint=0")
-            db.executescript(_SCHEMA)
+            db.executescript(SCHEMA)
         except BaseException:
             db.close()
             raise
@@ -161,9 +164,7 @@ class SagaIndex:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
         self._db = None
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self.path}{suffix}")
+        discard_index(self.home)
 
     # -- catching up --------------------------------------------------------------------------
 
@@ -211,7 +212,7 @@ class SagaIndex:
             return
         try:
             db = self._connect()
-            indexed = self._known = self._point(db).seq
+            indexed = self._known = read_point(db).seq
             if seq - indexed > max_lag:
                 return
             db.execute("PRAGMA busy_timeout=0")
@@ -224,21 +225,11 @@ class SagaIndex:
         finally:
             self._lock.release()
 
-    def _point(self, db: sqlite3.Connection) -> Point:
-        rows = dict(db.execute("SELECT k, v FROM meta").fetchall())
-        if rows.get("version") != _VERSION or "point" not in rows:
-            return _START
-        try:
-            seg, start, end, seq, prev, digest = str(rows["point"]).split()
-            return Point(int(seg), int(start), int(end), int(seq), prev, digest)
-        except ValueError:  # a point that does not parse: the index is rebuilt from the start
-            return _START
-
     def _catch_up(self, *, limit: int | None) -> None:
         db = self._connect()
         db.execute("BEGIN IMMEDIATE")
         try:
-            point = self._point(db)
+            point = read_point(db)
             if point == _START or not self.continues(point):
                 point = self._wipe(db)
             db.execute("COMMIT")
@@ -249,7 +240,7 @@ class SagaIndex:
         while limit is None or done < limit:
             db.execute("BEGIN IMMEDIATE")
             try:
-                moved = self._point(db)
+                moved = read_point(db)
                 if moved != point:  # another indexer moved it meanwhile: go on from there
                     point = moved if self.continues(moved) else self._wipe(db)
                 point, added = self._index_chunk(db, point)
@@ -266,13 +257,9 @@ class SagaIndex:
         db.execute("DELETE FROM records")
         db.execute("DELETE FROM sagas")
         db.execute("DELETE FROM meta")
-        db.execute("INSERT INTO meta VALUES ('version', ?)", (_VERSION,))
-        self._save(db, _START)
+        db.execute("INSERT INTO meta VALUES ('version', ?)", (VERSION,))
+        save_point(db, _START)
         return _START
-
-    def _save(self, db: sqlite3.Connection, point: Point) -> None:
-        text = " ".join(map(str, point))
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('point', ?)", (text,))
 
     def continues(self, point: Point) -> bool:
         """Whether the log holds the record ``point`` names, where it says, with its hash."""
@@ -307,7 +294,7 @@ class SagaIndex:
             "began = coalesce(began, excluded.began), ended = coalesce(ended, excluded.ended)",
             [(sid, id_key(sid), *values) for sid, values in sagas.items()],
         )
-        self._save(db, point)
+        save_point(db, point)
         return point, added
 
     # -- reading ------------------------------------------------------------------------------
@@ -326,10 +313,10 @@ class SagaIndex:
                 "ORDER BY seq",
                 (saga_id,),
             ).fetchall()
-            stated = db.execute("SELECT n, last_seq FROM sagas WHERE id = ?", (saga_id,)).fetchone()
+            stated = db.execute(SAGA_LINE, (saga_id,)).fetchone()
         own = [r[0] for r in rows if r[1]]
         if (stated is None and own) or (
-            stated is not None and (len(own) != stated[0] or own[-1:] != [stated[1]])
+            stated is not None and (len(own) != stated[4] or own[-1:] != [stated[2]])
         ):
             raise IndexMismatch(f"the index does not hold every record of saga {saga_id}")
         if not all(isinstance(r[5], bytes) and isinstance(r[6], bytes) for r in rows):
@@ -342,6 +329,8 @@ class SagaIndex:
             if (record.saga if is_own else settles(record)) != saga_id:
                 raise IndexMismatch(f"record {seq} is not one of saga {saga_id}")
         problem = check_places(saga_id, [r for r in records if r.saga == saga_id])
+        if problem is None and stated is not None:
+            problem = check_line(saga_id, stated, records)
         if problem is not None:
             raise IndexMismatch(problem)
         return records
@@ -373,7 +362,7 @@ class SagaIndex:
             db.execute("BEGIN")  # one snapshot for both
             try:
                 rows = db.execute(UNFINISHED_NOW)
-                return [r[0] for r in rows], self._point(db).seq
+                return [r[0] for r in rows], read_point(db).seq
             finally:
                 db.execute("COMMIT")
 
@@ -381,6 +370,14 @@ class SagaIndex:
         """The rows of one read-only query of the index."""
         with self._lock:
             return self._connect().execute(sql, args).fetchall()
+
+    def holds_records_of(self, text: str) -> bool:
+        """Whether the ``records`` table has a row of a saga whose id is ``text`` or starts
+        with it as typed (what :meth:`matching` must then have found)."""
+        sql = "SELECT 1 FROM records WHERE saga >= ? AND saga < ? LIMIT 1"
+        with self._lock:
+            found = self._connect().execute(sql, (text.strip(), text.strip() + "\uffff"))
+            return found.fetchone() is not None
 
     def matching(self, text: str) -> tuple[list[str], int]:
         """The ids equal to ``text`` or whose :func:`id_key` starts with its key, oldest

@@ -10,6 +10,24 @@ from typing import Any, Protocol
 from .indexwalk import IndexedRecord
 from .records import IN_SAGA, Kind, Record
 
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY, saga TEXT NOT NULL, own INTEGER NOT NULL,
+    seg INTEGER NOT NULL, off INTEGER NOT NULL, len INTEGER NOT NULL, prev BLOB NOT NULL,
+    hash BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS records_by_saga ON records (saga, seq);
+CREATE TABLE IF NOT EXISTS sagas (
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL, started INTEGER NOT NULL, n INTEGER NOT NULL,
+    end_status TEXT, began INTEGER, ended INTEGER);
+CREATE INDEX IF NOT EXISTS sagas_by_age ON sagas (first_seq);
+CREATE INDEX IF NOT EXISTS sagas_by_key ON sagas (key);
+CREATE INDEX IF NOT EXISTS sagas_unfinished ON sagas (first_seq) WHERE end_status IS NULL;
+CREATE INDEX IF NOT EXISTS sagas_by_end ON sagas (ended) WHERE ended IS NOT NULL;
+"""
+"""The index's tables (SQLite)."""
+
 Row = tuple[int, str, int, int, int, int, bytes, bytes]
 """A row of the index's ``records`` table: seq, saga, own, segment, offset, length, the hash
 before it and its hash."""
@@ -43,6 +61,27 @@ def check_places(saga_id: str, own: list[Record]) -> str | None:
                 f"record {record.seq} of saga {saga_id} is its record {stated} but is read as "
                 f"its record {place}: the records read are not all of the saga's"
             )
+    return None
+
+
+SAGA_LINE = (
+    "SELECT key, first_seq, last_seq, started, n, end_status, began, ended FROM sagas WHERE id = ?"
+)
+"""A saga's line in the index, as :func:`check_line` compares it."""
+
+
+def check_line(saga_id: str, stated: tuple[object, ...], records: list[Record]) -> str | None:
+    """Why the index's line of a saga (:data:`SAGA_LINE`) is not what its records (read and
+    verified) make of it, or ``None``: every column is derived again by :func:`fold`, so a
+    line edited to move a saga in a listing (its age, its status) is caught when it is read."""
+    sagas: dict[str, list[object]] = {}
+    for record in records:
+        if record.saga == saga_id:
+            fold(sagas, record)
+    line = sagas.get(saga_id)
+    derived = None if line is None else (id_key(saga_id), *line)
+    if tuple(stated) != derived:
+        return f"the index's line of saga {saga_id} is not what its records make of it"
     return None
 
 

@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 from .._history.build import SagaLookupError
-from .._history.indexed import with_rebuild
+from .._history.indexed import resolve_indexed, with_rebuild
 from .._history.lookup import resolve_saga_id
 from .._log.records import Record
 from .._log.sagaindex import IndexMismatch, SagaIndex
@@ -61,8 +61,7 @@ def saga_records(settings: Settings, saga_id: str) -> list[Record]:
 
 def _through(index: SagaIndex, wanted: str) -> list[Record]:
     def answer() -> list[Record]:
-        ids, total = index.matching(wanted)
-        chosen = resolve_saga_id(ids, wanted, total=total)
+        chosen = resolve_indexed(index, wanted)
         own = [record for record in index.saga_records(chosen) if record.saga == chosen]
         if not own:
             raise IndexMismatch(f"the index names saga {chosen} but holds none of its records")

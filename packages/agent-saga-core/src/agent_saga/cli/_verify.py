@@ -13,10 +13,16 @@ verified all the same.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from pathlib import Path
 
 import click
 
+from .._errors import CorruptLogError
+from .._log.chain import Chain
+from .._log.indexaudit import IndexAudit
+from .._log.sagaindex import INDEX_DIR, INDEX_NAME, SagaIndex
+from .._log.source import FileLogSource, LogSource
 from ..proofs._audit import LogSnapshot, check_checkpoint, home_verifiers, latest_problem, snapshot
 from ..proofs._certify import CRITICAL
 from ..proofs._checkpoint import Checkpoint, CheckpointError, open_checkpoint
@@ -32,6 +38,7 @@ from ._render import render_verify
 from ._settings import Settings, pass_settings
 
 LATEST = "latest"
+INDEX_DIFFERS = "saga index: DIFFERS from the log"
 KEY_HELP = "The log's public key (its text, or a file holding it). Default: the home's own key."
 
 
@@ -47,7 +54,11 @@ def run_verify(settings: Settings, since: str | None, key: str | None) -> None:
         lines.extend(refused)
     capture = () if older is None else (older.size,)
     with reading(settings) as source:
-        log = snapshot(source, keep_records=False, home=home, capture=capture, resume=point)
+        audit = index_audit(source) if since is None else None
+        log = snapshot(
+            source, keep_records=False, home=home, capture=capture, resume=point,
+            on_line=None if audit is None else audit.see,
+        )  # fmt: skip
     render_verify(settings.console, log.chain, source.where, source.unit)
     assert log.stream is not None
     lines.extend(log.stream.notes)
@@ -76,12 +87,51 @@ def run_verify(settings: Settings, since: str | None, key: str | None) -> None:
         ok = ok and finding.severity != CRITICAL
     elif latest is not None:
         lines.append(f"consistent with the latest checkpoint ({latest.size} records)")
+    if audit is not None:
+        found = index_finding(audit, log.chain.ok, home, source)
+        if found is not None:
+            lines.append(found)
+            ok = ok and not found.startswith(INDEX_DIFFERS)
     for line in [*lines, *redaction_lines(log)]:
         settings.console.print(one_line(line), markup=False)
     if not ok:
         raise SystemExit(EXIT_FAILED)
     for checkpoint in (older, latest):
         store_point(home, log, checkpoint)
+
+
+def index_audit(source: LogSource) -> IndexAudit | None:
+    """An audit of the saga index beside a file log, for a full verify to feed; ``None`` for
+    another store, or when there is no index (or not one SQLite can read: readers rebuild it)."""
+    if not isinstance(source, FileLogSource):
+        return None
+    path = source.home / INDEX_DIR / INDEX_NAME
+    if not path.is_file():
+        return None
+    try:
+        return IndexAudit(path)
+    except sqlite3.Error:
+        return None
+
+
+def index_finding(audit: IndexAudit, chain_ok: bool, home: Path, source: LogSource) -> str | None:
+    """The line verify prints of the saga index once the pass is over: it agrees with the log,
+    or it differs (then it is rebuilt from the log); ``None`` when the log did not verify."""
+    problem = audit.finish()
+    if not chain_ok:
+        return None
+    if problem is None:
+        return f"saga index: {audit.checked}"
+    key = source.key if isinstance(source, FileLogSource) else None
+    index = SagaIndex(home, Chain(key))
+    try:
+        index.rebuild()
+        done = "rebuilt from the log"
+    except (OSError, sqlite3.Error, CorruptLogError) as exc:
+        done = f"could not be rebuilt ({exc}): delete {index.path}"
+    finally:
+        index.close()
+    return f"{INDEX_DIFFERS}: {problem}; {done}"
 
 
 def store_point(home: Path, log: LogSnapshot, checkpoint: Checkpoint | None) -> None:

@@ -34,7 +34,7 @@ from ._notefiles import note_size
 from ._prover import SagaProver
 from ._resume import ResumePoint
 from ._signing import home_signer, home_verifier
-from ._stream import Observer, StartSet, StreamedLog, stream_log
+from ._stream import LineHook, Observer, StartSet, StreamedLog, stream_log
 from ._tree import MerkleTree
 from ._unfinished import signed_set, statement_lines
 
@@ -103,6 +103,7 @@ def snapshot(
     observer: Observer | None = None,
     unfinished: bool = False,
     each: Callable[[Record], None] | None = None,
+    on_line: LineHook | None = None,
 ) -> LogSnapshot:
     """Read and verify a log once: records stop at the first break, which the report holds.
 
@@ -118,7 +119,8 @@ def snapshot(
     are counted from the records read; a resumed file log starts from the set the resume
     point's checkpoint signs, checked (:func:`._unfinished.signed_set`), and is read from its
     first record when that checkpoint signs none. With ``each`` (and without ``keep_records``)
-    every verified record is handed to it in order as the pass reads it, from the first.
+    every verified record is handed to it in order as the pass reads it, from the first; with
+    ``on_line`` every stored line of a file log (see :data:`._stream.LineHook`).
 
     Raises:
         ChainKeyError: record 1 does not verify with the chain key given (or without one): a
@@ -144,7 +146,7 @@ def snapshot(
                 start = signed_set(source.home, source.key)
         streamed = stream_log(
             source, sizes, resume, frontier=frontier, observer=observer, unfinished=start,
-            each=each,
+            each=each, on_line=on_line,
         )  # fmt: skip
         counted = None if streamed.unfinished is None else tuple(streamed.unfinished)
         return LogSnapshot(

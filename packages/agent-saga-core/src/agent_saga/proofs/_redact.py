@@ -33,6 +33,7 @@ from .._log.ledger import UNSIGNED
 from .._log.locks import owner_alive
 from .._log.records import Entry, Record
 from .._log.redaction import REDACTION_KIND
+from .._log.sagaindex import discard_index
 from .._log.scan import content_end, walk
 from .._log.segments import read_layout
 from .._log.solo import take_log_lock
@@ -120,6 +121,7 @@ class _Log:
         content = b"".join(lines) + stored
         write_atomic(self.path, content)
         write_atomic(self.home / WATERMARK_NAME, encode_watermark(len(content)))
+        discard_index(self.home)  # its places are the old bytes'; the next reader rebuilds it
         return sealed.seq
 
 

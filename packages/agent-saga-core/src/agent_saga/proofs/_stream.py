@@ -24,6 +24,7 @@ from __future__ import annotations
 from binascii import unhexlify
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .._errors import CorruptLogError
 from .._log.chain import Chain, parse_line
@@ -71,6 +72,16 @@ Observer = Callable[[int, bytes, bytes, str], None]
 """``(leaf index, stored line, hash as ASCII hex, previous record's hash)`` of each verified
 record of a file log, called before its leaf is appended to the frontier."""
 
+LineHook = Callable[[bytes, bytes], None]
+"""``(stored line, previous record's hash as ASCII hex)`` of each verified record of a file
+log, in order (the frontier is not brought up to date for it, unlike :data:`Observer`)."""
+
+
+class _Hooks(NamedTuple):
+    observer: Observer | None
+    on_line: LineHook | None
+
+
 StartSet = Callable[[ResumePoint], list[str] | None]
 """The sagas unfinished at a resume point, as its checkpoint's signed statement states them
 (checked against it); ``None`` when it states none or they cannot be found."""
@@ -86,6 +97,7 @@ def stream_log(
     observer: Observer | None = None,
     unfinished: StartSet | None = None,
     each: Callable[[Record], None] | None = None,
+    on_line: LineHook | None = None,
 ) -> StreamedLog:
     """Read ``source`` once (after ``resume`` when given and usable; see the module docstring).
 
@@ -100,7 +112,9 @@ def stream_log(
     ``unfinished`` the pass counts the unfinished sagas (see the module docstring) and reads
     every record here (no second process). With ``each``, the log is read through its verified
     records from the first one (``resume`` is not used), each handed to ``each`` in order; no
-    stored line is seen then, so ``observer`` and ``each`` together are refused.
+    stored line is seen then, so ``observer`` and ``each`` together are refused. ``on_line``
+    sees each stored line of a file log (see :data:`LineHook`; ignored for another source) and
+    also turns the second process off.
 
     Raises:
         ValueError: both ``observer`` and ``each`` were given.
@@ -116,19 +130,20 @@ def stream_log(
         if resume is not None:
             log.notes.append("this log cannot be resumed: it was read from its first record")
         return log
-    if observer is not None or unfinished is not None:
+    if observer is not None or unfinished is not None or on_line is not None:
         farm_bytes = 1 << 62
+    hooks = _Hooks(observer, on_line)
     why = "the log no longer continues the resume point"
     if resume is not None:
         start = None if unfinished is None else unfinished(resume)
         if unfinished is None or start is not None:
             at = None if start is None else dict.fromkeys(start)
-            resumed = _stream_file(source, sizes, resume, farm_bytes, None, observer, at)
+            resumed = _stream_file(source, sizes, resume, farm_bytes, None, hooks, at)
             if resumed is not None:
                 return resumed
         else:
             why = "no unfinished sagas checked against a statement signed at the resume point"
-    full = _stream_file(source, sizes, None, farm_bytes, frontier, observer, counted)
+    full = _stream_file(source, sizes, None, farm_bytes, frontier, hooks, counted)
     assert full is not None
     if resume is not None:
         full.notes.insert(0, f"{why} at record {resume.state.size}: read from its first record")
@@ -141,7 +156,7 @@ def _stream_file(
     resume: ResumePoint | None,
     farm_bytes: int | None,
     empty: MerkleFrontier | None,
-    observer: Observer | None,
+    hooks: _Hooks,
     unfinished: dict[str, None] | None,
 ) -> StreamedLog | None:
     """The pass over a file log; ``None`` when ``resume`` does not match the log.
@@ -165,9 +180,13 @@ def _stream_file(
         pending.clear()
         return frontier
 
+    observer, on_line = hooks
+
     def on_record(line: bytes, digest: bytes, end: int) -> None:
         if observer is not None:
             observer(current().size, line, digest, previous[0].decode())
+        if on_line is not None:
+            on_line(line, previous[0])
         size = frontier.size + len(pending) + 1
         if size in sizes:
             edge = current().append_with_edge(leaf_hash(unhexlify(digest)))
