@@ -245,6 +245,16 @@ def test_catching_the_saga_index_up_touches_no_segment_before_its_point(
 def test_sagas_in_archived_segments_are_read_through_the_index(tmp_path: Path) -> None:
     """``replay``, ``sagas`` and ``certify --since`` read a saga's records where the index says
     they are: in an archived segment, from the archive."""
+    read_archived_sagas(tmp_path, str(tmp_path / "cold"))
+
+
+def test_sagas_in_segments_archived_to_s3_are_read_through_the_index(
+    tmp_path: Path, moto_url: str, bucket: str
+) -> None:
+    read_archived_sagas(tmp_path, f"s3://{bucket}?endpoint={moto_url}")
+
+
+def read_archived_sagas(tmp_path: Path, target: str) -> None:
     home = tmp_path / "home"
 
     def sagas(start: int, count: int) -> None:
@@ -260,7 +270,7 @@ def test_sagas_in_archived_segments_are_read_through_the_index(tmp_path: Path) -
     saved = tmp_path / "saved.note"
     saved.write_text((home / "checkpoints" / "latest.note").read_text())
     sagas(100, 10)
-    moved = cli(home, "archive", "--to", str(tmp_path / "cold"))
+    moved = cli(home, "archive", "--to", target)
     assert "4 segment(s) moved to the archive" in moved.output, moved.output
     assert not local(home, 41).exists()
     shown = cli(home, "replay", "s-0030")  # records 61 and 62: segment 41, archived

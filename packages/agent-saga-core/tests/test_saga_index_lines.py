@@ -138,8 +138,9 @@ TAMPERINGS = {
         "INSERT INTO sagas SELECT 'x' || id, key, first_seq, last_seq, started, n, end_status,"
         " began, ended FROM sagas WHERE id = :a",),
     "a row given to the other saga": ("UPDATE records SET saga = :a WHERE seq = 5",),
-    "a row deleted with its count": (
-        "DELETE FROM records WHERE seq = 5", "UPDATE sagas SET n = n - 1 WHERE id = :b"),
+    "a saga.end removed from both tables": (
+        "DELETE FROM records WHERE seq = 6",
+        "UPDATE sagas SET n = 2, last_seq = 5, end_status = NULL, ended = NULL WHERE id = :b"),
     "a first saga.end moved": ("UPDATE sagas SET ended = NULL WHERE id = :b",),
     "a saga.begin unnamed": ("UPDATE sagas SET began = NULL WHERE id = :a",),
     "a key edited": ("UPDATE sagas SET key = 'zz' WHERE id = :a",),

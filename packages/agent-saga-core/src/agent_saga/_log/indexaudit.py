@@ -6,12 +6,21 @@ Reads through the index verify the records they read and the line of each saga t
 index altogether, or a line edited so a filter passes over it. A full pass reads every record
 anyway, so it also derives what the index must hold and compares:
 
-* each record that belongs to a saga has its row (``seq``, saga, own or settling, length, the
-  hash before it and its hash), and no other record has one;
 * each saga's line: its key, its first record and when it began (matched to the record at its
   ``first_seq``), its first ``saga.begin`` and first ``saga.end`` (matched to those records),
-  the status of its latest ``saga.end``, and its count and last ``seq`` (compared in SQL with
-  the rows just checked); no line without rows, no rows without a line.
+  and the status of its latest ``saga.end``;
+* the rows of the records a line names and of every ``saga.begin``, ``saga.end`` and
+  ``saga.settled`` (``seq``, saga, own or settling), so a saga removed from both tables is
+  found at its ``saga.begin`` or ``saga.end`` (a saga with neither, which only a hand-made log
+  holds, is not), and one whose end or settlement was removed is found;
+* in SQL, at the end, each line against the index's own rows (count, first and last ``seq``),
+  no rows without a line, and nothing past the index's point.
+
+A row of another record removed from the middle of a saga (its line's count lowered to match)
+is not looked for here: a read of that saga finds it, since each record states its place in
+its saga (:func:`.sagarows.check_places`). Nor are a row's place and hashes: a read verifies
+the bytes they point at, and a wrong one only makes it rebuild the index. So most records cost
+the pass a search of their line for a saga's kind, no more.
 
 Invariants:
 
@@ -33,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from .indexpoint import read_point
-from .indexwalk import IndexedRecord, line_fields
+from .indexwalk import IndexedRecord, kind_and_saga, line_fields
 from .records import Kind
-from .sagarows import belongs_to, id_key
+from .sagarows import id_key, settles
 
 _LINES_AGREE = (
     "SELECT s.id FROM sagas s LEFT JOIN (SELECT saga, count(*) AS n, min(seq) AS f, "
@@ -70,13 +79,8 @@ class IndexAudit:
             raise
         self.covered = covered
         self.seq = 0
-        self._prev = b""
         self.problem: str | None = None
         self.checked = "not yet"
-        self._rows = self._cursor(
-            "SELECT seq, saga, own, len, prev, hash FROM records WHERE seq <= ? ORDER BY seq",
-            covered,
-        )
         self._firsts = self._cursor(
             "SELECT first_seq, id, key, started FROM sagas WHERE first_seq <= ? "
             "ORDER BY first_seq", covered,
@@ -94,53 +98,69 @@ class IndexAudit:
         return _Merged(self._db.execute(sql, args))
 
     def see(self, line: bytes, prev: bytes) -> None:
-        """The next record of the pass, as stored (no newline), and the hash before it."""
+        """The next record of the pass, as stored (no newline), and the hash before it.
+
+        Most records cost a few comparisons and a search of their line for a saga's kind; a
+        record a line names, a ``saga.begin``, a ``saga.end`` and a ``saga.settled`` are read
+        in full and their rows looked up."""
         self.seq += 1
-        if self.problem is not None or self.seq > self.covered:
+        seq = self.seq
+        if self.problem is not None or seq > self.covered:
             return
-        record = line_fields(line, self.seq, prev)
-        if isinstance(record, str):  # not in the form the index reads: it was built otherwise
-            self.problem = f"record {self.seq} cannot be read as the index reads it: {record}"
-            return
-        self.problem = self._row(record) or self._line(record)
+        named = seq in (self._firsts.at, self._begins.at, self._ends.at)
+        if named or _SAGA_KIND in line:
+            self.problem = self._read(seq, line, prev, named)
 
-    def _row(self, record: IndexedRecord) -> str | None:
-        seq = record.seq
-        target, own = belongs_to(record)
-        row = self._rows.take(seq)
-        if target is None:
-            return None if row is None else f"the index has a row for record {seq}, of no saga"
-        expected = (seq, target, own, record.length, bytes.fromhex(record.prev))
-        if row is None:
-            return f"record {seq} of saga {target} has no row in the index"
-        if tuple(row[:5]) != expected or row[5] != bytes.fromhex(record.hash):
-            return f"the index's row for record {seq} is not that record's (saga {target})"
-        return None
-
-    def _line(self, record: IndexedRecord) -> str | None:
-        seq, saga = record.seq, record.saga
-        for cursor in (self._firsts, self._begins, self._ends):
-            behind = cursor.behind(seq)
-            if behind is not None:
-                return f"the line of saga {behind[1]} names record {behind[0]}, not one of its own"
-        first = self._firsts.take(seq)
-        if first is not None and (tuple(first[1:]) != (saga, id_key(str(saga)), record.ts)):
-            return f"the line of saga {first[1]} does not match its first record {seq}"
+    def _read(self, seq: int, line: bytes, prev: bytes, named: bool) -> str | None:
+        fields = kind_and_saga(line)
+        if fields is None:  # not in the form the index reads: it was built otherwise
+            return f"record {seq} cannot be read as the index reads it"
+        kind, saga = fields
+        if kind not in _READ_KINDS and not named:
+            return None  # "saga." was in its data, or it suspends or resumes its saga
+        target, own = saga, 1
         if saga is None:
-            return None
-        if record.kind == Kind.SAGA_BEGIN:
+            target, own = None, 0
+            if kind == Kind.SETTLED:
+                target = settles(self._full(line, seq, prev))
+        row = self._db.execute("SELECT saga, own FROM records WHERE seq = ?", (seq,)).fetchone()
+        if (None if row is None else tuple(row)) != (None if target is None else (target, own)):
+            return f"the index's row for record {seq} is not that record's"
+        if saga is not None:
+            return self._line(seq, kind, saga, line, prev)
+        return f"a line of the index names record {seq}, of no saga" if named else None
+
+    def _full(self, line: bytes, seq: int, prev: bytes) -> IndexedRecord:
+        record = line_fields(line, seq, prev)
+        if isinstance(record, str):  # the pass verified it: cannot happen but for a bug
+            raise ValueError(f"record {seq}: {record}")
+        return record
+
+    def _line(self, seq: int, kind: str, saga: str, line: bytes, prev: bytes) -> str | None:
+        firsts, begins, ends = self._firsts, self._begins, self._ends
+        if firsts.at < seq or begins.at < seq or ends.at < seq:
+            for cursor in (firsts, begins, ends):
+                behind = cursor.behind(seq)
+                if behind is not None:
+                    return f"the line of saga {behind[1]} names record {behind[0]}, not its own"
+        first = firsts.take(seq) if firsts.at == seq else None
+        if first is not None:
+            stated = (saga, id_key(saga), _ts(line))
+            if tuple(first[1:]) != stated:
+                return f"the line of saga {first[1]} does not match its first record {seq}"
+        if kind == Kind.SAGA_BEGIN:
             began = self._begins.take(seq)
             if (began[1] if began else self._stated(saga, "began", seq)) != saga:
                 return f"the line of saga {saga} does not name its saga.begin at record {seq}"
-        if record.kind == Kind.SAGA_END:
+        if kind == Kind.SAGA_END:
             ended = self._ends.take(seq)
             if ended is not None and ended[1] != saga:
                 return f"the line of saga {ended[1]} names record {seq} as its saga.end"
             if ended is None and self._stated(saga, "ended", seq) != saga:
                 return f"the line of saga {saga} does not name its saga.end at record {seq}"
-            status = record.data.get("status")
-            stated = ended[2] if ended is not None else self._status_of(saga)
-            if (status if isinstance(status, str) else "?") != stated:
+            status = self._full(line, seq, prev).data.get("status")
+            stated_status = ended[2] if ended is not None else self._status_of(saga)
+            if (status if isinstance(status, str) else "?") != stated_status:
                 self._differing[saga] = str(status)
             else:
                 self._differing.pop(saga, None)
@@ -168,7 +188,7 @@ class IndexAudit:
                     "(written since, or cut from the log: readers then rebuild it)"
                 )
                 return None
-            for cursor in (self._rows, self._firsts, self._begins, self._ends):
+            for cursor in (self._firsts, self._begins, self._ends):
                 left = cursor.behind(self.covered + 1)
                 if self.problem is None and left is not None:
                     self.problem = f"the index has a row for record {left[0]}, past the log"
@@ -186,26 +206,47 @@ class IndexAudit:
             self._db.close()
 
 
+def _ts(line: bytes) -> int:
+    """A stored record's ``ts``: the field before ``"v"`` at its end (no escape can hold an
+    unquoted ``,"ts":``; the pass checked the line's canonical form)."""
+    start = line.rindex(b',"ts":') + 6
+    return int(line[start : line.index(b",", start)])
+
+
 def _args(sql: str, covered: int) -> tuple[int, ...]:
     return (covered,) * sql.count("?")
 
 
+_SAGA_KIND = b'"kind":"saga.'
+"""In the line of every ``saga.*`` record (its ``kind`` field), and rarely in another's data."""
+_READ_KINDS = frozenset({Kind.SAGA_BEGIN, Kind.SAGA_END, Kind.SETTLED})
+_NONE_LEFT = 1 << 63
+
+
 class _Merged:
-    """A cursor read in step with the pass: its rows are ordered by their first column."""
+    """A cursor read in step with the pass: its rows are ordered by their first column (a
+    ``seq``), which :attr:`at` holds for the head row (a ``seq`` past any when none is left)."""
 
     def __init__(self, rows: Iterator[Any]) -> None:
         self._rows = rows
-        self._head: tuple[Any, ...] | None = next(rows, None)
+        self._head: tuple[Any, ...] | None = None
+        self.at = 0
+        self._advance()
+
+    def _advance(self) -> None:
+        head = self._head = next(self._rows, None)
+        self.at = _NONE_LEFT if head is None else head[0]
+        if type(self.at) is not int:  # an edited row: never matched, found as left behind
+            self.at = -1
 
     def take(self, seq: int) -> tuple[Any, ...] | None:
         """The head row when it is for ``seq`` (then the next becomes the head), else ``None``."""
-        head = self._head
-        if head is None or head[0] != seq:
+        if self.at != seq:
             return None
-        self._head = next(self._rows, None)
+        head = self._head
+        self._advance()
         return head
 
     def behind(self, seq: int) -> tuple[Any, ...] | None:
         """The head row when it is for a record before ``seq`` (one the pass went past)."""
-        head = self._head
-        return head if head is not None and head[0] < seq else None
+        return self._head if self.at < seq else None

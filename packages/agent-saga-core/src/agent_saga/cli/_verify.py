@@ -7,7 +7,9 @@ at its size, and, when everything holds, stores a resume point for that checkpoi
 (``latest`` for the home's latest checkpoint) also checks the log against NOTE, and starts
 from the newest stored resume point of at most NOTE's size when there is one: only the
 records after it are read. Storing a point is a courtesy: a home that cannot be written is
-verified all the same.
+verified all the same. A full ``verify`` of a file log also feeds each line to a comparison of
+the saga index with the log (:mod:`agent_saga._log.indexaudit`): an index that differs is
+rebuilt from the log and the command exits 1.
 """
 
 from __future__ import annotations
@@ -195,7 +197,8 @@ def verify(settings: Settings, since: str | None, key: str | None) -> None:
     also catches a truncated tail or a log rewritten from some record on. Exit 1 at the first
     break or inconsistency. Checkpoints are the home's, for a fleet log too. With --since, the
     records a verify already confirmed against a signed checkpoint are not read again (a full
-    verify, without --since, reads them all).
+    verify, without --since, reads them all). A full verify of a home's file log also compares
+    its saga index with the log, and rebuilds it (exit 1) when it differs.
     """
     if is_mesh(settings.home):  # a merged log: every origin against its own key
         from ._mesh import verify_mesh
