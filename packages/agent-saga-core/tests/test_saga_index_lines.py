@@ -191,3 +191,78 @@ def test_an_index_built_from_the_log_agrees_with_it(
     code, output = verify(home)
     assert code == 0, output
     assert f"every row and line, up to record {len(entries)}" in output
+
+
+def replay(home: Path, asked: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["--home", str(home), "replay", asked])
+    return result.exit_code, result.output
+
+
+def index_of(home: Path, entries: list[Entry]) -> None:
+    write_log(home, entries, 1000)
+    index = SagaIndex(home, Chain())
+    index.refresh()
+    index.close()
+
+
+def test_a_status_given_to_a_running_saga_is_found_by_verify(tmp_path: Path) -> None:
+    """The line of a saga with no saga.end, edited to a status, drops it from `sagas --status
+    running`: no record of it is read then, so a full verify must find the line."""
+    index_of(tmp_path, [Entry("saga.begin", "run1", {"name": "a"}, 1)])
+    edit(tmp_path, "UPDATE sagas SET end_status = 'committed' WHERE id = 'run1'")
+    code, output = verify(tmp_path)
+    assert code == 1
+    assert "saga index: DIFFERS from the log: the line of saga run1" in output
+    listed = CliRunner().invoke(main, ["--home", str(tmp_path), "sagas", "--status", "running"])
+    assert "run1" in listed.output
+
+
+@pytest.mark.parametrize(
+    "sql", ["DROP TABLE records", "ALTER TABLE records RENAME COLUMN own TO other"]
+)
+def test_an_index_sqlite_cannot_read_is_a_difference_not_a_traceback(
+    tmp_path: Path, sql: str
+) -> None:
+    write_sagas(tmp_path)
+    with sqlite3.connect(tmp_path / INDEX_DIR / INDEX_NAME) as db:
+        db.execute(sql)
+    code, output = verify(tmp_path)
+    assert code == 1
+    assert "saga index: DIFFERS from the log: the index cannot be read" in output
+    assert "Traceback" not in output
+    assert verify(tmp_path)[0] == 0
+
+
+def test_a_deleted_line_changes_no_answer_to_a_prefix_typed_otherwise(tmp_path: Path) -> None:
+    """Upper-case ids with dashes, asked in lower case without them; and a prefix two sagas
+    share, one of whose lines is deleted."""
+    begin = {"name": "x", "owner": "o"}
+    index_of(tmp_path, [Entry("saga.begin", s, dict(begin), 1) for s in ("Run-1", "ab1", "ab2")])
+    edit(tmp_path, "DELETE FROM sagas WHERE id = 'Run-1'")
+    code, output = replay(tmp_path, "run1")
+    assert code == 0, output
+    assert "Run-1" in output
+    edit(tmp_path, "DELETE FROM sagas WHERE id = 'ab2'")
+    code, output = replay(tmp_path, "ab")
+    assert code == 2
+    assert "ambiguous: 2 sagas match: ab1, ab2" in output
+
+
+def test_a_prefix_of_an_id_beyond_the_basic_plane_is_found(tmp_path: Path) -> None:
+    index_of(tmp_path, [Entry("saga.begin", "ab\U0001f600z", {"name": "x", "owner": "o"}, 1)])
+    code, output = replay(tmp_path, "ab")
+    assert code == 0, output
+    assert "ab\U0001f600z" in output
+
+
+def test_an_index_of_another_log_is_not_compared_and_readers_rebuild_it(tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    index_of(old, [Entry("saga.begin", "old", {"name": "x", "owner": "o"}, 1)] * 2)
+    write_log(new, [Entry("saga.begin", "new", {"name": "y", "owner": "o"}, 2)] * 3, 1000)
+    (new / INDEX_DIR).mkdir()
+    (new / INDEX_DIR / INDEX_NAME).write_bytes((old / INDEX_DIR / INDEX_NAME).read_bytes())
+    code, output = verify(new)
+    assert code == 0, output
+    assert "saga index: not compared: it was built from another log" in output
+    assert replay(new, "new")[0] == 0
+    assert "saga index: agrees with the log" in verify(new)[1]

@@ -57,9 +57,12 @@ def resolve_indexed(index: SagaIndex, id_or_prefix: str) -> str:
     """The id an id or unique prefix names among the index's sagas, as
     :func:`.lookup.resolve_saga_id` finds it among a full history's. A "no" is checked before
     it is given: an ambiguity is only believed once each candidate (up to
-    :data:`CHECKED_CANDIDATES`) was read and verified, and an unknown id only if the index
-    holds no record of it, so a line added to or deleted from its ``sagas`` table alone does
-    not change the answer.
+    :data:`CHECKED_CANDIDATES`) was read and verified, and an unknown id only if the index's
+    ``records`` table holds no row of a saga it names (a scan of that table, on a miss only).
+    A prefix that names one saga is checked against the rows of other sagas starting with it
+    as typed (an index probe; typed in another case or without dashes, a line deleted from
+    the ``sagas`` table can make it name one saga of several until ``verify`` finds the
+    line missing, or the index is rebuilt).
 
     Raises:
         UnknownSagaError: nothing matches.
@@ -68,7 +71,7 @@ def resolve_indexed(index: SagaIndex, id_or_prefix: str) -> str:
     """
     ids, total = index.matching(id_or_prefix)
     try:
-        return resolve_saga_id(ids, id_or_prefix, total=total)
+        chosen = resolve_saga_id(ids, id_or_prefix, total=total)
     except AmbiguousSagaError as exc:
         for saga_id in exc.candidates[:CHECKED_CANDIDATES]:
             if not any(r.saga == saga_id for r in index.saga_records(saga_id)):
@@ -79,6 +82,11 @@ def resolve_indexed(index: SagaIndex, id_or_prefix: str) -> str:
             problem = f"the index holds records of {id_or_prefix!r} but no saga"
             raise IndexMismatch(problem) from None
         raise
+    if chosen != id_or_prefix.strip() and index.holds_records_of(
+        id_or_prefix, besides=chosen, typed_only=True
+    ):
+        raise IndexMismatch(f"the index holds records of another saga {id_or_prefix!r} names")
+    return chosen
 
 
 def find_indexed(index: SagaIndex, id_or_prefix: str) -> SagaView:

@@ -31,7 +31,10 @@ Invariants:
 * Only what the index covers is compared: records up to its point. If the index moved past
   the pass's last record meanwhile (a writer appended and indexed), lines are not compared
   (their counts cover records the pass did not read) and :attr:`IndexAudit.checked` says so.
-  Differences are only reported after a pass whose every record verified.
+  Differences are only reported after a pass whose every record verified, and only when the
+  record at the index's point is the pass's (an index built from another log, or whose point
+  was edited, is not compared: every reader checks that record first and rebuilds it). An
+  index SQLite cannot read is a difference, never an exception.
 """
 
 from __future__ import annotations
@@ -52,9 +55,12 @@ _LINES_AGREE = (
     "WHERE r.saga IS NULL OR r.n != s.n OR r.f != s.first_seq OR r.l != s.last_seq LIMIT 1"
 )
 _PAST_THE_POINT = (
-    "SELECT saga FROM records WHERE seq > ? UNION ALL "
-    "SELECT id FROM sagas WHERE first_seq > ? OR last_seq > ? LIMIT 1"
+    "SELECT saga FROM records WHERE seq > ? UNION ALL SELECT id FROM sagas WHERE "
+    "first_seq > ? OR last_seq > ? OR began > ? OR ended > ? LIMIT 1"
 )
+_UNENDED_WITH_STATUS = "SELECT id FROM sagas WHERE (end_status IS NULL) != (ended IS NULL) LIMIT 1"
+"""A line with a status and no ``saga.end``, or the other way round (a saga's ``saga.end``
+records are each matched to its line during the pass)."""
 _ROWS_WITHOUT_LINE = (
     "SELECT saga FROM records WHERE own = 1 AND saga NOT IN (SELECT id FROM sagas) LIMIT 1"
 )
@@ -73,11 +79,15 @@ class IndexAudit:
         self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
         try:
             self._db.execute("BEGIN")
-            covered = read_point(self._db).seq
+            point = read_point(self._db)
+            covered = point.seq
         except BaseException:
             self._db.close()
             raise
         self.covered = covered
+        self._point = point
+        self._hash_at = point.hash if covered == 0 else ""
+        """The hash of the pass's record at the index's point (to tell a stale index)."""
         self.seq = 0
         self.problem: str | None = None
         self.checked = "not yet"
@@ -105,11 +115,17 @@ class IndexAudit:
         in full and their rows looked up."""
         self.seq += 1
         seq = self.seq
+        if seq == self.covered:
+            cut = line.rfind(b',"hash":"') + 9
+            self._hash_at = line[cut : cut + 64].decode("ascii", "replace")
         if self.problem is not None or seq > self.covered:
             return
         named = seq in (self._firsts.at, self._begins.at, self._ends.at)
         if named or _SAGA_KIND in line:
-            self.problem = self._read(seq, line, prev, named)
+            try:
+                self.problem = self._read(seq, line, prev, named)
+            except (sqlite3.Error, ValueError) as exc:
+                self.problem = f"the index cannot be read at record {seq}: {exc}"
 
     def _read(self, seq: int, line: bytes, prev: bytes, named: bool) -> str | None:
         fields = kind_and_saga(line)
@@ -182,28 +198,39 @@ class IndexAudit:
     def finish(self) -> str | None:
         """Why the index does not describe the log, or ``None``; closes the connection."""
         try:
-            if self.problem is None and self.seq < self.covered:
+            if self.seq < self.covered or self._hash_at != self._point.hash:
                 self.checked = (
                     f"not compared: it covers {self.covered} records, the pass read {self.seq} "
                     "(written since, or cut from the log: readers then rebuild it)"
+                    if self.seq < self.covered
+                    else f"not compared: it was built from another log (its record "
+                    f"{self.covered} is not this log's; readers rebuild it)"
                 )
+                self.problem = None
                 return None
-            for cursor in (self._firsts, self._begins, self._ends):
-                left = cursor.behind(self.covered + 1)
-                if self.problem is None and left is not None:
-                    self.problem = f"the index has a row for record {left[0]}, past the log"
-            if self.problem is None and self._differing:
-                saga = next(iter(self._differing))
-                self.problem = f"the line of saga {saga} does not state its latest status"
-            for sql in (_PAST_THE_POINT, _LINES_AGREE, _ROWS_WITHOUT_LINE):
-                found = None if self.problem else self._db.execute(sql, _args(sql, self.covered))
-                row = None if found is None else found.fetchone()
-                if row is not None:
-                    self.problem = f"the line of saga {row[0]} does not match its rows"
-            self.checked = f"agrees with the log (every row and line, up to record {self.covered})"
+            self._finish()
+            return self.problem
+        except sqlite3.Error as exc:
+            self.problem = f"the index cannot be read: {exc}"
             return self.problem
         finally:
             self._db.close()
+
+    def _finish(self) -> None:
+        """The checks left once the pass is over (see the module docstring)."""
+        for cursor in (self._firsts, self._begins, self._ends):
+            left = cursor.behind(self.covered + 1)
+            if self.problem is None and left is not None:
+                self.problem = f"the index has a row for record {left[0]}, past the log"
+        if self.problem is None and self._differing:
+            saga = next(iter(self._differing))
+            self.problem = f"the line of saga {saga} does not state its latest status"
+        for sql in (_PAST_THE_POINT, _UNENDED_WITH_STATUS, _LINES_AGREE, _ROWS_WITHOUT_LINE):
+            row = None if self.problem else self._db.execute(sql, _args(sql, self.covered))
+            found = None if row is None else row.fetchone()
+            if found is not None:
+                self.problem = f"the line of saga {found[0]} does not match its rows"
+        self.checked = f"agrees with the log (every row and line, up to record {self.covered})"
 
 
 def _ts(line: bytes) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -33,6 +35,18 @@ class Point(NamedTuple):
 
 
 START = Point(1, 0, 0, 0, GENESIS, GENESIS)
+INDEX_DIR = "index"
+INDEX_NAME = "sagas.sqlite3"
+
+
+def discard_index(home: Path) -> None:
+    """Delete the index of ``home`` and its journal; the next reader rebuilds it. For what
+    rewrites the log's bytes in place (a redaction): the index's places would be stale."""
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{home / INDEX_DIR / INDEX_NAME}{suffix}")
+
+
 VERSION = "2"
 """The index's format; an index of another version is rebuilt from the start."""
 

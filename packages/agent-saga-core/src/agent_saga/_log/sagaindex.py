@@ -44,22 +44,28 @@ from typing import Any
 from .chain import Chain
 from .files import LOG_NAME, OS, unlink_planted_links
 from .indexer import BURST, BehindWriter
-from .indexpoint import START as _START
 from .indexpoint import (
+    INDEX_DIR,
+    INDEX_NAME,
     VERSION,
     IndexMismatch,
     Place,
     Point,
+    discard_index,
     read_at,
     read_places,
     read_point,
     save_point,
 )
+from .indexpoint import START as _START
 from .indexwalk import walk_for_index
 from .records import Record
 from .sagarows import (
+    KEYED_ROWS,
+    PREFIX_END,
     SAGA_LINE,
     SCHEMA,
+    TYPED_ROWS,
     UNFINISHED_NOW,
     check_line,
     check_places,
@@ -72,18 +78,8 @@ from .unfinishedset import Statement
 
 __all__ = ["INDEX_DIR", "INDEX_NAME", "IndexMismatch", "Point", "SagaIndex", "discard_index"]
 
-INDEX_DIR = "index"
-INDEX_NAME = "sagas.sqlite3"
 _CHUNK = 20_000
 """Records indexed per SQLite transaction while catching up (bounds the journal)."""
-
-
-def discard_index(home: Path) -> None:
-    """Delete the index of ``home`` and its journal; the next reader rebuilds it. For what
-    rewrites the log's bytes in place (a redaction): the index's places would be stale."""
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{home / INDEX_DIR / INDEX_NAME}{suffix}")
 
 
 _LIVE: weakref.WeakSet[SagaIndex] = weakref.WeakSet()
@@ -371,13 +367,19 @@ class SagaIndex:
         with self._lock:
             return self._connect().execute(sql, args).fetchall()
 
-    def holds_records_of(self, text: str) -> bool:
-        """Whether the ``records`` table has a row of a saga whose id is ``text`` or starts
-        with it as typed (what :meth:`matching` must then have found)."""
-        sql = "SELECT 1 FROM records WHERE saga >= ? AND saga < ? LIMIT 1"
+    def holds_records_of(self, text: str, *, besides: str = "", typed_only: bool = False) -> bool:
+        """Whether the ``records`` table has a row of a saga of its own, other than ``besides``,
+        whose id starts with ``text`` as typed (an index probe) or, unless ``typed_only``, as
+        :meth:`matching` matches it (a scan of the table's ids: dashes and ASCII case ignored)."""
+        wanted, key = text.strip(), id_key(text)
         with self._lock:
-            found = self._connect().execute(sql, (text.strip(), text.strip() + "\uffff"))
-            return found.fetchone() is not None
+            db = self._connect()
+            if db.execute(TYPED_ROWS, (wanted, wanted + PREFIX_END, besides)).fetchone():
+                return True
+            return (
+                not typed_only
+                and db.execute(KEYED_ROWS, (besides, key, key)).fetchone() is not None
+            )
 
     def matching(self, text: str) -> tuple[list[str], int]:
         """The ids equal to ``text`` or whose :func:`id_key` starts with its key, oldest
@@ -389,7 +391,7 @@ class SagaIndex:
             db = self._connect()
             rows = db.execute(
                 "SELECT id FROM sagas WHERE id = ? OR (key >= ? AND key < ?) ORDER BY first_seq",
-                (text.strip(), key, key + "\uffff"),
+                (text.strip(), key, key + PREFIX_END),
             ).fetchall()
             total = db.execute("SELECT count(*) FROM sagas").fetchone()[0]
         return [r[0] for r in rows], int(total)

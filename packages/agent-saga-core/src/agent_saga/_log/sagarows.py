@@ -85,6 +85,19 @@ def check_line(saga_id: str, stated: tuple[object, ...], records: list[Record]) 
     return None
 
 
+PREFIX_END = "\U0010ffff"
+"""Appended to a prefix, the bound after every string that starts with it (UTF-8 order, as
+SQLite compares text)."""
+TYPED_ROWS = "SELECT 1 FROM records WHERE own = 1 AND saga >= ? AND saga < ? AND saga != ? LIMIT 1"
+"""A row of a saga (not the third argument) whose id starts with a prefix as typed."""
+KEYED_ROWS = (
+    "SELECT 1 FROM records WHERE own = 1 AND saga != ? AND "
+    "substr(replace(lower(saga), '-', ''), 1, length(?)) = ? LIMIT 1"
+)
+"""A row of a saga (not the first argument) whose :func:`id_key` starts with a key (SQLite's
+``lower`` folds ASCII only): a scan of the table."""
+
+
 def id_key(saga_id: str) -> str:
     """A saga id as prefixes are matched: no dashes, lower case."""
     return saga_id.replace("-", "").lower()
