@@ -61,9 +61,10 @@ def load_lazy_command(name: str) -> click.Command:
 
 EPILOG = """\b
 Exit codes:
-  0  success; verify: the log is intact; status: ready
+  0  success; verify: the log (and its saga index) is intact; status: ready
   1  the answer is no or the action failed: the log does not verify or is
-     corrupt, status is not ready, the demo or a write failed
+     corrupt, its saga index differs from it (rebuilt), status is not ready,
+     the demo or a write failed
   2  bad input: a bad or missing option, an unknown or ambiguous saga id,
      no agent-saga home or no log at the given path
   3  recover: at least one saga needs a human
