@@ -9,11 +9,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from .._errors import ConfigurationError
-from .archive import ArchiveReader, configured_target, read_marker
+from .._errors import CorruptLogError
+from .archive import ArchiveReader
 from .chain import MAX_RECORD_BYTES, Chain, Masked, parse_line
 from .files import OS, open_read
 from .fs import FileSystem
+from .read import open_archived
 from .records import GENESIS, Record
 from .segments import segment
 
@@ -152,18 +153,17 @@ def _open_segment(home: Path, first: int) -> tuple[str, FileSystem, int]:
     Raises:
         OSError: neither the file nor an archived copy can be read.
     """
-    path = segment(home, first).path
+    seg = segment(home, first)
     try:
-        return path, OS, open_read(OS, path)
+        return seg.path, OS, open_read(OS, seg.path)
     except FileNotFoundError:
-        marker = read_marker(OS, home, first)
-        if marker is None:
+        try:
+            archived = open_archived(OS, home, seg, ArchiveReader())
+        except CorruptLogError as exc:  # archived, but the copy cannot be read
+            raise OSError(str(exc)) from exc
+        if archived is None:
             raise
-    try:
-        reader, fd = ArchiveReader().open(marker.url, configured_target(home))
-    except ConfigurationError as exc:
-        raise OSError(f"archived segment cannot be read: {exc}") from exc
-    return marker.url, reader, fd
+    return archived
 
 
 def _runs(places: Sequence[Place], indexes: list[int]) -> Iterator[list[int]]:

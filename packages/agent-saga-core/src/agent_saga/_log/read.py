@@ -97,7 +97,7 @@ def _parts(path: Path, fs: FileSystem, layout: Layout) -> Iterator[_Part]:
         if not fs.exists(seg.path):
             if active:
                 return
-            archived = _open_archived(fs, home, seg, archive)
+            archived = open_archived(fs, home, seg, archive)
             if archived is None:
                 raise CorruptLogError(seg.path, 0, "sealed segment is missing", seg.first)
             where, reader, fd = archived
@@ -119,7 +119,7 @@ def _parts(path: Path, fs: FileSystem, layout: Layout) -> Iterator[_Part]:
             fs.close(fd)
 
 
-def _open_archived(
+def open_archived(
     fs: FileSystem, home: Path, seg: Segment, archive: ArchiveReader
 ) -> tuple[str, FileSystem, int] | None:
     """``(its location, reader, descriptor)`` for a sealed segment moved to the archive;

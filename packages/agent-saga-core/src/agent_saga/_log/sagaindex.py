@@ -371,7 +371,8 @@ class SagaIndex:
         """Whether the ``records`` table has a row of a saga of its own, other than ``besides``,
         whose id starts with ``text`` as typed (an index probe) or, unless ``typed_only``, as
         :meth:`matching` matches it (a scan of the table's ids: dashes and ASCII case ignored)."""
-        wanted, key = text.strip(), id_key(text)
+        wanted = text.strip()
+        key = id_key(wanted)
         with self._lock:
             db = self._connect()
             if db.execute(TYPED_ROWS, (wanted, wanted + PREFIX_END, besides)).fetchone():
